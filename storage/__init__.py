@@ -1,0 +1,63 @@
+"""Durable conversation state for the bot. Knows nothing of Slack or of `bot`."""
+
+from storage.base import KEEP, Commit, Committed, SessionPage, Store
+from storage.config import StorageSettings
+from storage.errors import (
+    CheckpointConflict,
+    CheckpointCorrupt,
+    CheckpointError,
+    CheckpointMissing,
+    CheckpointTruncated,
+    LeaseBusy,
+    LeaseLost,
+    NotFound,
+    SessionConflict,
+    SessionItemError,
+    StorageError,
+)
+from storage.factory import open_store
+from storage.lease import LeaseKeeper
+from storage.models import (
+    CheckpointMeta,
+    CheckpointPointer,
+    Conversation,
+    ConversationKey,
+    Lease,
+    Status,
+    ToolCallClaim,
+    ToolCallRecord,
+    ToolCallStatus,
+)
+from storage.session import ConversationSession
+
+__all__ = [
+    "KEEP",
+    "CheckpointConflict",
+    "CheckpointCorrupt",
+    "CheckpointError",
+    "CheckpointMeta",
+    "CheckpointMissing",
+    "CheckpointPointer",
+    "CheckpointTruncated",
+    "Commit",
+    "Committed",
+    "Conversation",
+    "ConversationKey",
+    "ConversationSession",
+    "Lease",
+    "LeaseBusy",
+    "LeaseKeeper",
+    "LeaseLost",
+    "NotFound",
+    "SessionConflict",
+    "SessionItemError",
+    "SessionPage",
+    "Status",
+    "StorageError",
+    "StorageSettings",
+    "Store",
+    "ToolCallClaim",
+    "ToolCallRecord",
+    "ToolCallStatus",
+    "open_store",
+]

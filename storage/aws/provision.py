@@ -1,0 +1,73 @@
+"""Create the table and bucket for development and tests (production uses `infra/`)."""
+
+from __future__ import annotations
+
+import boto3
+from botocore.exceptions import ClientError
+
+from storage.aws.layout import STATUS_INDEX
+
+
+def create_resources(table: str, bucket: str) -> list[str]:
+    """Create what is missing; returns what was created. Idempotent."""
+    session = boto3.session.Session()
+    created = []
+    if _create_table(session.client("dynamodb"), table):
+        created.append(f"table {table}")
+    if _create_bucket(session.client("s3"), bucket, session.region_name):
+        created.append(f"bucket {bucket}")
+    return created
+
+
+def _create_table(dynamodb: object, table: str) -> bool:
+    client = dynamodb  # typed loosely: boto3 clients are generated at run time
+    try:
+        client.create_table(  # type: ignore[attr-defined]
+            TableName=table,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+                {"AttributeName": "conv_status", "AttributeType": "S"},
+                {"AttributeName": "last_activity_ms", "AttributeType": "N"},
+            ],
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": STATUS_INDEX,
+                    "KeySchema": [
+                        {"AttributeName": "conv_status", "KeyType": "HASH"},
+                        {"AttributeName": "last_activity_ms", "KeyType": "RANGE"},
+                    ],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ResourceInUseException":
+            raise
+        return False
+    client.get_waiter("table_exists").wait(  # type: ignore[attr-defined]
+        TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+    )
+    client.update_time_to_live(  # type: ignore[attr-defined]
+        TableName=table,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"},
+    )
+    return True
+
+
+def _create_bucket(s3: object, bucket: str, region: str | None) -> bool:
+    options: dict[str, object] = {"Bucket": bucket}
+    if region and region != "us-east-1":
+        options["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        s3.create_bucket(**options)  # type: ignore[attr-defined]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+        return False
+    return True

@@ -1,0 +1,285 @@
+"""The storage contract, shared by the `local` and `aws` backends.
+
+Consistency between the Session and checkpoints: session items are committed in the SAME
+atomic write as the checkpoint pointer (one DynamoDB transaction; one sqlite transaction).
+The runtime's session stages what the SDK appends during a turn and hands it to `commit`,
+so a crash can never leave a turn's items without its checkpoint, or the reverse. Each
+pointer also records the session watermark (`session_seq`) it was committed with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from storage.codec import decode_state, encode_state
+from storage.errors import BlobExists
+from storage.models import (
+    CheckpointMeta,
+    CheckpointPointer,
+    Conversation,
+    ConversationKey,
+    Lease,
+    Status,
+    ToolCallClaim,
+    ToolCallRecord,
+    utcnow,
+)
+
+# DynamoDB's limits shape what one atomic append may hold; both backends honour them so
+# that the contract (and its tests) are the same.
+INLINE_ITEM_LIMIT = 300_000  # bytes of one item kept in the table, below the 400 KB item cap
+TRANSACTION_ITEM_LIMIT = 90  # session rows per transaction, below the 100-action cap
+TRANSACTION_BYTES_LIMIT = 3_000_000  # below the 4 MB transaction cap
+
+
+class _Keep:
+    """Marker: leave the checkpoint pointer as it is."""
+
+
+KEEP = _Keep()
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """Session items read from the store, with the counters an append must build on."""
+
+    items: list[str]
+    next_seq: int
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What an atomic write left behind: enough for the writer's next write. Backends
+    report only what the write itself decided, so that no extra read is needed."""
+
+    key: ConversationKey
+    next_seq: int | None  # None when the write neither appended nor checked the session
+    checkpoint: CheckpointPointer | None  # the pointer this write committed, if any
+    status: Status | None  # None: unchanged by this write
+
+
+@dataclass
+class Commit:
+    """One atomic, fenced change to a conversation."""
+
+    key: ConversationKey
+    lease: Lease | None
+    items: Sequence[str] = ()
+    base_seq: int | None = None  # next_seq the items were staged against (None: current)
+    checkpoint: CheckpointPointer | _Keep | None = KEEP
+    expected_version: int | None = None  # checkpoint version the writer last saw
+    status: Status | None = None
+    release: bool = False
+    touch: bool = True  # counts as activity (moves last_activity_at and expires_at)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Store(ABC):
+    """Durable conversation state. Blocking calls: run them off the event loop."""
+
+    def __init__(
+        self,
+        *,
+        lease_duration: timedelta = timedelta(seconds=30),
+        lease_skew: timedelta = timedelta(seconds=1),
+        state_ttl: timedelta = timedelta(days=7),
+        event_ttl: timedelta = timedelta(days=1),
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.lease_duration = lease_duration
+        self.lease_skew = lease_skew
+        self.state_ttl = state_ttl
+        self.event_ttl = event_ttl
+        self.clock = clock
+
+    # -- records and leases -------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, key: ConversationKey) -> Conversation | None:
+        """The conversation's record, or None."""
+
+    @abstractmethod
+    def acquire(
+        self, key: ConversationKey, owner: str, *, status: Status | None = None
+    ) -> tuple[Lease, Conversation]:
+        """Take the lease when free or expired (past expiry plus the skew margin), creating
+        the record if needed; the fencing token grows by one. Raises `LeaseBusy`."""
+
+    @abstractmethod
+    def renew(self, lease: Lease) -> Lease:
+        """Extend a held lease. Raises `LeaseLost`."""
+
+    def release(self, lease: Lease, *, status: Status | None = None) -> Committed:
+        """Give the lease up, optionally setting the status. Raises `LeaseLost`."""
+        return self.apply(Commit(key=lease.key, lease=lease, status=status, release=True))
+
+    def set_status(self, lease: Lease, status: Status) -> Committed:
+        return self.apply(Commit(key=lease.key, lease=lease, status=status))
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def commit(
+        self,
+        lease: Lease,
+        *,
+        state: dict[str, Any] | str,
+        meta: CheckpointMeta,
+        expected_version: int,
+        items: Sequence[str] = (),
+        base_seq: int | None = None,
+        status: Status | None = None,
+        release: bool = False,
+    ) -> Committed:
+        """Write the RunState blob write-once, then commit its pointer together with the
+        staged session items, fenced and expecting `expected_version`.
+        Raises `LeaseLost` or `CheckpointConflict`; an uncommitted blob is a harmless orphan."""
+        encoded = encode_state(state)
+        version = expected_version + 1
+        # Content-addressed and fenced: a retried commit reuses its own blob, and writers
+        # never collide on a key; the conditional pointer update alone decides who wins.
+        object_key = (
+            f"checkpoints/{lease.key.path}/"
+            f"v{version:010d}-f{lease.fence}-{encoded.sha256[:16]}.json.gz"
+        )
+        with contextlib.suppress(BlobExists):
+            self._put_blob(object_key, encoded.data)
+        pointer = CheckpointPointer(
+            object_key=object_key,
+            version=version,
+            sha256=encoded.sha256,
+            size=encoded.size,
+            schema_version=meta.schema_version,
+            agent_fingerprint=meta.agent_fingerprint,
+            created_at=self.clock(),
+            fence=lease.fence,
+            session_seq=0,  # filled in by the backend, inside the atomic write
+        )
+        return self.apply(
+            Commit(
+                key=lease.key,
+                lease=lease,
+                items=items,
+                base_seq=base_seq,
+                checkpoint=pointer,
+                expected_version=expected_version,
+                status=status,
+                release=release,
+            )
+        )
+
+    def drop_checkpoint(
+        self, lease: Lease, *, status: Status, release: bool = False
+    ) -> CheckpointPointer | None:
+        """Unset the pointer (fenced) and delete its blob; returns what was removed."""
+        record = self.get(lease.key)
+        pointer = record.checkpoint if record else None
+        self.apply(
+            Commit(
+                key=lease.key,
+                lease=lease,
+                checkpoint=None,
+                expected_version=pointer.version if pointer else 0,
+                status=status,
+                release=release,
+            )
+        )
+        if pointer:
+            self._delete_blob(pointer.object_key)
+        return pointer
+
+    def load_checkpoint(self, pointer: CheckpointPointer) -> dict[str, Any]:
+        """The verified RunState JSON. Raises a `CheckpointError` subtype."""
+        return decode_state(pointer, self._get_blob(pointer.object_key))
+
+    # -- session ------------------------------------------------------------------------
+
+    @abstractmethod
+    def read_items(self, key: ConversationKey, limit: int | None = None) -> SessionPage:
+        """The latest `limit` items (all when None), oldest first, as stored JSON strings."""
+
+    def append_items(
+        self, key: ConversationKey, items: Sequence[str], lease: Lease | None = None
+    ) -> Committed:
+        """Append atomically, all or nothing (fenced when a lease is given)."""
+        return self.apply(Commit(key=key, lease=lease, items=items))
+
+    @abstractmethod
+    def pop_item(self, key: ConversationKey, lease: Lease | None = None) -> str | None:
+        """Remove and return the newest item."""
+
+    @abstractmethod
+    def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
+        """Hide every item at once (a floor moves up), then delete the rows."""
+
+    # -- ledgers ------------------------------------------------------------------------
+
+    @abstractmethod
+    def claim_event(self, event_id: str) -> bool:
+        """True for the first claim of a Slack event id (until `event_ttl`), False after."""
+
+    @abstractmethod
+    def begin_tool_call(
+        self, lease: Lease, call_id: str, tool_name: str, arguments: str
+    ) -> ToolCallClaim:
+        """Record that a tool call starts, once per call id (fenced)."""
+
+    @abstractmethod
+    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> ToolCallRecord:
+        """Record a started call's result (fenced)."""
+
+    @abstractmethod
+    def get_tool_call(self, key: ConversationKey, call_id: str) -> ToolCallRecord | None: ...
+
+    # -- operational queries ------------------------------------------------------------
+
+    @abstractmethod
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        """Conversations in `status`, least recently active first, through an index."""
+
+    @abstractmethod
+    def count_by_status(self) -> dict[Status, int]: ...
+
+    # -- the atomic write every mutation goes through -----------------------------------
+
+    @abstractmethod
+    def apply(self, commit: Commit) -> Committed:
+        """Apply `commit` atomically. Raises `LeaseLost`, `CheckpointConflict`, or
+        `SessionConflict` (items staged against a stale `base_seq`)."""
+
+    # -- blobs --------------------------------------------------------------------------
+
+    @abstractmethod
+    def _put_blob(self, object_key: str, data: bytes) -> None:
+        """Create-only write; raises `BlobExists` if the object is there."""
+
+    @abstractmethod
+    def _get_blob(self, object_key: str) -> bytes:
+        """Raises `CheckpointMissing`."""
+
+    @abstractmethod
+    def _delete_blob(self, object_key: str) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    # -- helpers shared by backends -----------------------------------------------------
+
+    def new_record(self, key: ConversationKey, now: datetime) -> Conversation:
+        return Conversation(
+            key=key,
+            created_at=now,
+            updated_at=now,
+            last_activity_at=now,
+            expires_at=now + self.state_ttl,
+        )
+
+    def takeover_cutoff(self, now: datetime) -> datetime:
+        """A lease that expired before this instant may be taken over."""
+        return now - self.lease_skew

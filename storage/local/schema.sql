@@ -1,0 +1,25 @@
+CREATE TABLE IF NOT EXISTS conversations (
+    key TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    last_activity_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversations_by_status ON conversations (status, last_activity_at);
+CREATE TABLE IF NOT EXISTS items (
+    key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (key, seq)
+);
+CREATE TABLE IF NOT EXISTS events (
+    event_id TEXT PRIMARY KEY,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tool_calls (
+    key TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    record TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (key, call_id)
+);

@@ -1,0 +1,360 @@
+"""sqlite3 backend. Every mutation runs in `BEGIN IMMEDIATE`, which takes the database's
+write lock, so its read-check-write is atomic across threads and processes."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from storage.base import KEEP, Commit, Committed, SessionPage, Store
+from storage.errors import (
+    CheckpointConflict,
+    LeaseBusy,
+    LeaseLost,
+    SessionConflict,
+    StorageError,
+)
+from storage.local.blobs import BlobDir
+from storage.models import (
+    Conversation,
+    ConversationKey,
+    Lease,
+    Status,
+    ToolCallClaim,
+    ToolCallRecord,
+    ToolCallStatus,
+)
+
+
+class LocalStore(Store):
+    def __init__(self, data_dir: Path, **options: Any) -> None:
+        super().__init__(**options)
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.db_path = self.data_dir / "state.sqlite3"
+        self.blobs = BlobDir(self.data_dir / "blobs")
+        self._local = threading.local()
+        schema = resources.files("storage.local").joinpath("schema.sql").read_text()
+        self._connection().executescript(schema)
+
+    # -- connection handling ------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a committed turn survives power loss
+            db.execute("PRAGMA busy_timeout=60000")
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # -- records ------------------------------------------------------------------------
+
+    def get(self, key: ConversationKey) -> Conversation | None:
+        return _read_record(self._connection(), key)
+
+    def _save(self, db: sqlite3.Connection, record: Conversation) -> None:
+        db.execute(
+            "INSERT INTO conversations (key, status, last_activity_at, expires_at, record)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET status=excluded.status,"
+            " last_activity_at=excluded.last_activity_at, expires_at=excluded.expires_at,"
+            " record=excluded.record",
+            (
+                str(record.key),
+                record.status.value,
+                record.last_activity_at.timestamp(),
+                record.expires_at.timestamp(),
+                record.model_dump_json(),
+            ),
+        )
+
+    # -- leases -------------------------------------------------------------------------
+
+    def acquire(
+        self, key: ConversationKey, owner: str, *, status: Status | None = None
+    ) -> tuple[Lease, Conversation]:
+        now = self.clock()
+        with self._write() as db:
+            record = _read_record(db, key) or self.new_record(key, now)
+            held = record.lease_owner is not None and record.lease_expires_at is not None
+            if held and record.lease_expires_at >= self.takeover_cutoff(now):  # type: ignore[operator]
+                raise LeaseBusy(str(key), record.lease_owner, record.lease_expires_at)
+            record = record.model_copy(
+                update={
+                    "fence": record.fence + 1,
+                    "lease_owner": owner,
+                    "lease_expires_at": now + self.lease_duration,  # == Lease.expires_at
+                    "status": status or record.status,
+                    "updated_at": now,
+                    "last_activity_at": now,
+                    "expires_at": now + self.state_ttl,
+                }
+            )
+            self._save(db, record)
+        expires = now + self.lease_duration
+        return Lease(key=key, owner=owner, fence=record.fence, expires_at=expires), record
+
+    def renew(self, lease: Lease) -> Lease:
+        now = self.clock()
+        with self._write() as db:
+            record = _fenced(db, lease)
+            expires = now + self.lease_duration
+            self._save(db, record.model_copy(update={"lease_expires_at": expires}))
+        return lease.model_copy(update={"expires_at": expires})
+
+    # -- the atomic write ---------------------------------------------------------------
+
+    def apply(self, commit: Commit) -> Committed:
+        now = self.clock()
+        with self._write() as db:
+            if commit.lease is not None:
+                record = _fenced(db, commit.lease)
+            else:
+                record = _read_record(db, commit.key) or self.new_record(commit.key, now)
+            if (
+                commit.expected_version is not None
+                and record.checkpoint_version != commit.expected_version
+            ):
+                raise CheckpointConflict(
+                    str(commit.key), commit.expected_version, record.checkpoint_version
+                )
+            if commit.base_seq is not None and commit.base_seq != record.next_seq:
+                raise SessionConflict(
+                    f"{commit.key}: items staged at seq {commit.base_seq}, now {record.next_seq}"
+                )
+            next_seq = record.next_seq
+            for item in commit.items:
+                db.execute(
+                    "INSERT INTO items (key, seq, data) VALUES (?, ?, ?)",
+                    (str(commit.key), next_seq, item),
+                )
+                next_seq += 1
+            update: dict[str, Any] = {"updated_at": now, "next_seq": next_seq}
+            if commit.checkpoint is not KEEP:
+                update["checkpoint"] = (
+                    commit.checkpoint.model_copy(update={"session_seq": next_seq})  # type: ignore[union-attr]
+                    if commit.checkpoint is not None
+                    else None
+                )
+            if commit.status is not None:
+                update["status"] = commit.status
+            if commit.release:
+                update |= {"lease_owner": None, "lease_expires_at": None}
+            if commit.touch:
+                update |= {"last_activity_at": now, "expires_at": now + self.state_ttl}
+            record = record.model_copy(update=update)
+            self._save(db, record)
+        wrote_pointer = commit.checkpoint is not KEEP and commit.checkpoint is not None
+        session_known = commit.base_seq is not None or bool(commit.items) or wrote_pointer
+        return Committed(
+            key=commit.key,
+            next_seq=record.next_seq if session_known else None,
+            checkpoint=record.checkpoint if wrote_pointer else None,
+            status=commit.status,
+        )
+
+    # -- session ------------------------------------------------------------------------
+
+    def read_items(self, key: ConversationKey, limit: int | None = None) -> SessionPage:
+        db = self._connection()
+        db.execute("BEGIN")  # one snapshot for the record and its items
+        try:
+            record = _read_record(db, key)
+            if record is None:
+                return SessionPage(items=[], next_seq=0)
+            query = "SELECT data FROM items WHERE key = ? AND seq >= ? ORDER BY seq DESC"
+            params: tuple[Any, ...] = (str(key), record.session_floor)
+            if limit is not None:
+                query += " LIMIT ?"
+                params += (max(limit, 0),)
+            rows = db.execute(query, params).fetchall()
+        finally:
+            db.execute("COMMIT")
+        return SessionPage(items=[row[0] for row in reversed(rows)], next_seq=record.next_seq)
+
+    def pop_item(self, key: ConversationKey, lease: Lease | None = None) -> str | None:
+        with self._write() as db:
+            record = _fenced(db, lease) if lease else _read_record(db, key)
+            if record is None:
+                return None
+            row = db.execute(
+                "SELECT seq, data FROM items WHERE key = ? AND seq >= ? ORDER BY seq DESC LIMIT 1",
+                (str(key), record.session_floor),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("DELETE FROM items WHERE key = ? AND seq = ?", (str(key), row[0]))
+            return str(row[1])
+
+    def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
+        with self._write() as db:
+            record = _fenced(db, lease) if lease else _read_record(db, key)
+            if record is None:
+                return
+            self._save(db, record.model_copy(update={"session_floor": record.next_seq}))
+            db.execute("DELETE FROM items WHERE key = ?", (str(key),))
+
+    # -- ledgers ------------------------------------------------------------------------
+
+    def claim_event(self, event_id: str) -> bool:
+        now = self.clock().timestamp()
+        with self._write() as db:
+            row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
+            found = row.fetchone()
+            if found is not None and found[0] > now:
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO events (event_id, expires_at) VALUES (?, ?)",
+                (event_id, now + self.event_ttl.total_seconds()),
+            )
+            return True
+
+    def begin_tool_call(
+        self, lease: Lease, call_id: str, tool_name: str, arguments: str
+    ) -> ToolCallClaim:
+        now = self.clock()
+        with self._write() as db:
+            _fenced(db, lease)
+            existing = _read_tool(db, lease.key, call_id)
+            if existing is not None:
+                return ToolCallClaim(record=existing, created=False)
+            record = ToolCallRecord(
+                key=lease.key,
+                call_id=call_id,
+                tool_name=tool_name,
+                arguments=arguments,
+                status=ToolCallStatus.STARTED,
+                fence=lease.fence,
+                started_at=now,
+            )
+            self._save_tool(db, record)
+        return ToolCallClaim(record=record, created=True)
+
+    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> ToolCallRecord:
+        now = self.clock()
+        with self._write() as db:
+            _fenced(db, lease)
+            record = _read_tool(db, lease.key, call_id)
+            if record is None or record.status is not ToolCallStatus.STARTED:
+                raise StorageError(f"tool call {call_id} is not started in {lease.key}")
+            record = record.model_copy(
+                update={"status": ToolCallStatus.COMPLETED, "output": output, "completed_at": now}
+            )
+            self._save_tool(db, record)
+        return record
+
+    def get_tool_call(self, key: ConversationKey, call_id: str) -> ToolCallRecord | None:
+        return _read_tool(self._connection(), key, call_id)
+
+    def _save_tool(self, db: sqlite3.Connection, record: ToolCallRecord) -> None:
+        expires = (self.clock() + self.state_ttl).timestamp()
+        db.execute(
+            "INSERT OR REPLACE INTO tool_calls (key, call_id, record, expires_at)"
+            " VALUES (?, ?, ?, ?)",
+            (str(record.key), record.call_id, record.model_dump_json(), expires),
+        )
+
+    # -- operational queries ------------------------------------------------------------
+
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        cutoff = (self.clock() - (idle_for or timedelta(0))).timestamp()
+        rows = self._connection().execute(
+            "SELECT record FROM conversations WHERE status = ? AND last_activity_at <= ?"
+            " ORDER BY last_activity_at LIMIT ?",
+            (status.value, cutoff, limit),
+        )
+        return [Conversation.model_validate_json(row[0]) for row in rows]
+
+    def count_by_status(self) -> dict[Status, int]:
+        rows = self._connection().execute(
+            "SELECT status, COUNT(*) FROM conversations GROUP BY status"
+        )
+        counts = dict.fromkeys(Status, 0)
+        counts.update({Status(status): count for status, count in rows})
+        return counts
+
+    # -- blobs and housekeeping ---------------------------------------------------------
+
+    def _put_blob(self, object_key: str, data: bytes) -> None:
+        self.blobs.put_new(object_key, data)
+
+    def _get_blob(self, object_key: str) -> bytes:
+        return self.blobs.get(object_key)
+
+    def _delete_blob(self, object_key: str) -> None:
+        self.blobs.delete(object_key)
+
+    def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:
+        """Delete expired rows (sqlite has no TTL) and checkpoint blobs that no record points
+        to and that are older than `orphan_age`. Returns how many blobs were removed."""
+        now = self.clock()
+        with self._write() as db:
+            expired = [
+                row[0]
+                for row in db.execute(
+                    "SELECT key FROM conversations WHERE expires_at < ?", (now.timestamp(),)
+                )
+            ]
+            for key in expired:
+                for table in ("conversations", "items", "tool_calls"):
+                    db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
+            for table in ("events", "tool_calls"):
+                db.execute(f"DELETE FROM {table} WHERE expires_at < ?", (now.timestamp(),))
+            live = {
+                record.checkpoint.object_key
+                for (text,) in db.execute("SELECT record FROM conversations")
+                if (record := Conversation.model_validate_json(text)).checkpoint
+            }
+        cutoff = (now - orphan_age).timestamp()
+        removed = 0
+        for object_key, mtime in self.blobs.keys("checkpoints"):
+            if object_key not in live and mtime < cutoff:
+                self.blobs.delete(object_key)
+                removed += 1
+        return removed
+
+
+def _read_record(db: sqlite3.Connection, key: ConversationKey) -> Conversation | None:
+    row = db.execute("SELECT record FROM conversations WHERE key = ?", (str(key),)).fetchone()
+    return Conversation.model_validate_json(row[0]) if row else None
+
+
+def _fenced(db: sqlite3.Connection, lease: Lease) -> Conversation:
+    """The record, if `lease` still holds it; else `LeaseLost`."""
+    record = _read_record(db, lease.key)
+    if record is None or record.fence != lease.fence or record.lease_owner != lease.owner:
+        raise LeaseLost(str(lease.key), lease.fence)
+    return record
+
+
+def _read_tool(db: sqlite3.Connection, key: ConversationKey, call_id: str) -> ToolCallRecord | None:
+    row = db.execute(
+        "SELECT record FROM tool_calls WHERE key = ? AND call_id = ?", (str(key), call_id)
+    ).fetchone()
+    return ToolCallRecord.model_validate_json(row[0]) if row else None

@@ -1,0 +1,131 @@
+"""Records kept per Slack thread: the conversation, its lease, its checkpoint pointer."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Status(StrEnum):
+    """Where a conversation stands. `running` with an expired lease means a process died."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    INTERRUPTED = "interrupted"
+    NEEDS_RESTART = "needs_restart"
+    DISCARDED = "discarded"
+
+
+class ConversationKey(BaseModel):
+    """One Slack thread: `team:channel:thread_ts`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    team: str = Field(min_length=1, pattern=r"^[^:/\s]+$")
+    channel: str = Field(min_length=1, pattern=r"^[^:/\s]+$")
+    thread_ts: str = Field(min_length=1, pattern=r"^[0-9]+(\.[0-9]+)?$")
+
+    @classmethod
+    def parse(cls, text: str) -> ConversationKey:
+        team, channel, thread_ts = text.split(":", 2)
+        return cls(team=team, channel=channel, thread_ts=thread_ts)
+
+    def __str__(self) -> str:
+        return f"{self.team}:{self.channel}:{self.thread_ts}"
+
+    @property
+    def path(self) -> str:
+        """The key as an object-store path segment."""
+        return f"{self.team}/{self.channel}/{self.thread_ts}"
+
+
+class CheckpointPointer(BaseModel):
+    """Where the latest committed RunState lives, and how to verify it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    object_key: str
+    version: int = Field(ge=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+    schema_version: str
+    agent_fingerprint: str
+    created_at: datetime
+    fence: int = Field(ge=1, description="fencing token of the writer")
+    session_seq: int = Field(
+        ge=0, description="session watermark: items with seq < this were committed with it"
+    )
+
+
+class Conversation(BaseModel):
+    """The per-thread record. Times are timezone-aware UTC."""
+
+    key: ConversationKey
+    status: Status = Status.IDLE
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    fence: int = 0
+    checkpoint: CheckpointPointer | None = None
+    next_seq: int = 0
+    session_floor: int = 0
+    created_at: datetime
+    updated_at: datetime
+    last_activity_at: datetime
+    expires_at: datetime
+
+    @property
+    def checkpoint_version(self) -> int:
+        return self.checkpoint.version if self.checkpoint else 0
+
+
+class Lease(BaseModel):
+    """Proof of holding one conversation. Every write made under it is fenced by `fence`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: ConversationKey
+    owner: str
+    fence: int
+    expires_at: datetime
+
+
+class CheckpointMeta(BaseModel):
+    """What the runtime states about a RunState it checkpoints."""
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: str
+    agent_fingerprint: str
+
+
+class ToolCallStatus(StrEnum):
+    STARTED = "started"
+    COMPLETED = "completed"
+
+
+class ToolCallRecord(BaseModel):
+    """At-most-once ledger entry for one tool call id in one conversation."""
+
+    key: ConversationKey
+    call_id: str
+    tool_name: str
+    arguments: str
+    status: ToolCallStatus
+    output: str | None = None
+    fence: int
+    started_at: datetime
+    completed_at: datetime | None = None
+
+
+class ToolCallClaim(BaseModel):
+    """Result of trying to start a tool call: `created` is False when it was seen before."""
+
+    record: ToolCallRecord
+    created: bool

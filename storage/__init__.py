@@ -1,5 +1,7 @@
 """Durable conversation state for the bot. Knows nothing of Slack or of `bot`."""
 
+from typing import TYPE_CHECKING, Any
+
 from storage.base import KEEP, Commit, Committed, SessionPage, Store
 from storage.config import StorageSettings
 from storage.errors import (
@@ -28,7 +30,19 @@ from storage.models import (
     ToolCallRecord,
     ToolCallStatus,
 )
-from storage.session import ConversationSession
+
+if TYPE_CHECKING:
+    from storage.session import ConversationSession
+
+
+def __getattr__(name: str) -> Any:
+    # The Session imports the Agents SDK (~2 s): only pay for it when it is used.
+    if name == "ConversationSession":
+        from storage.session import ConversationSession
+
+        return ConversationSession
+    raise AttributeError(name)
+
 
 __all__ = [
     "KEEP",

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from storage.codec import decode_state, encode_state
-from storage.errors import BlobExists
+from storage.errors import BlobExists, SessionConflict
 from storage.models import (
     CheckpointMeta,
     CheckpointPointer,
@@ -35,6 +35,7 @@ from storage.models import (
 INLINE_ITEM_LIMIT = 300_000  # bytes of one item kept in the table, below the 400 KB item cap
 TRANSACTION_ITEM_LIMIT = 90  # session rows per transaction, below the 100-action cap
 TRANSACTION_BYTES_LIMIT = 3_000_000  # below the 4 MB transaction cap
+APPEND_ATTEMPTS = 50
 
 
 class _Keep:
@@ -205,7 +206,13 @@ class Store(ABC):
     def append_items(
         self, key: ConversationKey, items: Sequence[str], lease: Lease | None = None
     ) -> Committed:
-        """Append atomically, all or nothing (fenced when a lease is given)."""
+        """Append atomically, all or nothing (fenced when a lease is given). Concurrent
+        appenders race on the sequence number; the loser retries on the new one."""
+        for _ in range(APPEND_ATTEMPTS - 1):
+            try:
+                return self.apply(Commit(key=key, lease=lease, items=items))
+            except SessionConflict:
+                continue
         return self.apply(Commit(key=key, lease=lease, items=items))
 
     @abstractmethod

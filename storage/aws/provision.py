@@ -61,6 +61,12 @@ def _create_table(dynamodb: object, table: str) -> bool:
 
 
 def _create_bucket(s3: object, bucket: str, region: str | None) -> bool:
+    try:
+        s3.head_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+        return False  # us-east-1 answers 200 to re-creating your own bucket: ask first
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] not in ("404", "NoSuchBucket"):
+            raise
     options: dict[str, object] = {"Bucket": bucket}
     if region and region != "us-east-1":
         options["CreateBucketConfiguration"] = {"LocationConstraint": region}

@@ -1,0 +1,82 @@
+"""Child-process programs for multi-process tests: `python -m tests.procs NAME ARGS...`.
+Each opens the store configured by its environment (`BOT_*`, `AWS_*`), as the bot does."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from storage import ConversationKey, LeaseBusy, LeaseLost, StorageSettings, open_store
+
+
+def append_batches(key: str, worker: str, batches: str) -> None:
+    store = open_store()
+    for batch in range(int(batches)):
+        items = [json.dumps({"w": worker, "b": batch, "i": i}) for i in range(3)]
+        store.append_items(ConversationKey.parse(key), items)
+
+
+def claim_event(event_id: str, out: str) -> None:
+    won = open_store().claim_event(event_id)
+    with open(out, "a") as handle:
+        handle.write(f"{os.getpid()} {won}\n")
+
+
+def contend(key: str, worker: str, log: str, seconds: str) -> None:
+    """Loop: try the lease; while holding it, log enter/exit with a wall clock around a
+    fenced write. The log is written with O_APPEND, independent of the store."""
+    store = open_store()
+    conversation = ConversationKey.parse(key)
+    deadline = time.time() + float(seconds)
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    while time.time() < deadline:
+        try:
+            lease, _ = store.acquire(conversation, worker)
+        except LeaseBusy:
+            time.sleep(0.01)
+            continue
+        os.write(fd, f"enter {worker} {lease.fence} {time.time():.6f}\n".encode())
+        store.append_items(conversation, [json.dumps({"w": worker, "f": lease.fence})], lease)
+        time.sleep(0.05)
+        os.write(fd, f"exit {worker} {lease.fence} {time.time():.6f}\n".encode())
+        store.release(lease)
+        time.sleep(0.01)
+    os.close(fd)
+
+
+def frozen_holder(key: str, ready: str) -> None:
+    """Take the lease, signal readiness, and (after being SIGSTOPped and SIGCONTed past the
+    lease) try every kind of write. Prints one line per attempt: rejected or LANDED."""
+    store = open_store(StorageSettings())
+    conversation = ConversationKey.parse(key)
+    lease, _ = store.acquire(conversation, "frozen")
+    with open(ready, "w") as handle:
+        handle.write(str(lease.fence))
+    sys.stdin.readline()  # the test stops us here, then wakes us and sends a line
+    from storage import CheckpointMeta
+
+    attempts = {
+        "append": lambda: store.append_items(conversation, ['"frozen"'], lease),
+        "commit": lambda: store.commit(
+            lease,
+            state={"frozen": True},
+            meta=CheckpointMeta(schema_version="1.21", agent_fingerprint="f"),
+            expected_version=0,
+            items=['"frozen-commit"'],
+        ),
+        "tool": lambda: store.begin_tool_call(lease, "call-frozen", "t", "{}"),
+        "renew": lambda: store.renew(lease),
+        "release": lambda: store.release(lease),
+    }
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            print(f"{name} LANDED", flush=True)
+        except LeaseLost:
+            print(f"{name} rejected", flush=True)
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*sys.argv[2:])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +23,7 @@ from storage.models import (
     CheckpointPointer,
     Conversation,
     ConversationKey,
+    InboxEntry,
     Lease,
     Status,
     ToolCallClaim,
@@ -77,7 +78,8 @@ class Commit:
     status: Status | None = None
     release: bool = False
     touch: bool = True  # counts as activity (moves last_activity_at and expires_at)
-    extra: dict[str, Any] = field(default_factory=dict)
+    consume: Sequence[str] = ()  # inbox entry ids this write consumes
+    inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
 
 
 class Store(ABC):
@@ -115,9 +117,14 @@ class Store(ABC):
     def renew(self, lease: Lease) -> Lease:
         """Extend a held lease. Raises `LeaseLost`."""
 
-    def release(self, lease: Lease, *, status: Status | None = None) -> Committed:
-        """Give the lease up, optionally setting the status. Raises `LeaseLost`."""
-        return self.apply(Commit(key=lease.key, lease=lease, status=status, release=True))
+    def release(
+        self, lease: Lease, *, status: Status | None = None, inbox_seen: int | None = None
+    ) -> Committed:
+        """Give the lease up, optionally setting the status. Raises `LeaseLost`; with
+        `inbox_seen`, raises `InboxChanged` (and keeps the lease) if messages arrived."""
+        return self.apply(
+            Commit(key=lease.key, lease=lease, status=status, release=True, inbox_seen=inbox_seen)
+        )
 
     def set_status(self, lease: Lease, status: Status) -> Committed:
         return self.apply(Commit(key=lease.key, lease=lease, status=status))
@@ -135,6 +142,8 @@ class Store(ABC):
         base_seq: int | None = None,
         status: Status | None = None,
         release: bool = False,
+        consume: Sequence[str] = (),
+        inbox_seen: int | None = None,
     ) -> Committed:
         """Write the RunState blob write-once, then commit its pointer together with the
         staged session items, fenced and expecting `expected_version`.
@@ -170,6 +179,8 @@ class Store(ABC):
                 expected_version=expected_version,
                 status=status,
                 release=release,
+                consume=consume,
+                inbox_seen=inbox_seen,
             )
         )
 
@@ -223,6 +234,18 @@ class Store(ABC):
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
         """Hide every item at once (a floor moves up), then delete the rows."""
 
+    # -- inbox --------------------------------------------------------------------------
+
+    @abstractmethod
+    def enqueue(self, key: ConversationKey, event_id: str, payload: str) -> bool:
+        """Keep a user message durably, claiming its Slack event id in the same atomic write;
+        marks the conversation `running` (it has work) and bumps `inbox_seq`. False, and
+        nothing written, when the event id was already claimed."""
+
+    @abstractmethod
+    def read_inbox(self, key: ConversationKey) -> list[InboxEntry]:
+        """Queued messages, oldest first. Commits consume them (`Commit.consume`)."""
+
     # -- ledgers ------------------------------------------------------------------------
 
     @abstractmethod
@@ -257,8 +280,8 @@ class Store(ABC):
 
     @abstractmethod
     def apply(self, commit: Commit) -> Committed:
-        """Apply `commit` atomically. Raises `LeaseLost`, `CheckpointConflict`, or
-        `SessionConflict` (items staged against a stale `base_seq`)."""
+        """Apply `commit` atomically. Raises `LeaseLost`, `CheckpointConflict`,
+        `SessionConflict` (items staged against a stale `base_seq`) or `InboxChanged`."""
 
     # -- blobs --------------------------------------------------------------------------
 

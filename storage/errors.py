@@ -74,3 +74,7 @@ class SessionConflict(StorageError):
 
 class BlobExists(StorageError):
     """A create-only object write found the object already there."""
+
+
+class InboxChanged(StorageError):
+    """Messages were queued after the writer last read the inbox: read it again."""

@@ -75,6 +75,7 @@ class Conversation(BaseModel):
     checkpoint: CheckpointPointer | None = None
     next_seq: int = 0
     session_floor: int = 0
+    inbox_seq: int = Field(default=0, description="grows with every message queued")
     created_at: datetime
     updated_at: datetime
     last_activity_at: datetime
@@ -129,3 +130,14 @@ class ToolCallClaim(BaseModel):
 
     record: ToolCallRecord
     created: bool
+
+
+class InboxEntry(BaseModel):
+    """A user message kept durably until the commit that consumes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entry_id: str  # sorts in arrival order
+    event_id: str
+    payload: str
+    received_at: datetime

@@ -180,3 +180,37 @@ def test_status_index_lists_idle_conversations_and_counts(store: Store) -> None:
     time.sleep(0.3)
     assert len(store.list_by_status(Status.IDLE, idle_for=timedelta(seconds=0.2))) == 2
     assert len(store.list_by_status(Status.AWAITING_APPROVAL, limit=2)) == 2
+
+
+def test_inbox_keeps_messages_until_a_commit_consumes_them(store: Store) -> None:
+    from storage import InboxChanged
+
+    assert store.enqueue(KEY, "Ev1", '{"text":"first"}') is True
+    assert store.enqueue(KEY, "Ev1", '{"text":"first again"}') is False  # a retried delivery
+    assert store.claim_event("Ev1") is False
+    record = store.get(KEY)
+    assert record is not None and (record.status, record.inbox_seq) == (Status.RUNNING, 1)
+    lease, record = store.acquire(KEY, "w")
+    seen = record.inbox_seq
+    entries = store.read_inbox(KEY)
+    assert [e.payload for e in entries] == ['{"text":"first"}']
+    assert store.enqueue(KEY, "Ev2", '{"text":"second"}') is True  # arrives mid-turn
+    store.commit(
+        lease,
+        state={"v": 1},
+        meta=META,
+        expected_version=0,
+        items=['"turn"'],
+        consume=[entries[0].entry_id],
+    )
+    with pytest.raises(InboxChanged):
+        store.release(lease, status=Status.IDLE, inbox_seen=seen)
+    assert store.get(KEY).lease_owner == "w"  # type: ignore[union-attr]  # still held
+    remaining = store.read_inbox(KEY)
+    assert [e.event_id for e in remaining] == ["Ev2"]
+    store.commit(
+        lease, state={"v": 2}, meta=META, expected_version=1, consume=[remaining[0].entry_id]
+    )
+    store.release(lease, status=Status.IDLE, inbox_seen=seen + 1)
+    assert store.read_inbox(KEY) == []
+    assert store.get(KEY).status is Status.IDLE  # type: ignore[union-attr]

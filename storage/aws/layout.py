@@ -3,6 +3,7 @@
     pk = CONV#<team:channel:thread_ts>  sk = META              the conversation record
     pk = CONV#<...>                     sk = ITEM#<seq:012d>   one session item (or a batch)
     pk = CONV#<...>                     sk = TOOL#<call id>    tool-call ledger entry
+    pk = CONV#<...>                     sk = INBOX#<ms>#<event> a queued user message
     pk = EVENT#<event id>               sk = EVENT             processed Slack event
 Index `by_status` (sparse, META only): hash `conv_status`, range `last_activity_ms`.
 TTL attribute: `expires_at` (epoch seconds). Items are stored as opaque JSON strings.
@@ -19,6 +20,7 @@ STATUS_INDEX = "by_status"
 META = "META"
 ITEM_PREFIX = "ITEM#"
 TOOL_PREFIX = "TOOL#"
+INBOX_PREFIX = "INBOX#"
 
 Item = dict[str, Any]
 
@@ -63,6 +65,7 @@ def record_from_item(item: Item) -> Conversation:
         checkpoint=(CheckpointPointer.model_validate_json(checkpoint["S"]) if checkpoint else None),
         next_seq=int(item["next_seq"]["N"]),
         session_floor=int(item["session_floor"]["N"]),
+        inbox_seq=int(item.get("inbox_seq", {"N": "0"})["N"]),
         created_at=from_ms(item["created_ms"]["N"]),
         updated_at=from_ms(item["updated_ms"]["N"]),
         last_activity_at=from_ms(item["last_activity_ms"]["N"]),

@@ -7,7 +7,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -15,6 +15,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from storage.aws.layout import (
+    INBOX_PREFIX,
     ITEM_PREFIX,
     META,
     STATUS_INDEX,
@@ -44,6 +45,7 @@ from storage.errors import (
     BlobExists,
     CheckpointConflict,
     CheckpointMissing,
+    InboxChanged,
     LeaseBusy,
     LeaseLost,
     SessionConflict,
@@ -53,6 +55,7 @@ from storage.errors import (
 from storage.models import (
     Conversation,
     ConversationKey,
+    InboxEntry,
     Lease,
     Status,
     ToolCallClaim,
@@ -104,7 +107,7 @@ class AwsStore(Store):
             update.set("conv_status", s(status.value))
         else:
             update.set_if_missing("conv_status", s(Status.IDLE.value))
-        for counter in ("next_seq", "session_floor"):
+        for counter in ("next_seq", "session_floor", "inbox_seq"):
             update.set_if_missing(counter, n(0))
         update.set_if_missing("created_ms", n(ms(now)))
         self._touch(update, now)
@@ -156,7 +159,7 @@ class AwsStore(Store):
             base_seq = self._next_seq(commit.key)  # one read; the runtime passes base_seq
         rows = self._item_rows(commit.key, commit.items, base_seq or 0)
         update = self._commit_update(commit, base_seq, len(commit.items))
-        if rows:
+        if rows or commit.consume:
             self._transact_commit(commit, base_seq, update, rows)
         else:
             self._update_commit(commit, base_seq, update)
@@ -204,8 +207,18 @@ class AwsStore(Store):
             }
             for row in rows
         ]
+        consumed = [
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": {"pk": s(conv_pk(commit.key)), "sk": s(INBOX_PREFIX + entry_id)},
+                    "ConditionExpression": "attribute_exists(sk)",
+                }
+            }
+            for entry_id in commit.consume
+        ]
         try:
-            self.dynamodb.transact_write_items(TransactItems=[meta, *puts])  # type: ignore[list-item]
+            self.dynamodb.transact_write_items(TransactItems=[meta, *puts, *consumed])  # type: ignore[list-item]
         except ClientError as exc:
             if _code(exc) != "TransactionCanceledException":
                 raise
@@ -214,7 +227,7 @@ class AwsStore(Store):
             if first.get("Code") == "ConditionalCheckFailed":
                 raise self._explain(commit, base_seq, first.get("Item")) from exc
             if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons[1:]):
-                raise SessionConflict(f"{commit.key}: session rows already exist") from exc
+                raise SessionConflict(f"{commit.key}: rows exist or inbox entries gone") from exc
             raise StorageError(f"commit of {commit.key} cancelled: {reasons}") from exc
 
     def _next_seq(self, key: ConversationKey) -> int:
@@ -257,6 +270,14 @@ class AwsStore(Store):
                 )
                 update.set("checkpoint", s(pointer.model_dump_json()))
                 update.set("checkpoint_version", n(pointer.version))
+        if commit.inbox_seen is not None:
+            update.names["#inbox_seq"] = "inbox_seq"
+            seen = update.value("inbox_seen", n(commit.inbox_seen))
+            update.require(
+                f"attribute_not_exists(#inbox_seq) OR #inbox_seq = {seen}"
+                if commit.inbox_seen == 0
+                else f"#inbox_seq = {seen}"
+            )
         if commit.expected_version is not None:
             guard = f"#cpv = {update.value('expected_version', n(commit.expected_version))}"
             update.names["#cpv"] = "checkpoint_version"
@@ -276,6 +297,8 @@ class AwsStore(Store):
         actual = record.checkpoint_version if record else 0
         if commit.expected_version is not None and actual != commit.expected_version:
             return CheckpointConflict(str(commit.key), commit.expected_version, actual)
+        if commit.inbox_seen is not None and record and record.inbox_seq != commit.inbox_seen:
+            return InboxChanged(f"{commit.key}: inbox at {record.inbox_seq}")
         return SessionConflict(
             f"{commit.key}: items staged at seq {base_seq}, now {record.next_seq if record else 0}"
         )
@@ -444,27 +467,91 @@ class AwsStore(Store):
                 }
             )
 
+    # -- inbox --------------------------------------------------------------------------
+
+    def enqueue(self, key: ConversationKey, event_id: str, payload: str) -> bool:
+        now = self.clock()
+        entry = InboxEntry(
+            entry_id=f"{ms(now):015d}#{event_id}",
+            event_id=event_id,
+            payload=payload,
+            received_at=now,
+        )
+        update = Update()
+        seq = update.name("inbox_seq")
+        update.sets.append(f"{seq} = if_not_exists({seq}, :zero) + :one")
+        update.values |= {":zero": n(0), ":one": n(1)}
+        update.set("conv_status", s(Status.RUNNING.value))
+        update.set("conv_key", s(str(key)))
+        for counter in ("fence", "next_seq", "session_floor"):
+            update.set_if_missing(counter, n(0))
+        update.set_if_missing("created_ms", n(ms(now)))
+        self._touch(update, now)
+        actions = [
+            self._event_put(event_id, now),
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": {
+                        "pk": s(conv_pk(key)),
+                        "sk": s(INBOX_PREFIX + entry.entry_id),
+                        "entry": s(entry.model_dump_json()),
+                        "expires_at": n(int((now + self.state_ttl).timestamp())),
+                    },
+                }
+            },
+            {"Update": {"TableName": self.table, "Key": _meta_key(key), **update.expression()}},
+        ]
+        try:
+            self.dynamodb.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+        except ClientError as exc:
+            if _code(exc) == "TransactionCanceledException" and _first_failed(exc):
+                return False
+            raise
+        return True
+
+    def read_inbox(self, key: ConversationKey) -> list[InboxEntry]:
+        query: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :inbox)",
+            "ExpressionAttributeValues": {":pk": s(conv_pk(key)), ":inbox": s(INBOX_PREFIX)},
+            "ConsistentRead": True,
+        }
+        entries: list[InboxEntry] = []
+        while True:
+            page = self.dynamodb.query(**query)
+            entries.extend(InboxEntry.model_validate_json(i["entry"]["S"]) for i in page["Items"])
+            if "LastEvaluatedKey" not in page:
+                return entries
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     # -- ledgers ------------------------------------------------------------------------
 
     def claim_event(self, event_id: str) -> bool:
-        now = int(self.clock().timestamp())
+        put = self._event_put(event_id, self.clock())["Put"]
         try:
-            self.dynamodb.put_item(
-                TableName=self.table,
-                Item={
-                    "pk": s(f"EVENT#{event_id}"),
-                    "sk": s("EVENT"),
-                    "expires_at": n(now + int(self.event_ttl.total_seconds())),
-                },
-                # TTL deletes late: an expired claim counts as absent.
-                ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
-                ExpressionAttributeValues={":now": n(now)},
-            )
+            self.dynamodb.put_item(**put)
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
+
+    def _event_put(self, event_id: str, now: datetime) -> dict[str, Any]:
+        seconds = int(now.timestamp())
+        return {
+            "Put": {
+                "TableName": self.table,
+                "Item": {
+                    "pk": s(f"EVENT#{event_id}"),
+                    "sk": s("EVENT"),
+                    "expires_at": n(seconds + int(self.event_ttl.total_seconds())),
+                },
+                # TTL deletes late: an expired claim counts as absent.
+                "ConditionExpression": "attribute_not_exists(pk) OR expires_at < :now",
+                "ExpressionAttributeValues": {":now": n(seconds)},
+            }
+        }
 
     def begin_tool_call(
         self, lease: Lease, call_id: str, tool_name: str, arguments: str

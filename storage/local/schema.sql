@@ -23,3 +23,9 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     expires_at REAL NOT NULL,
     PRIMARY KEY (key, call_id)
 );
+CREATE TABLE IF NOT EXISTS inbox (
+    key TEXT NOT NULL,
+    entry_id TEXT NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (key, entry_id)
+);

@@ -15,6 +15,7 @@ from typing import Any
 from storage.base import KEEP, Commit, Committed, SessionPage, Store
 from storage.errors import (
     CheckpointConflict,
+    InboxChanged,
     LeaseBusy,
     LeaseLost,
     SessionConflict,
@@ -24,6 +25,7 @@ from storage.local.blobs import BlobDir
 from storage.models import (
     Conversation,
     ConversationKey,
+    InboxEntry,
     Lease,
     Status,
     ToolCallClaim,
@@ -142,6 +144,12 @@ class LocalStore(Store):
                 raise CheckpointConflict(
                     str(commit.key), commit.expected_version, record.checkpoint_version
                 )
+            if commit.inbox_seen is not None and commit.inbox_seen != record.inbox_seq:
+                raise InboxChanged(f"{commit.key}: inbox at {record.inbox_seq}")
+            for entry_id in commit.consume:
+                db.execute(
+                    "DELETE FROM inbox WHERE key = ? AND entry_id = ?", (str(commit.key), entry_id)
+                )
             if commit.base_seq is not None and commit.base_seq != record.next_seq:
                 raise SessionConflict(
                     f"{commit.key}: items staged at seq {commit.base_seq}, now {record.next_seq}"
@@ -218,20 +226,56 @@ class LocalStore(Store):
             self._save(db, record.model_copy(update={"session_floor": record.next_seq}))
             db.execute("DELETE FROM items WHERE key = ?", (str(key),))
 
+    # -- inbox --------------------------------------------------------------------------
+
+    def enqueue(self, key: ConversationKey, event_id: str, payload: str) -> bool:
+        now = self.clock()
+        with self._write() as db:
+            if not self._claim(db, event_id, now.timestamp()):
+                return False
+            record = _read_record(db, key) or self.new_record(key, now)
+            entry = InboxEntry(
+                entry_id=f"{int(now.timestamp() * 1000):015d}#{event_id}",
+                event_id=event_id,
+                payload=payload,
+                received_at=now,
+            )
+            db.execute(
+                "INSERT INTO inbox (key, entry_id, entry) VALUES (?, ?, ?)",
+                (str(key), entry.entry_id, entry.model_dump_json()),
+            )
+            update = {
+                "inbox_seq": record.inbox_seq + 1,
+                "status": Status.RUNNING,
+                "updated_at": now,
+                "last_activity_at": now,
+                "expires_at": now + self.state_ttl,
+            }
+            self._save(db, record.model_copy(update=update))
+        return True
+
+    def read_inbox(self, key: ConversationKey) -> list[InboxEntry]:
+        rows = self._connection().execute(
+            "SELECT entry FROM inbox WHERE key = ? ORDER BY entry_id", (str(key),)
+        )
+        return [InboxEntry.model_validate_json(row[0]) for row in rows]
+
     # -- ledgers ------------------------------------------------------------------------
 
     def claim_event(self, event_id: str) -> bool:
-        now = self.clock().timestamp()
         with self._write() as db:
-            row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
-            found = row.fetchone()
-            if found is not None and found[0] > now:
-                return False
-            db.execute(
-                "INSERT OR REPLACE INTO events (event_id, expires_at) VALUES (?, ?)",
-                (event_id, now + self.event_ttl.total_seconds()),
-            )
-            return True
+            return self._claim(db, event_id, self.clock().timestamp())
+
+    def _claim(self, db: sqlite3.Connection, event_id: str, now: float) -> bool:
+        row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
+        found = row.fetchone()
+        if found is not None and found[0] > now:
+            return False  # an expired claim counts as absent, as with DynamoDB's late TTL
+        db.execute(
+            "INSERT OR REPLACE INTO events (event_id, expires_at) VALUES (?, ?)",
+            (event_id, now + self.event_ttl.total_seconds()),
+        )
+        return True
 
     def begin_tool_call(
         self, lease: Lease, call_id: str, tool_name: str, arguments: str
@@ -322,7 +366,7 @@ class LocalStore(Store):
                 )
             ]
             for key in expired:
-                for table in ("conversations", "items", "tool_calls"):
+                for table in ("conversations", "items", "tool_calls", "inbox"):
                     db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
             for table in ("events", "tool_calls"):
                 db.execute(f"DELETE FROM {table} WHERE expires_at < ?", (now.timestamp(),))

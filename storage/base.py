@@ -108,10 +108,17 @@ class Store(ABC):
 
     @abstractmethod
     def acquire(
-        self, key: ConversationKey, owner: str, *, status: Status | None = None
+        self,
+        key: ConversationKey,
+        owner: str,
+        *,
+        status: Status | None = None,
+        force: bool = False,
     ) -> tuple[Lease, Conversation]:
         """Take the lease when free or expired (past expiry plus the skew margin), creating
-        the record if needed; the fencing token grows by one. Raises `LeaseBusy`."""
+        the record if needed; the fencing token grows by one. Raises `LeaseBusy`.
+        `force` takes it from a live holder (an admin's discard): fencing makes that safe,
+        since every later write of the old holder is rejected."""
 
     @abstractmethod
     def renew(self, lease: Lease) -> Lease:
@@ -203,6 +210,10 @@ class Store(ABC):
         if pointer:
             self._delete_blob(pointer.object_key)
         return pointer
+
+    def delete_checkpoint(self, pointer: CheckpointPointer) -> None:
+        """Delete a blob that is no longer (or never was) the committed checkpoint."""
+        self._delete_blob(pointer.object_key)
 
     def load_checkpoint(self, pointer: CheckpointPointer) -> dict[str, Any]:
         """The verified RunState JSON. Raises a `CheckpointError` subtype."""

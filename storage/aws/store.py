@@ -92,7 +92,12 @@ class AwsStore(Store):
         return record_from_item(found["Item"]) if "Item" in found else None
 
     def acquire(
-        self, key: ConversationKey, owner: str, *, status: Status | None = None
+        self,
+        key: ConversationKey,
+        owner: str,
+        *,
+        status: Status | None = None,
+        force: bool = False,
     ) -> tuple[Lease, Conversation]:
         now = self.clock()
         expires = now + self.lease_duration
@@ -111,10 +116,11 @@ class AwsStore(Store):
             update.set_if_missing(counter, n(0))
         update.set_if_missing("created_ms", n(ms(now)))
         self._touch(update, now)
-        update.require(
-            "attribute_not_exists(pk) OR attribute_not_exists(#lease_owner) OR "
-            "#lease_expires_ms < " + update.value("cutoff", n(ms(self.takeover_cutoff(now))))
-        )
+        if not force:
+            update.require(
+                "attribute_not_exists(pk) OR attribute_not_exists(#lease_owner) OR "
+                "#lease_expires_ms < " + update.value("cutoff", n(ms(self.takeover_cutoff(now))))
+            )
         try:
             result = self.dynamodb.update_item(
                 TableName=self.table,

@@ -97,13 +97,19 @@ class LocalStore(Store):
     # -- leases -------------------------------------------------------------------------
 
     def acquire(
-        self, key: ConversationKey, owner: str, *, status: Status | None = None
+        self,
+        key: ConversationKey,
+        owner: str,
+        *,
+        status: Status | None = None,
+        force: bool = False,
     ) -> tuple[Lease, Conversation]:
         now = self.clock()
         with self._write() as db:
             record = _read_record(db, key) or self.new_record(key, now)
             held = record.lease_owner is not None and record.lease_expires_at is not None
-            if held and record.lease_expires_at >= self.takeover_cutoff(now):  # type: ignore[operator]
+            busy = held and record.lease_expires_at >= self.takeover_cutoff(now)  # type: ignore[operator]
+            if busy and not force:
                 raise LeaseBusy(str(key), record.lease_owner, record.lease_expires_at)
             record = record.model_copy(
                 update={

@@ -1,0 +1,143 @@
+"""At-most-once tools, without tool authors doing anything.
+
+Every function tool is wrapped. A side-effecting call (any tool not marked `retry_safe`)
+always pauses first, so the runtime checkpoints after the model chose the call and before it
+runs; the runtime then approves it itself unless a person must. While it runs, the ledger
+records it as started, then completed with its output. A call id seen again (after a crash
+or on another replica) returns the recorded output, or, if it started but never completed,
+an "outcome unknown" result: it is never run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents import Agent, FunctionTool, RunContextWrapper
+from agents.tool_context import ToolContext
+
+from storage import Lease, Store, ToolCallStatus
+
+RETRY_SAFE = "_bot_retry_safe"
+UNKNOWN_OUTCOME = (
+    "The outcome of this call is unknown: it was started, then the bot restarted before it "
+    "recorded a result. It was not run again. Tell the user, and do not assume it succeeded."
+)
+
+
+def retry_safe(tool: FunctionTool) -> FunctionTool:
+    """Declare a tool read-only: it may run again after a crash and needs no pre-call pause."""
+    setattr(tool, RETRY_SAFE, True)
+    return tool
+
+
+def is_retry_safe(tool: FunctionTool) -> bool:
+    return bool(getattr(tool, RETRY_SAFE, False))
+
+
+@dataclass
+class TurnScope:
+    """What wrapped tools need while a run is driven: the store and the lease to fence with,
+    and what they observed for the runtime to act on."""
+
+    store: Store
+    lease: Lease
+    human_approval: dict[str, bool] = field(default_factory=dict)
+    unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
+
+
+CURRENT_SCOPE: ContextVar[TurnScope | None] = ContextVar("bot_turn_scope", default=None)
+
+NeedsApproval = bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
+
+
+def guard_agent(agent: Agent[Any], _done: dict[int, Agent[Any]] | None = None) -> Agent[Any]:
+    """A copy of `agent` (and of the agents it hands off to) with every function tool guarded."""
+    done = _done if _done is not None else {}
+    if id(agent) in done:
+        return done[id(agent)]
+    clone = agent.clone()
+    done[id(agent)] = clone
+    clone.tools = [guard_tool(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
+    clone.handoffs = [guard_agent(h, done) if isinstance(h, Agent) else h for h in agent.handoffs]
+    return clone
+
+
+def guard_tool(tool: FunctionTool) -> FunctionTool:
+    if getattr(tool, "_bot_guarded", False):
+        return tool
+    guarded = copy.copy(tool)
+    guarded.on_invoke_tool = _guarded_invoke(tool)
+    guarded.needs_approval = _guarded_approval(tool)
+    guarded._bot_guarded = True  # type: ignore[attr-defined]
+    return guarded
+
+
+def _guarded_approval(tool: FunctionTool) -> NeedsApproval:
+    original: NeedsApproval = tool.needs_approval
+    safe = is_retry_safe(tool)
+
+    async def needs_approval(
+        ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        if isinstance(original, bool):
+            human = original
+        else:
+            decision = original(ctx, params, call_id)
+            human = bool(await decision if inspect.isawaitable(decision) else decision)
+        scope = CURRENT_SCOPE.get()
+        if scope is not None:
+            scope.human_approval[call_id] = human
+        return human if safe else True
+
+    return needs_approval
+
+
+def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
+    original = tool.on_invoke_tool
+    safe = is_retry_safe(tool)
+
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> Any:
+        scope = CURRENT_SCOPE.get()
+        if safe or scope is None:
+            return await original(ctx, arguments)
+        claim = await asyncio.to_thread(
+            scope.store.begin_tool_call, scope.lease, ctx.tool_call_id, tool.name, arguments
+        )
+        if not claim.created:
+            if claim.record.status is ToolCallStatus.COMPLETED:
+                return claim.record.output
+            scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
+            return UNKNOWN_OUTCOME
+        try:
+            output = await original(ctx, arguments)
+        except BaseException as exc:
+            # It ran and failed in this process: that is a known outcome.
+            await asyncio.to_thread(
+                scope.store.complete_tool_call,
+                scope.lease,
+                ctx.tool_call_id,
+                f"error: {type(exc).__name__}: {exc}",
+            )
+            raise
+        await asyncio.to_thread(
+            scope.store.complete_tool_call, scope.lease, ctx.tool_call_id, as_text(output)
+        )
+        return output
+
+    return invoke
+
+
+def as_text(output: Any) -> str:
+    """The output as the model will see it on a replay."""
+    if isinstance(output, str):
+        return output
+    try:
+        return json.dumps(output, ensure_ascii=False)
+    except TypeError:
+        return str(output)

@@ -1,0 +1,21 @@
+"""The rule for a plain reply while a run waits for approval: "approve"/"yes" or
+"reject"/"no" (alone, any case, trailing punctuation ignored) from an allowed user decides
+every pending call; any other text is kept for the agent and the question is asked again."""
+
+from __future__ import annotations
+
+import re
+
+APPROVE_WORDS = frozenset({"approve", "approved", "yes", "y", "ok", "okay", "go ahead", "lgtm"})
+REJECT_WORDS = frozenset({"reject", "rejected", "no", "n", "deny", "denied", "cancel", "stop"})
+
+
+def parse_decision(text: str) -> bool | None:
+    """True to approve, False to reject, None when the text is not a decision."""
+    words = re.sub(r"<@[A-Z0-9]+>", "", text)  # a leading mention of the bot
+    words = re.sub(r"[\s.!,:;]+$", "", words.strip()).strip().lower()
+    if words in APPROVE_WORDS:
+        return True
+    if words in REJECT_WORDS:
+        return False
+    return None

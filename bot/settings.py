@@ -1,0 +1,34 @@
+"""Bot settings beyond storage, read from the environment."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+from pydantic.functional_validators import BeforeValidator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _split_ids(value: object) -> object:
+    if isinstance(value, str):
+        return frozenset(part for part in value.replace(",", " ").split() if part)
+    return value
+
+
+UserIds = Annotated[frozenset[str], NoDecode, BeforeValidator(_split_ids)]
+
+
+class RuntimeSettings(BaseSettings):
+    """`BOT_AGENT=module:function` names the agent factory; `BOT_MODEL` overrides the model
+    name; `BOT_APPROVERS` / `BOT_ADMINS` are Slack user ids separated by commas or spaces."""
+
+    model_config = SettingsConfigDict(env_prefix="BOT_", extra="ignore")
+
+    agent: str = "bot.demo_agent:build_agent"
+    model: str | None = None
+    approvers: UserIds = frozenset()
+    admins: UserIds = frozenset()
+    history_items: int = Field(default=60, ge=2, description="session items sent to the model")
+    max_turns: int = Field(default=20, ge=1)
+    recovery_concurrency: int = Field(default=8, ge=1)
+    tracing: bool = False

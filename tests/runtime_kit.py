@@ -65,3 +65,21 @@ def history(store: Store, key: ConversationKey = KEY) -> list[dict[str, Any]]:
 
 def kinds(store: Store, key: ConversationKey = KEY) -> list[str]:
     return [item.get("type") or item.get("role") for item in history(store, key)]
+
+
+def last_user_text(call: Any) -> str:
+    items = (
+        call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    )
+    texts = [i.get("content") for i in items if isinstance(i, dict) and i.get("role") == "user"]
+    return str(texts[-1]) if texts else ""
+
+
+def echo_model(steps: int = 20) -> ScriptedModel:
+    """Answers every call with an echo of the latest user message (order-independent)."""
+    from agents.testing import ModelStep
+
+    def respond(call: Any) -> Any:
+        return [assistant_message(f"echo: {last_user_text(call)}")]
+
+    return ScriptedModel([ModelStep.respond(respond) for _ in range(steps)])

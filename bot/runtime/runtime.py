@@ -20,7 +20,7 @@ from agents.exceptions import ModelBehaviorError, UserError
 from agents.memory import SessionSettings
 from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
-from bot.runtime.closing import closing_outputs
+from bot.runtime.closing import closing_outputs, unanswered_calls
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage, UserMessage
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import CURRENT_SCOPE, TurnScope, guard_agent
@@ -168,9 +168,9 @@ class ConversationRuntime:
         if await self._call(self.store.get, key) is None:
             return [Refused(key=key, text="There is no conversation in that thread.")]
         lease, record = await self._call(self.store.acquire, key, self.owner, force=True)
-        pending = await self._pending_calls(record)
+        pending = await self._unanswered(key)
         inbox = await self._call(self.store.read_inbox, key)
-        closing = await self._closing_items(key)
+        closing = closing_outputs([{"call_id": call.call_id} for call in pending])
         await self._call(
             self.store.apply,
             Commit(
@@ -281,21 +281,17 @@ class ConversationRuntime:
             for outcome in outcomes:
                 await self.on_outcome(outcome)
 
-    async def _pending_calls(self, record: Conversation) -> list[PendingCall]:
-        if record.checkpoint is None:
-            return []
-        try:
-            document = await self._call(self.store.load_checkpoint, record.checkpoint)
-            envelope = Envelope.model_validate(document)
-        except Exception:  # a damaged checkpoint: nothing readable is pending
-            return []
-        if envelope.finished:
-            return []
-        return [PendingCall(**call.model_dump(exclude={"human"})) for call in envelope.awaiting]
-
-    async def _closing_items(self, key: ConversationKey) -> list[str]:
+    async def _unanswered(self, key: ConversationKey) -> list[PendingCall]:
+        """Calls in the history tail that never got an output: what a set-aside run lost."""
         page = await self._call(self.store.read_items, key, self.settings.history_items)
-        return closing_outputs(page.items)
+        return [
+            PendingCall(
+                call_id=call["call_id"],
+                tool_name=call.get("name", ""),
+                arguments=call.get("arguments", ""),
+            )
+            for call in unanswered_calls(page.items)
+        ]
 
     def meta(self) -> CheckpointMeta:
         return CheckpointMeta(
@@ -534,21 +530,27 @@ class _Work:
         checkpoint was set aside (a notice says so)."""
         if self.record.checkpoint is None:
             return None
+        failure: FailClosed | None = None
         try:
             self.rt.verify(self.record)
+        except FailClosed as refused:
+            failure = refused  # still read it below, to say what is lost
+        envelope: Envelope | None = None
+        try:
             document = await self.rt._call(self.store.load_checkpoint, self.record.checkpoint)
             envelope = Envelope.model_validate(document)
-        except FailClosed as failure:
-            await self._fail_closed(failure, None)
-            return None
         except CheckpointError as exc:
-            await self._fail_closed(
-                FailClosed(NoticeKind.STATE_DAMAGED, f"it is {exc.reason} ({exc.detail})"), None
+            failure = failure or FailClosed(
+                NoticeKind.STATE_DAMAGED, f"it is {exc.reason} ({exc.detail})"
             )
-            return None
         except ValueError as exc:
+            failure = failure or FailClosed(
+                NoticeKind.STATE_DAMAGED, f"it could not be read ({exc})"
+            )
+        if failure is not None or envelope is None:
             await self._fail_closed(
-                FailClosed(NoticeKind.STATE_DAMAGED, f"it could not be read ({exc})"), None
+                failure or FailClosed(NoticeKind.STATE_DAMAGED, "it is unreadable"),
+                envelope if envelope is not None and not envelope.finished else None,
             )
             return None
         return None if envelope.finished else envelope
@@ -566,11 +568,13 @@ class _Work:
     async def _fail_closed(self, failure: FailClosed, envelope: Envelope | None) -> None:
         """Run nothing; set the checkpoint aside; close unanswered tool calls in the history
         so that it stays valid for the model; say what was lost and why."""
+        unanswered = await self.rt._unanswered(self.key)
+        closing = closing_outputs([{"call_id": call.call_id} for call in unanswered])
+        # What a person was asked to approve, or else every call the history left open.
         pending = [
             PendingCall(**c.model_dump(exclude={"human"}))
-            for c in (envelope.awaiting if envelope else [])
-        ]
-        closing = await self.rt._closing_items(self.key)
+            for c in (envelope.humans if envelope else [])
+        ] or unanswered
         pointer = self.record.checkpoint
         await self.rt._call(
             self.store.apply,

@@ -79,6 +79,7 @@ class Commit:
     release: bool = False
     touch: bool = True  # counts as activity (moves last_activity_at and expires_at)
     consume: Sequence[str] = ()  # inbox entry ids this write consumes
+    delivered: bool = False  # the outcomes of the (resulting) checkpoint were delivered
     inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
 
 
@@ -125,12 +126,25 @@ class Store(ABC):
         """Extend a held lease. Raises `LeaseLost`."""
 
     def release(
-        self, lease: Lease, *, status: Status | None = None, inbox_seen: int | None = None
+        self,
+        lease: Lease,
+        *,
+        status: Status | None = None,
+        inbox_seen: int | None = None,
+        delivered: bool = False,
     ) -> Committed:
         """Give the lease up, optionally setting the status. Raises `LeaseLost`; with
-        `inbox_seen`, raises `InboxChanged` (and keeps the lease) if messages arrived."""
+        `inbox_seen`, raises `InboxChanged` (and keeps the lease) if messages arrived;
+        `delivered` records that the current checkpoint's outcomes reached the user."""
         return self.apply(
-            Commit(key=lease.key, lease=lease, status=status, release=True, inbox_seen=inbox_seen)
+            Commit(
+                key=lease.key,
+                lease=lease,
+                status=status,
+                release=True,
+                inbox_seen=inbox_seen,
+                delivered=delivered,
+            )
         )
 
     def set_status(self, lease: Lease, status: Status) -> Committed:

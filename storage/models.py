@@ -76,6 +76,9 @@ class Conversation(BaseModel):
     next_seq: int = 0
     session_floor: int = 0
     inbox_seq: int = Field(default=0, description="grows with every message queued")
+    delivered_version: int = Field(
+        default=0, description="checkpoint version whose outcomes the writer has delivered"
+    )
     created_at: datetime
     updated_at: datetime
     last_activity_at: datetime

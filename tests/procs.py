@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from storage import ConversationKey, LeaseBusy, LeaseLost, StorageSettings, open_store
 
@@ -76,6 +77,52 @@ def frozen_holder(key: str, ready: str) -> None:
             print(f"{name} LANDED", flush=True)
         except LeaseLost:
             print(f"{name} rejected", flush=True)
+
+
+def serve_events(events_file: str, log: str, out: str) -> None:
+    """Handle the given Slack-like events concurrently, as one bot replica would; the model
+    logs when it works on which thread, to an O_APPEND file shared with the other replica."""
+    import asyncio
+    import random
+
+    from agents.testing import ModelStep, ScriptedModel, assistant_message
+
+    from bot.runtime import ConversationRuntime
+    from tests.runtime_kit import SideEffects, build_agent, last_user_text
+
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    async def respond(call: object) -> object:
+        text = last_user_text(call)
+        thread = text.split("-")[0]
+        os.write(fd, f"enter {thread} {time.time():.6f}\n".encode())
+        await asyncio.sleep(0.05)
+        os.write(fd, f"exit {thread} {time.time():.6f}\n".encode())
+        return [assistant_message(f"echo: {text}")]
+
+    events = json.loads(Path(events_file).read_text())
+    random.shuffle(events)
+    model = ScriptedModel([ModelStep.respond(respond) for _ in range(len(events) + 5)])
+    runtime = ConversationRuntime(open_store(), build_agent(model, SideEffects(Path(log + ".fx"))))
+
+    async def main() -> list[object]:
+        async def one(event: dict[str, str]) -> list[object]:
+            await asyncio.sleep(random.random() * 0.2)
+            key = ConversationKey.parse(event["key"])
+            return await runtime.handle_message(
+                key, event_id=event["event_id"], user="U1", text=event["text"]
+            )
+
+        results = await asyncio.gather(*(one(e) for e in events))
+        return [o for r in results for o in r]
+
+    outcomes = asyncio.run(main())
+    with open(out, "w") as handle:
+        for outcome in outcomes:
+            handle.write(
+                json.dumps({"type": type(outcome).__name__, **outcome.model_dump(mode="json")})
+                + "\n"
+            )  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -106,8 +106,8 @@ async def test_unsupported_schema(store: Store, effects: SideEffects) -> None:
         meta=CheckpointMeta(schema_version="0.1", agent_fingerprint=rt.fingerprint),
         expected_version=record.checkpoint.version,
         status=Status.AWAITING_APPROVAL,
-        release=True,
     )
+    store.release(lease, status=Status.AWAITING_APPROVAL, delivered=True)
     outcomes = await rt.resume(KEY)
     await assert_failed_closed(store, effects, outcomes, NoticeKind.STATE_INCOMPATIBLE)
 
@@ -150,8 +150,8 @@ async def test_state_the_sdk_refuses(store: Store, effects: SideEffects) -> None
         meta=rt.meta(),
         expected_version=record.checkpoint.version,
         status=Status.AWAITING_APPROVAL,
-        release=True,
     )
+    store.release(lease, status=Status.AWAITING_APPROVAL, delivered=True)
     assert done.checkpoint is not None
     request = request.model_copy(update={"checkpoint_version": done.checkpoint.version})
     outcomes = await approve(rt, request)

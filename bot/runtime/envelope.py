@@ -31,6 +31,11 @@ class Envelope(BaseModel):
     awaiting: list[AwaitingCall] = Field(default_factory=list)
     held: list[HeldMessage] = Field(default_factory=list)
     finished: bool = False
+    outbox: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="outcomes of this checkpoint, redelivered after a crash until the "
+        "record's delivered_version reaches its version",
+    )
 
     @property
     def humans(self) -> list[AwaitingCall]:

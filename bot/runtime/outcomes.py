@@ -79,6 +79,19 @@ class Status(Outcome):
     text: str
 
 
+def to_outbox(outcome: Outcome) -> dict[str, object]:
+    return {"type": type(outcome).__name__, **outcome.model_dump(mode="json")}
+
+
+def from_outbox(entry: dict[str, object]) -> Outcome:
+    kinds: dict[str, type[Outcome]] = {
+        cls.__name__: cls for cls in (Answer, ApprovalRequest, Decided, Notice, Status)
+    }
+    data = dict(entry)
+    kind = kinds[str(data.pop("type"))]
+    return kind.model_validate(data)
+
+
 class Discarded(Outcome):
     removed_checkpoint: str | None
     pending_calls: list[PendingCall]

@@ -35,6 +35,8 @@ from bot.runtime.outcomes import (
     Outcome,
     PendingCall,
     Refused,
+    from_outbox,
+    to_outbox,
 )
 from bot.runtime.outcomes import Status as StatusReply
 from bot.runtime.replies import parse_decision
@@ -260,6 +262,7 @@ class ConversationRuntime:
                             work.lease,
                             status=work.final_status,
                             inbox_seen=work.inbox_seen,
+                            delivered=True,  # every outcome was emitted before this
                         )
                         break
                     except InboxChanged:
@@ -345,6 +348,7 @@ class _Work:
         self.final_status: Status = Status.IDLE
         self.recovering = recovering
         self.remind = remind
+        self.emitted_version = -1  # checkpoint version whose outbox this serve emitted
 
     @property
     def lease(self) -> Lease:
@@ -368,8 +372,15 @@ class _Work:
         self.check()
         self.version = self.record.checkpoint_version
         inbox = await self.rt._call(self.store.read_inbox, self.key)
-        envelope = await self._active_envelope()
-        if self.recovering and (envelope is not None or inbox):
+        current = await self._current_envelope()
+        undelivered = (
+            current is not None
+            and bool(current.outbox)
+            and self.record.delivered_version < self.version
+            and self.emitted_version != self.version
+        )
+        envelope = current if current is not None and not current.finished else None
+        if self.recovering and (envelope is not None or inbox or undelivered):
             self.recovering = False
             await self.emit(
                 Notice(
@@ -378,6 +389,11 @@ class _Work:
                     text="I was restarted; resuming where I left off.",
                 )
             )
+        if current is not None and undelivered:
+            # Committed, but the process died before its outcomes reached the user.
+            self.emitted_version = self.version
+            for entry in current.outbox:
+                await self.emit(from_outbox(entry))
         if envelope is not None and envelope.humans:
             await self._while_awaiting(envelope, inbox, decision)
             return
@@ -385,12 +401,20 @@ class _Work:
             await self.emit(Refused(key=self.key, text="That approval is no longer pending."))
         messages, unreadable = _read_messages(inbox)
         consume = [entry.entry_id for entry in inbox]
+        arrived = [HeldMessage(user=m.user, text=m.text, event_id="") for m in messages]
         if envelope is not None:  # a run to continue (after a restart, or `/resume`)
             state = await self._load_state(envelope)
             if state is not None:
-                await self._drive(state, envelope.started_by, envelope.held, consume)
+                # New messages wait in the envelope (durably) until this run finishes.
+                held = envelope.held + arrived
+                await self._drive(state, envelope.started_by, held, consume)
                 return
             envelope = None
+        if current is not None and current.finished and current.held:
+            # Died between finishing a run and starting the one its held messages begin.
+            held = current.held + arrived
+            await self._drive(_as_input(held), held[0].user, [], consume)
+            return
         decisions = [m for m in messages if parse_decision(m.text) is not None]
         fresh = [m for m in messages if parse_decision(m.text) is None]
         if fresh:
@@ -486,9 +510,9 @@ class _Work:
                     ],
                 }
             )
-            await self._commit(kept, status=Status.AWAITING_APPROVAL, consume=consume)
+            outbox: list[Outcome] = []
             if len(held) > len(envelope.held):
-                await self.emit(
+                outbox.append(
                     Notice(
                         key=self.key,
                         kind=NoticeKind.MESSAGE_KEPT,
@@ -496,8 +520,9 @@ class _Work:
                         "approval is decided.",
                     )
                 )
-            envelope = kept
-        if changed or self.remind:
+            outbox.append(self._approval_request(kept, reminder=True, version=self.version + 1))
+            await self._commit(kept, consume=consume, outbox=outbox)
+        elif self.remind:
             await self.emit(self._approval_request(envelope, reminder=True))
         self.final_status = Status.AWAITING_APPROVAL
 
@@ -513,20 +538,22 @@ class _Work:
     def _allowed(self, envelope: Envelope, user: str) -> bool:
         return user == envelope.started_by or user in self.rt.settings.approvers
 
-    def _approval_request(self, envelope: Envelope, *, reminder: bool) -> ApprovalRequest:
+    def _approval_request(
+        self, envelope: Envelope, *, reminder: bool, version: int | None = None
+    ) -> ApprovalRequest:
         calls = [PendingCall(**c.model_dump(exclude={"human"})) for c in envelope.humans]
         return ApprovalRequest(
             key=self.key,
             calls=calls,
-            checkpoint_version=self.version,
+            checkpoint_version=self.version if version is None else version,
             requested_by=envelope.started_by,
             reminder=reminder,
         )
 
     # -- loading and failing closed -----------------------------------------------------
 
-    async def _active_envelope(self) -> Envelope | None:
-        """The envelope of an unfinished run, verified; None when there is none, or when the
+    async def _current_envelope(self) -> Envelope | None:
+        """The checkpoint's envelope, verified; None when there is none, or when the
         checkpoint was set aside (a notice says so)."""
         if self.record.checkpoint is None:
             return None
@@ -547,13 +574,15 @@ class _Work:
             failure = failure or FailClosed(
                 NoticeKind.STATE_DAMAGED, f"it could not be read ({exc})"
             )
+        if envelope is not None and envelope.finished and failure is not None:
+            return None  # nothing was left to continue: the next run starts fresh anyway
         if failure is not None or envelope is None:
             await self._fail_closed(
                 failure or FailClosed(NoticeKind.STATE_DAMAGED, "it is unreadable"),
                 envelope if envelope is not None and not envelope.finished else None,
             )
             return None
-        return None if envelope.finished else envelope
+        return envelope
 
     async def _load_state(self, envelope: Envelope) -> RunState[Any] | None:
         try:
@@ -658,15 +687,15 @@ class _Work:
                     await self._interrupted(exc, consume)
                     return
                 self.check()
-                for call_id, tool_name in scope.unknown_outcomes:
-                    await self.emit(
-                        Notice(
-                            key=self.key,
-                            kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
-                            text=f"`{tool_name}` (call {call_id}) was started before a restart "
-                            "and its outcome is unknown. It was not run again.",
-                        )
+                outbox: list[Outcome] = [
+                    Notice(
+                        key=self.key,
+                        kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+                        text=f"`{tool_name}` (call {call_id}) was started before a restart "
+                        "and its outcome is unknown. It was not run again.",
                     )
+                    for call_id, tool_name in scope.unknown_outcomes
+                ]
                 state = result.to_state()
                 awaiting = [
                     AwaitingCall(
@@ -689,22 +718,19 @@ class _Work:
                     held=held,
                     finished=finished,
                 )
-                status = (
-                    Status.AWAITING_APPROVAL
-                    if humans
-                    else Status.IDLE
-                    if finished and not held
-                    else Status.RUNNING
-                )
-                await self._commit(envelope, status=status, consume=consume, session=session)
+                if humans:
+                    outbox.append(
+                        self._approval_request(envelope, reminder=False, version=self.version + 1)
+                    )
+                if finished:
+                    outbox.append(Answer(key=self.key, text=str(result.final_output)))
+                await self._commit(envelope, consume=consume, session=session, outbox=outbox)
                 consume = []
                 from_checkpoint = False
                 if humans:
                     self.final_status = Status.AWAITING_APPROVAL
-                    await self.emit(self._approval_request(envelope, reminder=False))
                     return
                 if finished:
-                    await self.emit(Answer(key=self.key, text=str(result.final_output)))
                     if not held:
                         self.final_status = Status.IDLE
                         return
@@ -718,10 +744,14 @@ class _Work:
         self,
         envelope: Envelope,
         *,
-        status: Status,
         consume: list[str],
+        outbox: list[Outcome],
         session: ConversationSession | None = None,
     ) -> None:
+        """Commit the checkpoint with the turn's session items, consuming inbox entries, then
+        emit its outcomes. The status stays `running` until the release that records their
+        delivery, so a crash in between is found by `recover` and they are sent again."""
+        envelope.outbox = [to_outbox(outcome) for outcome in outbox]
         done = await self.rt._call(
             self.store.commit,
             self.lease,
@@ -730,7 +760,7 @@ class _Work:
             expected_version=self.version,
             items=session.pending if session else (),
             base_seq=session.base_seq if session else None,
-            status=status,
+            status=Status.RUNNING,
             consume=consume,
         )
         assert done.checkpoint is not None
@@ -738,6 +768,9 @@ class _Work:
         self.record = self.record.model_copy(update={"checkpoint": done.checkpoint})
         if session is not None and done.next_seq is not None:
             session.committed(done.next_seq)
+        self.emitted_version = self.version
+        for outcome in outbox:
+            await self.emit(outcome)
 
     async def _consume_only(self, consume: list[str]) -> None:
         await self.rt._call(

@@ -66,6 +66,7 @@ def record_from_item(item: Item) -> Conversation:
         next_seq=int(item["next_seq"]["N"]),
         session_floor=int(item["session_floor"]["N"]),
         inbox_seq=int(item.get("inbox_seq", {"N": "0"})["N"]),
+        delivered_version=int(item.get("delivered_version", {"N": "0"})["N"]),
         created_at=from_ms(item["created_ms"]["N"]),
         updated_at=from_ms(item["updated_ms"]["N"]),
         last_activity_at=from_ms(item["last_activity_ms"]["N"]),

@@ -266,6 +266,17 @@ class AwsStore(Store):
             update.require(
                 f"attribute_not_exists(#next_seq) OR {guard}" if base_seq == 0 else guard
             )
+        if commit.delivered:
+            if isinstance(commit.checkpoint, _Keep):
+                update.names["#checkpoint_version"] = "checkpoint_version"
+                update.sets.append(
+                    f"{update.name('delivered_version')} = "
+                    "if_not_exists(#checkpoint_version, :zero_version)"
+                )
+                update.values[":zero_version"] = n(0)
+            else:
+                version = commit.checkpoint.version if commit.checkpoint else 0
+                update.set("delivered_version", n(version))
         if commit.checkpoint is not KEEP:
             if commit.checkpoint is None:
                 update.remove("checkpoint")

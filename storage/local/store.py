@@ -181,6 +181,8 @@ class LocalStore(Store):
             if commit.touch:
                 update |= {"last_activity_at": now, "expires_at": now + self.state_ttl}
             record = record.model_copy(update=update)
+            if commit.delivered:
+                record = record.model_copy(update={"delivered_version": record.checkpoint_version})
             self._save(db, record)
         wrote_pointer = commit.checkpoint is not KEEP and commit.checkpoint is not None
         session_known = commit.base_seq is not None or bool(commit.items) or wrote_pointer

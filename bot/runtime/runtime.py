@@ -18,6 +18,7 @@ from typing import Any
 from agents import Agent, RunConfig, RunState, TResponseInputItem
 from agents.exceptions import ModelBehaviorError, UserError
 from agents.memory import SessionSettings
+from agents.models.openai_provider import OpenAIProvider
 from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
 from bot.runtime.closing import closing_outputs, unanswered_calls
@@ -103,8 +104,11 @@ class ConversationRuntime:
         self.fingerprint = agent_fingerprint(self.agent, agent_version)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.on_outcome = on_outcome
+        # A provider of our own reads OPENAI_API_KEY / OPENAI_BASE_URL when first used.
         self.run_config = RunConfig(
-            model=self.settings.model, tracing_disabled=not self.settings.tracing
+            model=self.settings.model,
+            model_provider=OpenAIProvider(),
+            tracing_disabled=not self.settings.tracing,
         )
         self.session_settings = SessionSettings(limit=self.settings.history_items)
 

@@ -1,0 +1,143 @@
+"""A scripted stand-in for OpenAI's `POST /v1/responses`, on loopback, so that the real
+`OpenAIResponsesModel` (and the real openai client) is exercised end to end. Answers JSON,
+or server-sent events when the request asks for `stream: true`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+USAGE = {
+    "input_tokens": 10,
+    "output_tokens": 5,
+    "total_tokens": 15,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens_details": {"reasoning_tokens": 0},
+}
+_ids = itertools.count(1)
+
+
+def message(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{next(_ids)}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def tool_call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{next(_ids)}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": json.dumps(arguments),
+        "status": "completed",
+    }
+
+
+class ScriptedResponses:
+    def __init__(self, script: list[list[dict[str, Any]]]) -> None:
+        self.script = list(script)
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+
+    def next_output(self, request: dict[str, Any], headers: dict[str, str]) -> list[dict[str, Any]]:
+        with self.lock:
+            self.requests.append(request)
+            self.headers.append(headers)
+            if not self.script:
+                raise RuntimeError("the script is exhausted")
+            return self.script.pop(0)
+
+
+def _response(request: dict[str, Any], output: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    return {
+        "id": f"resp_{next(_ids)}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": status,
+        "model": request.get("model", "scripted"),
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": USAGE if status == "completed" else None,
+    }
+
+
+def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            return
+
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") != "/v1/responses":
+                self.send_error(404)
+                return
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            try:
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                output = script.next_output(body, headers)
+            except RuntimeError as exc:
+                self._json(500, {"error": {"message": str(exc), "type": "server_error"}})
+                return
+            if body.get("stream"):
+                self._stream(body, output)
+            else:
+                self._json(200, _response(body, output, "completed"))
+
+        def _json(self, code: int, document: dict[str, Any]) -> None:
+            data = json.dumps(document).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _stream(self, body: dict[str, Any], output: list[dict[str, Any]]) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            sequence = itertools.count()
+            events: list[dict[str, Any]] = [
+                {"type": "response.created", "response": _response(body, [], "in_progress")}
+            ]
+            for index, item in enumerate(output):
+                events.append(
+                    {"type": "response.output_item.added", "output_index": index, "item": item}
+                )
+                events.append(
+                    {"type": "response.output_item.done", "output_index": index, "item": item}
+                )
+            events.append(
+                {"type": "response.completed", "response": _response(body, output, "completed")}
+            )
+            for event in events:
+                event["sequence_number"] = next(sequence)
+                chunk = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                self.wfile.write(chunk.encode())
+                self.wfile.flush()
+
+    return Handler
+
+
+@contextmanager
+def responses_server(script: ScriptedResponses) -> Iterator[str]:
+    """Yield the base URL (`http://127.0.0.1:PORT/v1`)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()

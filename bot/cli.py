@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -17,15 +19,25 @@ from storage.models import Status
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=os.getenv("LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         settings = StorageSettings()
     except ValidationError as exc:
-        for error in exc.errors():
-            print(f"configuration error: {error['msg']}", file=sys.stderr)
-        return 2
+        return config_error(exc)
     handler = args.handler if hasattr(args, "handler") else _run_local
     result: int = handler(settings, args)
     return result
+
+
+def config_error(exc: ValidationError) -> int:
+    """One line per problem, naming the variable."""
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "settings"
+        print(f"configuration error: {where.upper()}: {error['msg']}", file=sys.stderr)
+    return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,19 +73,37 @@ def _run_local(settings: StorageSettings, args: argparse.Namespace) -> int:
     store = open_store(settings)
     counts = store.count_by_status()
     print(f"storage: {_describe(settings)}; conversations: {_format_counts(counts)}")
-    missing = [name for name in ("SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET") if not os.getenv(name)]
-    if missing:
+    if not os.getenv("SLACK_BOT_TOKEN"):
         print(
-            "local mode: storage is ready. Not built yet: the conversation runtime, the Slack "
-            f"layer and the local Slack stand-in. Missing for Slack: {', '.join(missing)}."
+            "local mode: storage is ready, but there is no local Slack stand-in yet. To serve "
+            "a real workspace set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (HTTP) or "
+            "SLACK_APP_TOKEN (Socket Mode); see the README."
         )
         return 0
     return _serve(settings, args)
 
 
 def _serve(settings: StorageSettings, args: argparse.Namespace) -> int:
-    print("serve: the Slack layer is not built yet", file=sys.stderr)
-    return 2
+    from agents.exceptions import UserError
+
+    from bot.agent_loader import AgentLoadError
+    from bot.settings import RuntimeSettings
+    from bot.slackapp.server import serve
+    from bot.slackapp.settings import SlackSettings
+    from bot.wiring import build_runtime
+
+    try:
+        slack = SlackSettings()
+        runtime_settings = RuntimeSettings()
+    except ValidationError as exc:
+        return config_error(exc)
+    try:
+        runtime = build_runtime(settings, runtime_settings)
+    except (AgentLoadError, UserError) as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(slack, runtime, runtime_settings.admins))
+    return 0
 
 
 def _init_storage(settings: StorageSettings, args: argparse.Namespace) -> int:

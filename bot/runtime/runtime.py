@@ -261,12 +261,15 @@ class ConversationRuntime:
                     await work.step(decision)
                     decision = None
                     try:
+                        # A failed delivery keeps the thread `running` and undelivered, so
+                        # the next recovery sweep sends its outcomes again.
+                        failed = work.delivery_failed
                         await self._call(
                             self.store.release,
                             work.lease,
-                            status=work.final_status,
+                            status=Status.RUNNING if failed else work.final_status,
                             inbox_seen=work.inbox_seen,
-                            delivered=True,  # every outcome was emitted before this
+                            delivered=not failed,
                         )
                         break
                     except InboxChanged:
@@ -353,6 +356,7 @@ class _Work:
         self.recovering = recovering
         self.remind = remind
         self.emitted_version = -1  # checkpoint version whose outbox this serve emitted
+        self.delivery_failed = False
 
     @property
     def lease(self) -> Lease:
@@ -364,7 +368,11 @@ class _Work:
 
     async def emit(self, outcome: Outcome) -> None:
         self.outcomes.append(outcome)
-        await self.rt._emit_all([outcome])
+        try:
+            await self.rt._emit_all([outcome])
+        except Exception:
+            log.exception("%s: delivering %s failed", self.key, type(outcome).__name__)
+            self.delivery_failed = True
 
     def check(self) -> None:
         if self.keeper:
@@ -390,7 +398,8 @@ class _Work:
                 Notice(
                     key=self.key,
                     kind=NoticeKind.RESUMED_AFTER_RESTART,
-                    text="I was restarted; resuming where I left off.",
+                    text="I was interrupted (a restart or a failed delivery); "
+                    "resuming where I left off.",
                 )
             )
         if current is not None and undelivered:

@@ -1,0 +1,29 @@
+"""Prometheus metrics, served at GET /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+REGISTRY = CollectorRegistry()
+
+EVENTS = Counter(
+    "bot_slack_requests_total", "Slack requests handled, by kind", ["kind"], registry=REGISTRY
+)
+OUTCOMES = Counter("bot_outcomes_total", "Runtime outcomes, by type", ["type"], registry=REGISTRY)
+NOTICES = Counter("bot_notices_total", "Notices posted, by kind", ["kind"], registry=REGISTRY)
+RESUMES = Counter(
+    "bot_resumes_total", "Conversations resumed, by trigger", ["trigger"], registry=REGISTRY
+)
+LEASE_CONFLICTS = Counter(
+    "bot_lease_conflicts_total", "Messages queued because the thread was busy", registry=REGISTRY
+)
+DELIVERY_FAILURES = Counter(
+    "bot_delivery_failures_total", "Slack posts that failed after retries", registry=REGISTRY
+)
+LATENCY = Histogram(
+    "bot_operation_seconds",
+    "Time to serve an operation, by kind",
+    ["kind"],
+    registry=REGISTRY,
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)

@@ -1,0 +1,34 @@
+"""Thread permalinks: `https://<team>.slack.com/archives/<channel>/p<ts without dot>`,
+optionally with `?thread_ts=<ts>` (a reply's link names its thread that way)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qs, urlparse
+
+from storage import ConversationKey
+
+_PATH = re.compile(r"^/archives/(?P<channel>[A-Z0-9]+)/p(?P<digits>\d{7,})$")
+
+
+class PermalinkError(ValueError):
+    pass
+
+
+def parse_permalink(text: str, team: str) -> ConversationKey:
+    """The conversation a permalink points at. Slack wraps links in `<...>` in commands."""
+    link = text.strip().strip("<>").split("|", 1)[0]
+    url = urlparse(link)
+    match = _PATH.match(url.path)
+    if url.scheme not in ("http", "https") or not url.netloc.endswith(".slack.com") or not match:
+        raise PermalinkError(
+            f"not a thread link: {text!r} (expected https://<team>.slack.com/archives/<channel>/p<ts>)"
+        )
+    digits = match["digits"]
+    ts = f"{digits[:-6]}.{digits[-6:]}"
+    thread_ts = parse_qs(url.query).get("thread_ts", [ts])[0]
+    return ConversationKey(team=team, channel=match["channel"], thread_ts=thread_ts)
+
+
+def permalink(key: ConversationKey, workspace: str = "app") -> str:
+    return f"https://{workspace}.slack.com/archives/{key.channel}/p{key.thread_ts.replace('.', '')}"

@@ -1,0 +1,237 @@
+"""A small, recording implementation of the Slack Web API methods the bot uses, served by
+aiohttp on loopback. Tests read `calls` and `messages`; local mode builds its page on it.
+
+Answers like Slack: form or JSON bodies, `{"ok": true, ...}` or `{"ok": false, "error": ...}`,
+and 429 with `Retry-After` for methods told to be rate limited."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+BOT_USER = "UBOT"
+BOT_ID = "BBOT"
+TEAM = "T0LOCAL"
+
+
+@dataclass
+class Call:
+    method: str
+    args: dict[str, Any]
+    at: float = field(default_factory=time.time)
+
+
+@dataclass
+class Message:
+    channel: str
+    ts: str
+    text: str
+    user: str
+    thread_ts: str | None = None
+    blocks: list[dict[str, Any]] | None = None
+    reactions: set[str] = field(default_factory=set)
+    ephemeral_to: str | None = None
+
+
+class SlackWebApi:
+    def __init__(self, team: str = TEAM, bot_user: str = BOT_USER) -> None:
+        self.team = team
+        self.bot_user = bot_user
+        self.calls: list[Call] = []
+        self.messages: dict[tuple[str, str], Message] = {}
+        self.responses: list[dict[str, Any]] = []  # what arrived at response_url endpoints
+        self.socket_url: str | None = None
+        self.rate_limited: dict[str, int] = {}  # method -> how many more 429s to answer
+        self.listeners: list[Callable[[Call], None]] = []
+        self.changed = asyncio.Condition()
+        self._clock = itertools.count(1)
+
+    # -- serving ------------------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/api/{method}", self._api),
+            web.post("/respond/{token}", self._respond),
+        ]
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args = await _read_args(request)
+        if self.rate_limited.get(method, 0) > 0:
+            self.rate_limited[method] -= 1
+            self._record(Call(f"{method}:429", args))
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
+            )
+        call = Call(method, args)
+        handler = getattr(self, "m_" + method.replace(".", "_"), None)
+        if handler is None:
+            result: dict[str, Any] = {"ok": False, "error": "unknown_method"}
+        else:
+            try:
+                result = handler(args)
+            except KeyError as missing:
+                result = {"ok": False, "error": "invalid_arguments", "missing": str(missing)}
+        self._record(call)
+        await self._notify()
+        return web.json_response(result)
+
+    async def _respond(self, request: web.Request) -> web.Response:
+        payload = await request.json()
+        payload["_token"] = request.match_info["token"]
+        self.responses.append(payload)
+        self._record(Call("response_url", payload))
+        await self._notify()
+        return web.Response(text="ok")
+
+    def _record(self, call: Call) -> None:
+        self.calls.append(call)
+        for listener in self.listeners:
+            listener(call)
+
+    async def _notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def wait_for(self, predicate: Callable[[], Any], within: float = 30) -> Any:
+        """Wait until `predicate()` is truthy (re-checked after every call) and return it."""
+
+        async def until() -> Any:
+            async with self.changed:
+                while not (result := predicate()):
+                    await self.changed.wait()
+                return result
+
+        return await asyncio.wait_for(until(), within)
+
+    def next_ts(self) -> str:
+        return f"{int(time.time())}.{next(self._clock):06d}"
+
+    # -- queries for tests and the page -------------------------------------------------
+
+    def called(self, method: str) -> list[Call]:
+        return [call for call in self.calls if call.method == method]
+
+    def thread(self, channel: str, thread_ts: str) -> list[Message]:
+        found = [
+            m
+            for m in self.messages.values()
+            if m.channel == channel and (m.ts == thread_ts or m.thread_ts == thread_ts)
+        ]
+        return sorted(found, key=lambda m: float(m.ts))
+
+    def bot_replies(self, channel: str, thread_ts: str) -> list[Message]:
+        return [m for m in self.thread(channel, thread_ts) if m.user == self.bot_user]
+
+    def add_user_message(
+        self, channel: str, user: str, text: str, thread_ts: str | None = None
+    ) -> Message:
+        message = Message(
+            channel=channel, ts=self.next_ts(), text=text, user=user, thread_ts=thread_ts
+        )
+        self.messages[(channel, message.ts)] = message
+        return message
+
+    # -- methods ------------------------------------------------------------------------
+
+    def m_auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://local.slack.com/",
+            "team": "Local",
+            "user": "bot",
+            "team_id": self.team,
+            "user_id": self.bot_user,
+            "bot_id": BOT_ID,
+        }
+
+    def m_chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
+        text = args.get("text") or ""
+        if not text and not args.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        if len(text) > 40_000:
+            return {"ok": False, "error": "msg_too_long"}
+        message = Message(
+            channel=args["channel"],
+            ts=self.next_ts(),
+            text=text,
+            user=self.bot_user,
+            thread_ts=args.get("thread_ts"),
+            blocks=_blocks(args.get("blocks")),
+        )
+        self.messages[(message.channel, message.ts)] = message
+        return {
+            "ok": True,
+            "channel": message.channel,
+            "ts": message.ts,
+            "message": {"text": text, "ts": message.ts, "user": self.bot_user},
+        }
+
+    def m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self.messages.get((args["channel"], args["ts"]))
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        message.text = args.get("text") or message.text
+        if "blocks" in args:
+            message.blocks = _blocks(args["blocks"])
+        return {"ok": True, "channel": message.channel, "ts": message.ts}
+
+    def m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = Message(
+            channel=args["channel"],
+            ts=self.next_ts(),
+            text=args.get("text") or "",
+            user=self.bot_user,
+            thread_ts=args.get("thread_ts"),
+            ephemeral_to=args.get("user"),
+        )
+        self.messages[(message.channel, message.ts)] = message
+        return {"ok": True, "message_ts": message.ts}
+
+    def m_reactions_add(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self.messages.get((args["channel"], args["timestamp"]))
+        if message is not None:
+            if args["name"] in message.reactions:
+                return {"ok": False, "error": "already_reacted"}
+            message.reactions.add(args["name"])
+        return {"ok": True}
+
+    def m_reactions_remove(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self.messages.get((args["channel"], args["timestamp"]))
+        if message is not None:
+            if args["name"] not in message.reactions:
+                return {"ok": False, "error": "no_reaction"}
+            message.reactions.discard(args["name"])
+        return {"ok": True}
+
+    def m_apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self.socket_url is None:
+            return {"ok": False, "error": "socket_mode_not_available"}
+        return {"ok": True, "url": self.socket_url}
+
+
+async def _read_args(request: web.Request) -> dict[str, Any]:
+    """Arguments arrive as a query string, a form, or JSON (slack_sdk uses all three)."""
+    args: dict[str, Any] = dict(request.query)
+    if request.content_type == "application/json":
+        body = await request.json()
+        if isinstance(body, dict):
+            args.update(body)
+    elif request.can_read_body:
+        form = await request.post()
+        args.update({name: str(value) for name, value in form.items()})
+    return args
+
+
+def _blocks(value: Any) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    blocks = json.loads(value) if isinstance(value, str) else value
+    return list(blocks)

@@ -1,0 +1,252 @@
+"""The real bolt app in HTTP mode, served in-process on loopback, fed properly signed
+requests, talking to the recording stand-in of the Slack Web API."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+from aiohttp import web
+
+from bot.runtime import ConversationRuntime
+from bot.slackapp.server import serve
+from bot.slackapp.settings import SlackSettings
+from bot.standin.slack_api import Message, SlackWebApi
+from storage import ConversationKey, Status, Store
+from tests.services import free_port
+
+SECRET = "test-signing-secret"
+TEAM = "T0LOCAL"
+CHANNEL = "C0GENERAL"
+
+
+def signed_headers(
+    body: str, *, secret: str = SECRET, timestamp: int | None = None
+) -> dict[str, str]:
+    stamp = str(int(time.time()) if timestamp is None else timestamp)
+    digest = hmac.new(secret.encode(), f"v0:{stamp}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": f"v0={digest}"}
+
+
+@asynccontextmanager
+async def running_api(api: SlackWebApi) -> AsyncIterator[str]:
+    app = web.Application()
+    app.add_routes(api.routes())
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+class Harness:
+    def __init__(
+        self, api: SlackWebApi, api_url: str, bot_url: str, runtime: ConversationRuntime
+    ) -> None:
+        self.api = api
+        self.api_url = api_url
+        self.bot_url = bot_url
+        self.runtime = runtime
+        self.http = aiohttp.ClientSession()
+
+    async def post(
+        self, body: str, content_type: str, headers: dict[str, str] | None = None
+    ) -> aiohttp.ClientResponse:
+        all_headers = {"Content-Type": content_type, **signed_headers(body), **(headers or {})}
+        async with self.http.post(
+            f"{self.bot_url}/slack/events", data=body.encode(), headers=all_headers
+        ) as response:
+            await response.read()
+            return response
+
+    def event_body(self, event: dict[str, Any], event_id: str | None = None) -> str:
+        return json.dumps(
+            {
+                "token": "legacy",
+                "team_id": TEAM,
+                "api_app_id": "A0BOT",
+                "type": "event_callback",
+                "event_id": event_id or f"Ev{uuid.uuid4().hex[:10]}",
+                "event_time": int(time.time()),
+                "event": event,
+            }
+        )
+
+    async def send_event(
+        self, event: dict[str, Any], *, event_id: str | None = None, retry: int | None = None
+    ) -> int:
+        headers = (
+            {"X-Slack-Retry-Num": str(retry), "X-Slack-Retry-Reason": "http_timeout"}
+            if retry
+            else None
+        )
+        response = await self.post(self.event_body(event, event_id), "application/json", headers)
+        return response.status
+
+    async def mention(
+        self, user: str, text: str, *, thread_ts: str | None = None, channel: str = CHANNEL
+    ) -> Message:
+        """A user mentions the bot: Slack sends app_mention (and, in a thread, a message)."""
+        message = self.api.add_user_message(
+            channel, user, f"<@{self.api.bot_user}> {text}", thread_ts
+        )
+        event = {
+            "type": "app_mention",
+            "user": user,
+            "text": message.text,
+            "ts": message.ts,
+            "channel": channel,
+            "event_ts": message.ts,
+            "team": TEAM,
+        }
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        assert await self.send_event(event) == 200
+        if thread_ts:
+            await self.send_event({**event, "type": "message", "channel_type": "channel"})
+        return message
+
+    async def reply(
+        self, user: str, text: str, thread_ts: str, *, channel: str = CHANNEL
+    ) -> Message:
+        message = self.api.add_user_message(channel, user, text, thread_ts)
+        event = {
+            "type": "message",
+            "channel_type": "channel",
+            "user": user,
+            "text": text,
+            "ts": message.ts,
+            "thread_ts": thread_ts,
+            "channel": channel,
+            "team": TEAM,
+        }
+        assert await self.send_event(event) == 200
+        return message
+
+    async def click(self, message: Message, action_id: str, user: str) -> int:
+        assert message.blocks is not None
+        button = next(
+            element
+            for block in message.blocks
+            if block["type"] == "actions"
+            for element in block["elements"]
+            if element["action_id"] == action_id
+        )
+        payload = {
+            "type": "block_actions",
+            "team": {"id": TEAM},
+            "user": {"id": user},
+            "api_app_id": "A0BOT",
+            "trigger_id": "trig",
+            "container": {
+                "type": "message",
+                "message_ts": message.ts,
+                "channel_id": message.channel,
+            },
+            "channel": {"id": message.channel},
+            "message": {"ts": message.ts, "text": message.text, "blocks": message.blocks},
+            "response_url": f"{self.api_url}/respond/{uuid.uuid4().hex[:8]}",
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": "b",
+                    "type": "button",
+                    "value": button["value"],
+                    "action_ts": str(time.time()),
+                }
+            ],
+        }
+        response = await self.post(
+            urlencode({"payload": json.dumps(payload)}), "application/x-www-form-urlencoded"
+        )
+        return response.status
+
+    async def command(
+        self, command: str, text: str, user: str, *, channel: str = CHANNEL
+    ) -> tuple[int, str]:
+        token = uuid.uuid4().hex[:8]
+        form = {
+            "token": "legacy",
+            "team_id": TEAM,
+            "channel_id": channel,
+            "user_id": user,
+            "command": command,
+            "text": text,
+            "api_app_id": "A0BOT",
+            "trigger_id": "trig",
+            "response_url": f"{self.api_url}/respond/{token}",
+        }
+        response = await self.post(urlencode(form), "application/x-www-form-urlencoded")
+        return response.status, token
+
+    async def responses_for(self, token: str, count: int = 1) -> list[dict[str, Any]]:
+        return await self.api.wait_for(
+            lambda: (
+                (found := [r for r in self.api.responses if r["_token"] == token])
+                and len(found) >= count
+                and found
+            )
+        )
+
+    async def bot_replies(
+        self, thread_ts: str, count: int, *, channel: str = CHANNEL
+    ) -> list[Message]:
+        return await self.api.wait_for(
+            lambda: len(r := self.api.bot_replies(channel, thread_ts)) >= count and r
+        )
+
+    async def settled(self, thread_ts: str, status: Status, *, channel: str = CHANNEL) -> None:
+        """Wait until the thread's run has released its lease in `status`."""
+        key = ConversationKey(team=TEAM, channel=channel, thread_ts=thread_ts)
+        for _ in range(300):
+            record = self.runtime.store.get(key)
+            if record is not None and record.status is status and record.lease_owner is None:
+                return
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"{key} never settled in {status}")
+
+    async def close(self) -> None:
+        await self.http.close()
+
+
+@asynccontextmanager
+async def slack_bot(
+    store: Store, runtime: ConversationRuntime, *, admins: frozenset[str] = frozenset()
+) -> AsyncIterator[Harness]:
+    api = SlackWebApi(team=TEAM)
+    async with running_api(api) as api_url:
+        port = free_port()
+        settings = SlackSettings(
+            SLACK_BOT_TOKEN="xoxb-test",
+            SLACK_SIGNING_SECRET=SECRET,
+            SLACK_API_URL=f"{api_url}/api/",
+            PORT=port,
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(serve(settings, runtime, admins, stop=stop, host="127.0.0.1"))
+        harness = Harness(api, api_url, f"http://127.0.0.1:{port}", runtime)
+        try:
+            for _ in range(200):
+                try:
+                    async with harness.http.get(f"{harness.bot_url}/healthz") as response:
+                        if response.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+            yield harness
+        finally:
+            stop.set()
+            await task
+            await harness.close()

@@ -44,8 +44,11 @@ def tool_call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, A
 
 
 class ScriptedResponses:
-    def __init__(self, script: list[list[dict[str, Any]]]) -> None:
+    def __init__(
+        self, script: list[list[dict[str, Any]]], holds: dict[int, threading.Event] | None = None
+    ) -> None:
         self.script = list(script)
+        self.holds = holds or {}  # request number (0-based) -> answer only once this is set
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
@@ -56,7 +59,12 @@ class ScriptedResponses:
             self.headers.append(headers)
             if not self.script:
                 raise RuntimeError("the script is exhausted")
-            return self.script.pop(0)
+            number = len(self.requests) - 1
+            output = self.script.pop(0)
+        hold = self.holds.get(number)
+        if hold is not None:
+            hold.wait(120)
+        return output
 
 
 def _response(request: dict[str, Any], output: list[dict[str, Any]], status: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from bot.permalink import PermalinkError, parse_permalink
@@ -26,6 +27,17 @@ class AdminError(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class AdminReply:
+    text: str
+    ok: bool = True
+
+
+def parse_age(text: str) -> timedelta:
+    """Like a duration, but `0` (or `0s`) is allowed: every matching conversation."""
+    return timedelta(0) if text.strip() in ("0", "0s") else parse_duration(text)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise AdminError(f"{message}\n{USAGE}")
@@ -38,10 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("help", add_help=False)
     listing = commands.add_parser("list", add_help=False)
     listing.add_argument("stale", nargs="?", choices=["stale"])
-    listing.add_argument("--older-than", type=parse_duration, default=None)
+    listing.add_argument("--older-than", type=parse_age, default=None)
     discard = commands.add_parser("discard", add_help=False)
     discard.add_argument("target")
-    discard.add_argument("--older-than", type=parse_duration, default=None)
+    discard.add_argument("--older-than", type=parse_age, default=None)
     discard.add_argument("--dry-run", action="store_true")
     return parser
 
@@ -53,26 +65,30 @@ class AdminCommands:
         self.runtime = runtime
         self.link = link
 
-    async def run(self, text: str, *, team: str, by: str) -> str:
+    async def run(self, text: str, *, team: str, by: str) -> AdminReply:
         try:
             args = _parser().parse_args(shlex.split(text or "help"))
         except (AdminError, ValueError) as exc:
-            return str(exc)
+            return AdminReply(str(exc), ok=False)
         if args.command == "help":
-            return USAGE
+            return AdminReply(USAGE)
         if args.command == "status":
-            return await self.status()
+            return AdminReply(await self.status())
         if args.command == "list":
-            return await self.listing(stale=bool(args.stale), older_than=args.older_than)
+            return AdminReply(
+                await self.listing(stale=bool(args.stale), older_than=args.older_than)
+            )
         if args.target == "stale":
             if args.older_than is None:
-                return "discard stale needs --older-than <duration>, e.g. --older-than 7d"
-            return await self.discard_stale(args.older_than, dry_run=args.dry_run, by=by)
+                return AdminReply("discard stale needs --older-than <duration>, e.g. 7d", ok=False)
+            return AdminReply(
+                await self.discard_stale(args.older_than, dry_run=args.dry_run, by=by)
+            )
         try:
             key = _target(args.target, team)
         except ValueError as exc:
-            return str(exc)
-        return await self.discard(key, by=by)
+            return AdminReply(str(exc), ok=False)
+        return AdminReply(await self.discard(key, by=by))
 
     async def status(self) -> str:
         store = self.runtime.store
@@ -88,7 +104,10 @@ class AdminCommands:
         return "\n".join(lines)
 
     async def listing(self, *, stale: bool, older_than: timedelta | None) -> str:
-        age = older_than or (DEFAULT_STALE if stale else timedelta(0))
+        if older_than is not None:
+            age = older_than
+        else:
+            age = DEFAULT_STALE if stale else timedelta(0)
         records = await self.runtime.stale(age)
         title = f"idle longer than {format_duration(age)}" if age else "paused or set aside"
         if not records:

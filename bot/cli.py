@@ -1,4 +1,13 @@
-"""`python -m bot [serve | admin ...]`."""
+"""`python -m bot [serve | admin ...]`.
+
+python -m bot                     local mode (embedded storage), or serve when Slack is set
+python -m bot serve               serve Slack: Socket Mode or HTTP
+python -m bot admin init-storage  create the DynamoDB table and S3 bucket (development)
+python -m bot admin gc            local backend: drop expired rows and orphan blobs
+python -m bot admin status | list [stale] [--older-than D]
+                    | discard <permalink | team:channel:ts>
+                    | discard stale --older-than D [--dry-run]
+"""
 
 from __future__ import annotations
 
@@ -8,17 +17,21 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from storage import StorageSettings, Store, open_store
-from storage.durations import parse_duration
-from storage.models import Status
+from storage import StorageSettings, open_store
+
+if TYPE_CHECKING:
+    from bot.runtime import ConversationRuntime
+    from bot.settings import RuntimeSettings
+
+ADMIN_OWN = {"init-storage", "gc"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     logging.basicConfig(
         level=os.getenv("LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -27,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = StorageSettings()
     except ValidationError as exc:
         return config_error(exc)
-    handler = args.handler if hasattr(args, "handler") else _run_local
+    handler = getattr(args, "handler", _default)
     result: int = handler(settings, args)
     return result
 
@@ -41,26 +54,32 @@ def config_error(exc: ValidationError) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bot", description=__doc__)
-    commands = parser.add_subparsers(title="commands")
-    serve = commands.add_parser("serve", help="serve Slack (Socket Mode or HTTP)")
-    serve.set_defaults(handler=_serve)
-    admin = commands.add_parser("admin", help="operator commands")
-    admin_commands = admin.add_subparsers(title="admin commands", required=True)
-    init = admin_commands.add_parser(
-        "init-storage", help="create the DynamoDB table and S3 bucket (development, tests)"
+    parser = argparse.ArgumentParser(
+        prog="python -m bot", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    init.set_defaults(handler=_init_storage)
-    status = admin_commands.add_parser("status", help="conversations by status")
-    status.set_defaults(handler=_status)
-    listing = admin_commands.add_parser("list", help="conversations in one status")
-    listing.add_argument("--status", default=Status.AWAITING_APPROVAL.value, choices=list(Status))
-    listing.add_argument("--idle-for", default="0s", help="only idle this long (e.g. 12h, 7d)")
-    listing.add_argument("--limit", type=int, default=50)
-    listing.set_defaults(handler=_list)
-    gc = admin_commands.add_parser("gc", help="local backend: drop expired rows, orphan blobs")
-    gc.set_defaults(handler=_gc)
+    commands = parser.add_subparsers(title="commands")
+    commands.add_parser("serve", help="serve Slack (Socket Mode or HTTP)").set_defaults(
+        handler=_serve
+    )
+    admin = commands.add_parser("admin", help="operator commands (see above)")
+    admin.add_argument("--team", help="team id for permalinks (default: from auth.test)")
+    admin.add_argument("command", nargs=argparse.REMAINDER)
+    admin.set_defaults(handler=_admin)
     return parser
+
+
+def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
+    if os.getenv("SLACK_BOT_TOKEN"):
+        return _serve(settings, args)
+    store = open_store(settings)
+    counts = ", ".join(f"{s} {n}" for s, n in store.count_by_status().items())
+    print(f"storage: {_describe(settings)}; conversations: {counts}")
+    print(
+        "local mode: storage is ready, but there is no local Slack stand-in yet. To serve a "
+        "workspace set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (HTTP) or SLACK_APP_TOKEN "
+        "(Socket Mode); see the README."
+    )
+    return 0
 
 
 def _describe(settings: StorageSettings) -> str:
@@ -69,44 +88,80 @@ def _describe(settings: StorageSettings) -> str:
     return f"local ({settings.data_dir.resolve()})"
 
 
-def _run_local(settings: StorageSettings, args: argparse.Namespace) -> int:
-    store = open_store(settings)
-    counts = store.count_by_status()
-    print(f"storage: {_describe(settings)}; conversations: {_format_counts(counts)}")
-    if not os.getenv("SLACK_BOT_TOKEN"):
-        print(
-            "local mode: storage is ready, but there is no local Slack stand-in yet. To serve "
-            "a real workspace set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (HTTP) or "
-            "SLACK_APP_TOKEN (Socket Mode); see the README."
-        )
-        return 0
-    return _serve(settings, args)
-
-
 def _serve(settings: StorageSettings, args: argparse.Namespace) -> int:
-    from agents.exceptions import UserError
-
-    from bot.agent_loader import AgentLoadError
     from bot.settings import RuntimeSettings
     from bot.slackapp.server import serve
     from bot.slackapp.settings import SlackSettings
-    from bot.wiring import build_runtime
 
     try:
         slack = SlackSettings()
         runtime_settings = RuntimeSettings()
     except ValidationError as exc:
         return config_error(exc)
-    try:
-        runtime = build_runtime(settings, runtime_settings)
-    except (AgentLoadError, UserError) as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
+    runtime = _runtime(settings, runtime_settings)
+    if runtime is None:
         return 2
     asyncio.run(serve(slack, runtime, runtime_settings.admins))
     return 0
 
 
-def _init_storage(settings: StorageSettings, args: argparse.Namespace) -> int:
+def _runtime(
+    settings: StorageSettings, runtime_settings: RuntimeSettings
+) -> ConversationRuntime | None:
+    from agents.exceptions import UserError
+
+    from bot.agent_loader import AgentLoadError
+    from bot.wiring import build_runtime
+
+    try:
+        return build_runtime(settings, runtime_settings)
+    except (AgentLoadError, UserError) as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return None
+
+
+def _admin(settings: StorageSettings, args: argparse.Namespace) -> int:
+    words = list(args.command)
+    if words and words[0] == "init-storage":
+        return _init_storage(settings)
+    if words and words[0] == "gc":
+        return _gc(settings)
+    return asyncio.run(_admin_command(settings, " ".join(words), args.team))
+
+
+async def _admin_command(settings: StorageSettings, text: str, team: str | None) -> int:
+    from bot.admin import AdminCommands
+    from bot.permalink import permalink
+    from bot.settings import RuntimeSettings
+
+    try:
+        runtime_settings = RuntimeSettings()
+    except ValidationError as exc:
+        return config_error(exc)
+    runtime = _runtime(settings, runtime_settings)
+    if runtime is None:
+        return 2
+    if os.getenv("SLACK_BOT_TOKEN"):
+        # Notices (e.g. "discarded") go to their threads, as from the slash command.
+        from bot.slackapp.app import web_client
+        from bot.slackapp.poster import SlackPoster
+        from bot.slackapp.settings import SlackSettings
+
+        client = web_client(
+            SlackSettings.model_construct(
+                bot_token=os.environ["SLACK_BOT_TOKEN"],
+                api_url=os.getenv("SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/",
+            )
+        )
+        runtime.on_outcome = SlackPoster(client)
+        if team is None:
+            team = (await client.auth_test())["team_id"]
+    reply = await AdminCommands(runtime, permalink).run(text, team=team or "", by="cli")
+    print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
+    return 0 if reply.ok else 2
+
+
+def _init_storage(settings: StorageSettings) -> int:
     if settings.backend != "aws":
         open_store(settings).close()
         print(f"local storage ready in {settings.data_dir.resolve()}")
@@ -119,31 +174,7 @@ def _init_storage(settings: StorageSettings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(settings: StorageSettings, args: argparse.Namespace) -> int:
-    store = open_store(settings)
-    print(f"storage: {_describe(settings)}")
-    print(_format_counts(store.count_by_status()))
-    _print_oldest(store)
-    return 0
-
-
-def _print_oldest(store: Store) -> None:
-    for status in (Status.AWAITING_APPROVAL, Status.INTERRUPTED):
-        oldest = store.list_by_status(status, limit=1)
-        if oldest:
-            print(f"oldest {status}: {oldest[0].key} since {oldest[0].last_activity_at:%F %T}Z")
-
-
-def _list(settings: StorageSettings, args: argparse.Namespace) -> int:
-    store = open_store(settings)
-    idle = parse_duration(args.idle_for) if args.idle_for not in ("0", "0s") else None
-    for record in store.list_by_status(Status(args.status), idle_for=idle, limit=args.limit):
-        version = record.checkpoint_version
-        print(f"{record.key}\t{record.status}\tv{version}\t{record.last_activity_at:%F %T}Z")
-    return 0
-
-
-def _gc(settings: StorageSettings, args: argparse.Namespace) -> int:
+def _gc(settings: StorageSettings) -> int:
     from storage.local import LocalStore
 
     store = open_store(settings)
@@ -152,7 +183,3 @@ def _gc(settings: StorageSettings, args: argparse.Namespace) -> int:
         return 0
     print(f"removed {store.collect_garbage()} orphan checkpoint blobs")
     return 0
-
-
-def _format_counts(counts: dict[Status, int]) -> str:
-    return ", ".join(f"{status} {count}" for status, count in counts.items())

@@ -86,7 +86,7 @@ def test_cli_creates_aws_resources_idempotently(aws_services: dict[str, str]) ->
     status = subprocess.run(
         [sys.executable, "-m", "bot", "admin", "status"], env=env, capture_output=True, text=True
     )
-    assert status.returncode == 0 and "awaiting_approval 0" in status.stdout
+    assert status.returncode == 0 and "awaiting approval: 0" in status.stdout
 
 
 def test_local_gc_removes_orphans_and_expired_conversations(tmp_path: Path) -> None:

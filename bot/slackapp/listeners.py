@@ -197,7 +197,7 @@ class Listeners:
             await respond(text="Only bot admins may use this command; nothing was changed.")
             return
         reply = await self.admin.run(body.get("text") or "", team=body["team_id"], by=user)
-        await respond(text=reply[:3900])
+        await respond(text=reply.text[:3900])
 
 
 async def _react(client: AsyncWebClient, channel: str, ts: str, name: str, *, add: bool) -> None:

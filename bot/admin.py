@@ -104,10 +104,8 @@ class AdminCommands:
         return "\n".join(lines)
 
     async def listing(self, *, stale: bool, older_than: timedelta | None) -> str:
-        if older_than is not None:
-            age = older_than
-        else:
-            age = DEFAULT_STALE if stale else timedelta(0)
+        default = DEFAULT_STALE if stale else timedelta(0)
+        age = older_than if older_than is not None else default
         records = await self.runtime.stale(age)
         title = f"idle longer than {format_duration(age)}" if age else "paused or set aside"
         if not records:

@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import boto3
 from botocore.exceptions import ClientError
 
 from storage.aws.layout import STATUS_INDEX
+
+TTL_ATTRIBUTE = "expires_at"
+# The table as the code uses it; infra/template.yaml must declare the same (a test checks).
+TABLE_DEFINITION: dict[str, Any] = {
+    "AttributeDefinitions": [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+        {"AttributeName": "conv_status", "AttributeType": "S"},
+        {"AttributeName": "last_activity_ms", "AttributeType": "N"},
+    ],
+    "KeySchema": [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ],
+    "GlobalSecondaryIndexes": [
+        {
+            "IndexName": STATUS_INDEX,
+            "KeySchema": [
+                {"AttributeName": "conv_status", "KeyType": "HASH"},
+                {"AttributeName": "last_activity_ms", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        }
+    ],
+}
 
 
 def create_resources(table: str, bucket: str) -> list[str]:
@@ -23,28 +50,7 @@ def _create_table(dynamodb: object, table: str) -> bool:
     client = dynamodb  # typed loosely: boto3 clients are generated at run time
     try:
         client.create_table(  # type: ignore[attr-defined]
-            TableName=table,
-            BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-                {"AttributeName": "conv_status", "AttributeType": "S"},
-                {"AttributeName": "last_activity_ms", "AttributeType": "N"},
-            ],
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            GlobalSecondaryIndexes=[
-                {
-                    "IndexName": STATUS_INDEX,
-                    "KeySchema": [
-                        {"AttributeName": "conv_status", "KeyType": "HASH"},
-                        {"AttributeName": "last_activity_ms", "KeyType": "RANGE"},
-                    ],
-                    "Projection": {"ProjectionType": "ALL"},
-                }
-            ],
+            TableName=table, BillingMode="PAY_PER_REQUEST", **TABLE_DEFINITION
         )
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "ResourceInUseException":
@@ -55,7 +61,7 @@ def _create_table(dynamodb: object, table: str) -> bool:
     )
     client.update_time_to_live(  # type: ignore[attr-defined]
         TableName=table,
-        TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"},
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
     )
     return True
 

@@ -124,3 +124,32 @@ def test_killed_while_pausing_for_a_person(
     assert len(effects.calls("send_email")) == 1
     kinds = [i.get("type") or i.get("role") for i in history(store)]
     assert kinds.count("function_call_output") == 2 and kinds[-1] == "message"
+
+
+@pytest.mark.parametrize(
+    ("boundary", "nth"), [("after_side_effect", 1), ("after_model_response", 1)]
+)
+def test_killed_after_a_person_approved(
+    boundary: str,
+    nth: int,
+    store: Store,
+    child_env: Callable[..., dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    """The decision is durable: killed after approving (during the tool, or after the next
+    model call), recovery continues the approved run instead of asking again."""
+    effects = SideEffects(tmp_path / "effects.jsonl")
+    env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0")
+    out = tmp_path / "out.jsonl"
+    assert _child(env, "run-human", "none", "0", str(effects.path), str(out)) == 0
+    assert _child(env, "approve-human", boundary, str(nth), str(effects.path), str(out)) == -9
+    time.sleep(1.2)
+    assert _child(env, "recover-human", "-", "0", str(effects.path), str(out)) == 0
+    recovered = [json.loads(line) for line in out.read_text().splitlines()]
+    types = [o["type"] for o in recovered]
+    assert "ApprovalRequest" not in types
+    assert types[-1] == "Answer"
+    unknown = boundary == "after_side_effect"
+    assert recovered[-1]["text"] == ("Done: email unknown." if unknown else "Done: email sent.")
+    assert len(effects.calls("send_email")) == 1
+    assert store.get(KEY).status is Status.IDLE  # type: ignore[union-attr]

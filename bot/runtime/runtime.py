@@ -476,26 +476,25 @@ class _Work:
             state = await self._load_state(envelope)
             if state is None:
                 return
-            for item in state.get_interruptions():
-                if item.call_id in decisions:
-                    approve, user, reason = decisions[item.call_id]
-                    if approve:
-                        state.approve(item)
-                    else:
-                        state.reject(item, rejection_message=reason)
-            for call in envelope.humans:
-                approve, user, reason = decisions[call.call_id]
-                await self.emit(
-                    Decided(
-                        key=self.key,
-                        call_id=call.call_id,
-                        tool_name=call.tool_name,
-                        approved=approve,
-                        user=user,
-                        reason=reason,
-                    )
+            _apply_decisions(state, decisions)
+            decided: list[Outcome] = [
+                Decided(
+                    key=self.key,
+                    call_id=call.call_id,
+                    tool_name=call.tool_name,
+                    approved=decisions[call.call_id][0],
+                    user=decisions[call.call_id][1],
+                    reason=decisions[call.call_id][2],
                 )
-            await self._drive(state, envelope.started_by, held, consume)
+                for call in envelope.humans
+            ]
+            # The decision is durable before anything runs: a crash from here on is
+            # recovered from this checkpoint (status `running`), not asked again.
+            approved = envelope.model_copy(
+                update={"run_state": state.to_json(), "held": held, "awaiting": []}
+            )
+            await self._commit(approved, consume=consume, outbox=decided)
+            await self._drive(state, envelope.started_by, held, [])
             return
         changed = bool(consume) or bool(decisions)
         if changed:
@@ -506,13 +505,7 @@ class _Work:
                 state = await self._load_state(envelope)
                 if state is None:
                     return
-                for item in state.get_interruptions():
-                    if item.call_id in decisions:
-                        approve, _, reason = decisions[item.call_id]
-                        if approve:
-                            state.approve(item)
-                        else:
-                            state.reject(item, rejection_message=reason)
+                _apply_decisions(state, decisions)
                 state_doc = state.to_json()
             kept = envelope.model_copy(
                 update={
@@ -804,6 +797,19 @@ class _Work:
                 "use /resume to try again.",
             )
         )
+
+
+def _apply_decisions(
+    state: RunState[Any], decisions: dict[str, tuple[bool, str, str | None]]
+) -> None:
+    """Record each decision (approve, deciding user, reason) on the run state."""
+    for item in state.get_interruptions():
+        if item.call_id in decisions:
+            approve, _, reason = decisions[item.call_id]
+            if approve:
+                state.approve(item)
+            else:
+                state.reject(item, rejection_message=reason)
 
 
 def _read_messages(inbox: list[InboxEntry]) -> tuple[list[UserMessage], int]:

@@ -69,16 +69,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
+    """Serve Slack when it is configured; otherwise local mode: the browser-based stand-in
+    with the real bot behind it, on embedded storage."""
     if os.getenv("SLACK_BOT_TOKEN"):
         return _serve(settings, args)
-    store = open_store(settings)
-    counts = ", ".join(f"{s} {n}" for s, n in store.count_by_status().items())
-    print(f"storage: {_describe(settings)}; conversations: {counts}")
-    print(
-        "local mode: storage is ready, but there is no local Slack stand-in yet. To serve a "
-        "workspace set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (HTTP) or SLACK_APP_TOKEN "
-        "(Socket Mode); see the README."
-    )
+    from bot.standin.workspace import run_workspace
+
+    if settings.backend != "local":
+        print(f"local mode with {_describe(settings)} storage")
+    port = int(os.getenv("PORT", "3000"))
+    bot_port = int(os.getenv("BOT_LOCAL_BOT_PORT", str(port + 1)))
+    demo = not os.getenv("OPENAI_API_KEY")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(run_workspace(settings.data_dir.resolve(), port, bot_port, demo=demo))
     return 0
 
 

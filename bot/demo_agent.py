@@ -35,8 +35,16 @@ def file_ticket(title: str, details: str) -> str:
 
 
 def build_agent() -> Agent[Any]:
+    """The OpenAI Responses model by default; the offline demo model when BOT_DEMO_MODEL=1
+    (local mode without OPENAI_API_KEY)."""
+    model = None
+    if os.getenv("BOT_DEMO_MODEL") == "1":
+        from bot.demo_model import DemoModel
+
+        model = DemoModel()
     return Agent(
         name="assistant",
         instructions=INSTRUCTIONS,
+        model=model,
         tools=[retry_safe(current_time), file_ticket],
     )

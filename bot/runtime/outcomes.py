@@ -47,13 +47,16 @@ class ApprovalRequest(Outcome):
 
 
 class Decided(Outcome):
-    """A decision was applied (the Slack layer replaces the buttons with this)."""
+    """A decision was applied. `request_message` is the caller's reference to the message
+    whose button was clicked (the Slack layer replaces its buttons with the decision)."""
 
     call_id: str
     tool_name: str
+    arguments: str = ""
     approved: bool
     user: str
     reason: str | None = None
+    request_message: str | None = None
 
 
 class Notice(Outcome):

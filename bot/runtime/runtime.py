@@ -69,13 +69,20 @@ class Decision:
     """A button click: one call, approve or reject, by a user, against a checkpoint version."""
 
     def __init__(
-        self, call_id: str, approve: bool, user: str, version: int, reason: str | None = None
+        self,
+        call_id: str,
+        approve: bool,
+        user: str,
+        version: int,
+        reason: str | None = None,
+        request_message: str | None = None,
     ) -> None:
         self.call_id = call_id
         self.approve = approve
         self.user = user
         self.version = version
         self.reason = reason
+        self.request_message = request_message
 
 
 class FailClosed(Exception):
@@ -139,13 +146,15 @@ class ConversationRuntime:
         user: str,
         checkpoint_version: int,
         reason: str | None = None,
+        request_message: str | None = None,
     ) -> list[Outcome]:
-        """An approval decision from a button. Stale or duplicate decisions change nothing."""
+        """An approval decision from a button. Stale or duplicate decisions change nothing.
+        `request_message` identifies the clicked message for the `Decided` outcome."""
         try:
             lease, record = await self._call(self.store.acquire, key, self.owner)
         except LeaseBusy:
             return [Refused(key=key, text="This conversation is busy; that request is stale.")]
-        decision = Decision(call_id, approve, user, checkpoint_version, reason)
+        decision = Decision(call_id, approve, user, checkpoint_version, reason, request_message)
         return await self._serve(lease, record, decision=decision)
 
     async def resume(self, key: ConversationKey) -> list[Outcome]:
@@ -482,6 +491,12 @@ class _Work:
                     key=self.key,
                     call_id=call.call_id,
                     tool_name=call.tool_name,
+                    arguments=call.arguments,
+                    request_message=(
+                        decision.request_message
+                        if decision is not None and decision.call_id == call.call_id
+                        else None
+                    ),
                     approved=decisions[call.call_id][0],
                     user=decisions[call.call_id][1],
                     reason=decisions[call.call_id][2],
@@ -493,7 +508,7 @@ class _Work:
             approved = envelope.model_copy(
                 update={"run_state": state.to_json(), "held": held, "awaiting": []}
             )
-            await self._commit(approved, consume=consume, outbox=decided)
+            await self._commit(approved, consume=consume, outbox=decided, then_continue=True)
             await self._drive(state, envelope.started_by, held, [])
             return
         changed = bool(consume) or bool(decisions)
@@ -730,7 +745,14 @@ class _Work:
                     )
                 if finished:
                     outbox.append(Answer(key=self.key, text=str(result.final_output)))
-                await self._commit(envelope, consume=consume, session=session, outbox=outbox)
+                final = bool(humans) or (finished and not held)
+                await self._commit(
+                    envelope,
+                    consume=consume,
+                    session=session,
+                    outbox=outbox,
+                    then_continue=not final,
+                )
                 consume = []
                 from_checkpoint = False
                 if humans:
@@ -753,6 +775,7 @@ class _Work:
         consume: list[str],
         outbox: list[Outcome],
         session: ConversationSession | None = None,
+        then_continue: bool = False,
     ) -> None:
         """Commit the checkpoint with the turn's session items, consuming inbox entries, then
         emit its outcomes. The status stays `running` until the release that records their
@@ -777,6 +800,13 @@ class _Work:
         self.emitted_version = self.version
         for outcome in outbox:
             await self.emit(outcome)
+        if outbox and then_continue and not self.delivery_failed:
+            # More work follows (tools, model calls): record the delivery now, so that a
+            # crash during that work does not post these outcomes twice.
+            await self.rt._call(
+                self.store.apply,
+                Commit(key=self.key, lease=self.lease, delivered=True, touch=False),
+            )
 
     async def _consume_only(self, consume: list[str]) -> None:
         await self.rt._call(

@@ -86,16 +86,20 @@ def approval_blocks(request: ApprovalRequest, call: PendingCall) -> list[dict[st
     ]
 
 
-def decided_blocks(
-    decided: Decided, arguments_blocks: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def decided_blocks(decided: Decided) -> list[dict[str, Any]]:
     """The approval message with its buttons replaced by who decided what."""
     verdict = "Approved" if decided.approved else "Rejected"
     icon = ":white_check_mark:" if decided.approved else ":no_entry_sign:"
     reason = f" — {decided.reason}" if decided.reason else ""
-    kept = [b for b in arguments_blocks if b.get("type") != "actions"]
     return [
-        *kept,
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": truncate(f"*Approval*: `{decided.tool_name}`", 300)},
+        },
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": f"```{readable_arguments(decided.arguments)}```"},
+        },
         {
             "type": "context",
             "elements": [

@@ -16,13 +16,12 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot import metrics
 from bot.admin import AdminCommands
 from bot.permalink import PermalinkError, parse_permalink, permalink
-from bot.runtime import ConversationRuntime, Decided, Notice, NoticeKind, Outcome, Refused
+from bot.runtime import ConversationRuntime, Notice, NoticeKind, Refused
 from bot.runtime.outcomes import Status as StatusReply
 from bot.slackapp.blocks import (
     APPROVE,
     REJECT,
     RESUME,
-    decided_blocks,
     parse_button_value,
     paused_list_blocks,
 )
@@ -126,18 +125,19 @@ class Listeners:
                 replace_original=False,
             )
             return
+        container = body.get("container", {})
+        clicked = f"{container.get('channel_id', key.channel)}:{container.get('message_ts', '')}"
         outcomes = await self.runtime.decide(
             key,
             call_id=call_id,
             approve=action["action_id"] == APPROVE,
             user=user,
             checkpoint_version=version,
+            request_message=clicked,
         )
         for outcome in outcomes:
             if isinstance(outcome, Refused):
                 await respond(text=outcome.text, response_type="ephemeral", replace_original=False)
-            elif isinstance(outcome, Decided) and outcome.call_id == call_id:
-                await _replace_buttons(client, body, outcome)
 
     # -- /resume ------------------------------------------------------------------------
 
@@ -209,18 +209,3 @@ async def _react(client: AsyncWebClient, channel: str, ts: str, name: str, *, ad
             await client.reactions_remove(channel=channel, timestamp=ts, name=name)
     except SlackApiError as exc:
         log.debug("reaction %s on %s/%s: %s", name, channel, ts, exc.response.get("error"))
-
-
-async def _replace_buttons(client: AsyncWebClient, body: dict[str, Any], decided: Outcome) -> None:
-    assert isinstance(decided, Decided)
-    container = body.get("container", {})
-    message = body.get("message", {})
-    try:
-        await client.chat_update(
-            channel=container.get("channel_id") or decided.key.channel,
-            ts=container.get("message_ts") or message.get("ts"),
-            text=f"{decided.tool_name}: {'approved' if decided.approved else 'rejected'}",
-            blocks=decided_blocks(decided, message.get("blocks", [])),
-        )
-    except SlackApiError as exc:
-        log.error("%s: replacing approval buttons failed: %s", decided.key, exc)

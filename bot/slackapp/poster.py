@@ -18,7 +18,7 @@ from bot.runtime.outcomes import (
     NoticeKind,
     Outcome,
 )
-from bot.slackapp.blocks import approval_blocks, split_text, truncate
+from bot.slackapp.blocks import approval_blocks, decided_blocks, split_text, truncate
 
 log = logging.getLogger(__name__)
 NOTICE_ICONS = {
@@ -68,6 +68,8 @@ class SlackPoster:
                 channel=channel, thread_ts=thread_ts, text=truncate(f"{icon} {outcome.text}", 3900)
             )
         elif isinstance(outcome, Decided):
+            if outcome.request_message:
+                await self._replace_buttons(outcome, outcome.request_message)
             verdict = "approved" if outcome.approved else "rejected"
             reason = f": {outcome.reason}" if outcome.reason else ""
             await self.client.chat_postMessage(
@@ -78,3 +80,15 @@ class SlackPoster:
                 ),
             )
         # Refused, Status, Duplicate and Discarded answer one request: the listener shows them.
+
+    async def _replace_buttons(self, decided: Decided, request_message: str) -> None:
+        channel, _, ts = request_message.partition(":")
+        try:
+            await self.client.chat_update(
+                channel=channel,
+                ts=ts,
+                text=f"{decided.tool_name}: {'approved' if decided.approved else 'rejected'}",
+                blocks=decided_blocks(decided),
+            )
+        except SlackApiError as exc:  # the decision stands; only the old buttons remain
+            log.error("%s: replacing approval buttons failed: %s", decided.key, exc)

@@ -1,0 +1,81 @@
+"""The offline demo model: deterministic, no key, no network. It drives the demo agent's
+tools so that pause, approval, restart and resume can be seen without an OpenAI account.
+Used by local mode when OPENAI_API_KEY is not set (BOT_DEMO_MODEL=1)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agents.items import ModelResponse
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+HELP = (
+    "(offline demo model) I can tell the time, or file a ticket, which needs your approval. "
+    "Try: `@agent file a ticket about the printer`, or `@agent what time is it in Oslo?`"
+)
+
+
+def _items(call_input: Any) -> list[dict[str, Any]]:
+    if isinstance(call_input, str):
+        return [{"role": "user", "content": call_input}]
+    return [item for item in call_input if isinstance(item, dict)]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return " ".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
+
+
+def respond(call: Any) -> Any:
+    items = _items(call.input)
+    last = items[-1] if items else {}
+    if last.get("type") == "function_call_output":
+        names = {i.get("call_id"): i.get("name") for i in items if i.get("type") == "function_call"}
+        output = str(last.get("output", ""))
+        if names.get(last.get("call_id")) == "file_ticket":
+            if "reject" in output.lower() or "not approved" in output.lower():
+                return [assistant_message("OK, I did not file the ticket.")]
+            return [assistant_message(f"Done: {output}")]
+        return [assistant_message(output)]
+    users = [_text(i.get("content")) for i in items if i.get("role") == "user"]
+    text = users[-1] if users else ""
+    lowered = text.lower()
+    call_id = f"call_{uuid.uuid4().hex[:12]}"
+    if "ticket" in lowered or "file " in lowered:
+        about = re.search(r"about (.+?)[.?!]*$", text, re.IGNORECASE)
+        title = (about.group(1) if about else text).strip()[:80] or "A ticket"
+        return [function_call("file_ticket", {"title": title, "details": text}, call_id=call_id)]
+    if "time" in lowered:
+        city = re.search(r"in ([A-Za-z .'-]+?)[?.!]*$", text)
+        return [
+            function_call(
+                "current_time", {"city": city.group(1) if city else "UTC"}, call_id=call_id
+            )
+        ]
+    return [assistant_message(HELP)]
+
+
+class DemoModel(ScriptedModel):
+    """`ScriptedModel` with an endless script: each call is answered by `respond`, after a
+    short pause (BOT_DEMO_DELAY seconds) that makes a run visible, and interruptible."""
+
+    def __init__(self, delay: float | None = None) -> None:
+        super().__init__()
+        self.delay = float(os.getenv("BOT_DEMO_DELAY", "1.5")) if delay is None else delay
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        await asyncio.sleep(self.delay)
+        self.enqueue(ModelStep.respond(respond))
+        return await super().get_response(*args, **kwargs)
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        await asyncio.sleep(self.delay)
+        self.enqueue(ModelStep.respond(respond))
+        async for event in super().stream_response(*args, **kwargs):
+            yield event

@@ -93,3 +93,78 @@ def test_mention_approve_restart_resume(local_bot: tuple[str, Path]) -> None:
             browser.close()
     tickets = (data_dir / "tickets.jsonl").read_text().splitlines()
     assert len(tickets) == 1  # filed once, across the crash
+
+
+def _state(url: str) -> dict[str, object]:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/ui/state?user=U0ALICE", timeout=5) as response:
+        return dict(json.loads(response.read()))
+
+
+def _wait_for(condition: object, seconds: float = 60) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if condition():  # type: ignore[operator]
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+def test_ctrl_c_and_run_again_keeps_the_conversation(tmp_path: Path) -> None:
+    import json
+    import urllib.request
+
+    port, bot_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "BOT_LOCAL_BOT_PORT": str(bot_port),
+        "BOT_DATA_DIR": str(tmp_path / "data"),
+        "BOT_DEMO_DELAY": "0.2",
+        "BOT_STORAGE": "local",
+    }
+    for name in ("OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "BOT_TABLE"):
+        env.pop(name, None)
+    url = f"http://127.0.0.1:{port}"
+
+    def running() -> bool:
+        return _state(url)["bot"] == "running"
+
+    def replies() -> list[str]:
+        threads = _state(url)["threads"]
+        assert isinstance(threads, list)
+        return [r["text"] for t in threads for r in t["replies"]]
+
+    def post(text: str, thread_ts: str | None = None) -> None:
+        body = json.dumps({"user": "U0ALICE", "text": text, "thread_ts": thread_ts}).encode()
+        request = urllib.request.Request(
+            f"{url}/ui/post", data=body, headers={"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(request, timeout=5).close()
+
+    first = subprocess.Popen([sys.executable, "-m", "bot"], env=env)
+    try:
+        _wait_for(running)
+        post("@agent what time is it in Oslo?")
+        _wait_for(lambda: any("UTC" in r for r in replies()))
+    finally:
+        first.send_signal(signal.SIGINT)
+        assert first.wait(20) == 0
+    second = subprocess.Popen([sys.executable, "-m", "bot"], env=env)
+    try:
+        _wait_for(running)
+        assert any("UTC" in r for r in replies())  # the channel is still there
+        threads = _state(url)["threads"]
+        assert isinstance(threads, list)
+        post("what time is it in Lima?", threads[0]["ts"])  # a reply continues the same conversation
+        _wait_for(lambda: sum("UTC" in r for r in replies()) == 2)
+    finally:
+        second.send_signal(signal.SIGINT)
+        second.wait(20)

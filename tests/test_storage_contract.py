@@ -214,3 +214,35 @@ def test_inbox_keeps_messages_until_a_commit_consumes_them(store: Store) -> None
     store.release(lease, status=Status.IDLE, inbox_seen=seen + 1)
     assert store.read_inbox(KEY) == []
     assert store.get(KEY).status is Status.IDLE  # type: ignore[union-attr]
+
+
+def test_two_writers_racing_on_one_version_one_wins(backend: Backend) -> None:
+    """Two processes' worth of stores commit concurrently, both expecting version 0."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = backend.open(lease_seconds=30)
+    second = backend.open(lease_seconds=30)
+    lease, _ = first.acquire(KEY, "writer")
+
+    def attempt(store: Store, n: int) -> str:
+        try:
+            store.commit(
+                lease, state={"writer": n}, meta=META, expected_version=0, items=[f'"{n}"']
+            )
+        except CheckpointConflict:
+            return "conflict"
+        except Exception as exc:  # a SessionConflict is also a refusal
+            return type(exc).__name__
+        return "won"
+
+    for _ in range(5):
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(attempt, (first, second), (1, 2)))
+        assert sorted(results)[-1] == "won" and results.count("won") == 1, results
+        record = first.get(KEY)
+        assert record is not None and record.checkpoint is not None
+        winner = first.load_checkpoint(record.checkpoint)["writer"]
+        assert first.read_items(KEY).items == [f'"{winner}"']
+        # reset for the next round
+        first.drop_checkpoint(lease, status=Status.IDLE)
+        first.clear_items(KEY, lease)

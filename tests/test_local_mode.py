@@ -163,7 +163,8 @@ def test_ctrl_c_and_run_again_keeps_the_conversation(tmp_path: Path) -> None:
         assert any("UTC" in r for r in replies())  # the channel is still there
         threads = _state(url)["threads"]
         assert isinstance(threads, list)
-        post("what time is it in Lima?", threads[0]["ts"])  # a reply continues the same conversation
+        # A reply continues the same conversation.
+        post("what time is it in Lima?", threads[0]["ts"])
         _wait_for(lambda: sum("UTC" in r for r in replies()) == 2)
     finally:
         second.send_signal(signal.SIGINT)

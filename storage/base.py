@@ -177,8 +177,7 @@ class Store(ABC):
             f"checkpoints/{lease.key.path}/"
             f"v{version:010d}-f{lease.fence}-{encoded.sha256[:16]}.json.gz"
         )
-        with contextlib.suppress(BlobExists):
-            self._put_blob(object_key, encoded.data)
+        self._put_blob_once(object_key, encoded.data)
         pointer = CheckpointPointer(
             object_key=object_key,
             version=version,
@@ -313,6 +312,11 @@ class Store(ABC):
     @abstractmethod
     def _put_blob(self, object_key: str, data: bytes) -> None:
         """Create-only write; raises `BlobExists` if the object is there."""
+
+    def _put_blob_once(self, object_key: str, data: bytes) -> None:
+        """Write a content-addressed blob; one already there holds these very bytes."""
+        with contextlib.suppress(BlobExists):
+            self._put_blob(object_key, data)
 
     @abstractmethod
     def _get_blob(self, object_key: str) -> bytes:

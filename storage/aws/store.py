@@ -3,7 +3,6 @@ region and endpoints (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDP
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Sequence
@@ -345,9 +344,7 @@ class AwsStore(Store):
     def _offload(self, key: ConversationKey, seq: int, data: bytes, kind: str) -> str:
         digest = hashlib.sha256(data).hexdigest()
         blob_key = f"items/{key.path}/{seq:012d}-{kind}-{digest}.json"
-        # Content-addressed: an existing object holds these very bytes.
-        with contextlib.suppress(BlobExists):
-            self._put_blob(blob_key, data)
+        self._put_blob_once(blob_key, data)
         return blob_key
 
     def _expand(self, row: Item) -> list[str]:
@@ -661,15 +658,11 @@ class AwsStore(Store):
         if len(text.encode()) > INLINE_ITEM_LIMIT:
             digest = hashlib.sha256(text.encode()).hexdigest()
             blob_key = f"tools/{record.key.path}/{record.call_id}-{digest}.json"
-            self._offload_exact(blob_key, text.encode())
+            self._put_blob_once(blob_key, text.encode())
             item["record_blob"] = s(blob_key)
         else:
             item["record"] = s(text)
         return item
-
-    def _offload_exact(self, blob_key: str, data: bytes) -> None:
-        with contextlib.suppress(BlobExists):
-            self._put_blob(blob_key, data)
 
     def _lease_check(self, lease: Lease) -> Any:
         return {

@@ -4,15 +4,10 @@ requests, talking to the recording stand-in of the Slack Web API."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
@@ -20,6 +15,7 @@ from aiohttp import web
 from bot.runtime import ConversationRuntime
 from bot.slackapp.server import serve
 from bot.slackapp.settings import SlackSettings
+from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
 from storage import ConversationKey, Status, Store
 from tests.services import free_port
@@ -32,9 +28,7 @@ CHANNEL = "C0GENERAL"
 def signed_headers(
     body: str, *, secret: str = SECRET, timestamp: int | None = None
 ) -> dict[str, str]:
-    stamp = str(int(time.time()) if timestamp is None else timestamp)
-    digest = hmac.new(secret.encode(), f"v0:{stamp}:{body}".encode(), hashlib.sha256).hexdigest()
-    return {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": f"v0={digest}"}
+    return requests.signed_headers(body, secret, timestamp=timestamp)
 
 
 @asynccontextmanager
@@ -72,17 +66,7 @@ class Harness:
             return response
 
     def event_body(self, event: dict[str, Any], event_id: str | None = None) -> str:
-        return json.dumps(
-            {
-                "token": "legacy",
-                "team_id": TEAM,
-                "api_app_id": "A0BOT",
-                "type": "event_callback",
-                "event_id": event_id or f"Ev{uuid.uuid4().hex[:10]}",
-                "event_time": int(time.time()),
-                "event": event,
-            }
-        )
+        return requests.event_callback(TEAM, event, event_id)
 
     async def send_event(
         self, event: dict[str, Any], *, event_id: str | None = None, retry: int | None = None
@@ -144,51 +128,31 @@ class Harness:
             for element in block["elements"]
             if element["action_id"] == action_id
         )
-        payload = {
-            "type": "block_actions",
-            "team": {"id": TEAM},
-            "user": {"id": user},
-            "api_app_id": "A0BOT",
-            "trigger_id": "trig",
-            "container": {
-                "type": "message",
-                "message_ts": message.ts,
-                "channel_id": message.channel,
-            },
-            "channel": {"id": message.channel},
-            "message": {"ts": message.ts, "text": message.text, "blocks": message.blocks},
-            "response_url": f"{self.api_url}/respond/{uuid.uuid4().hex[:8]}",
-            "actions": [
-                {
-                    "action_id": action_id,
-                    "block_id": "b",
-                    "type": "button",
-                    "value": button["value"],
-                    "action_ts": str(time.time()),
-                }
-            ],
-        }
-        response = await self.post(
-            urlencode({"payload": json.dumps(payload)}), "application/x-www-form-urlencoded"
+        body = requests.block_actions(
+            team=TEAM,
+            user=user,
+            channel=message.channel,
+            message={"ts": message.ts, "text": message.text, "blocks": message.blocks},
+            action_id=action_id,
+            value=button["value"],
+            response_url=f"{self.api_url}/respond/{uuid.uuid4().hex[:8]}",
         )
+        response = await self.post(body, requests.FORM)
         return response.status
 
     async def command(
         self, command: str, text: str, user: str, *, channel: str = CHANNEL
     ) -> tuple[int, str]:
         token = uuid.uuid4().hex[:8]
-        form = {
-            "token": "legacy",
-            "team_id": TEAM,
-            "channel_id": channel,
-            "user_id": user,
-            "command": command,
-            "text": text,
-            "api_app_id": "A0BOT",
-            "trigger_id": "trig",
-            "response_url": f"{self.api_url}/respond/{token}",
-        }
-        response = await self.post(urlencode(form), "application/x-www-form-urlencoded")
+        body = requests.slash_command(
+            team=TEAM,
+            channel=channel,
+            user=user,
+            command=command,
+            text=text,
+            response_url=f"{self.api_url}/respond/{token}",
+        )
+        response = await self.post(body, requests.FORM)
         return response.status, token
 
     async def responses_for(self, token: str, count: int = 1) -> list[dict[str, Any]]:

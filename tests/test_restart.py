@@ -5,7 +5,6 @@ scripted /v1/responses server, the Web API stand-in, signed requests."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from tests.responses_server import ScriptedResponses, message, responses_server, tool_call
 from tests.services import free_port
@@ -77,20 +77,14 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
                 question = api.add_user_message(
                     CHANNEL, "UALICE", "<@UBOT> what time is it in Lima?"
                 )
-                body = json.dumps(
-                    {
-                        "type": "event_callback",
-                        "team_id": TEAM,
-                        "event_id": "EvR1",
-                        "event": {
-                            "type": "app_mention",
-                            "user": "UALICE",
-                            "text": question.text,
-                            "ts": question.ts,
-                            "channel": CHANNEL,
-                        },
-                    }
-                )
+                mention = {
+                    "type": "app_mention",
+                    "user": "UALICE",
+                    "text": question.text,
+                    "ts": question.ts,
+                    "channel": CHANNEL,
+                }
+                body = requests.event_callback(TEAM, mention, "EvR1")
                 async with (
                     aiohttp.ClientSession() as http,
                     http.post(

@@ -17,17 +17,21 @@ import os
 import secrets
 import signal
 import sys
-import time
 import uuid
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 from aiohttp import web
 
-from bot.standin.signing import signed_headers
+from bot.standin.requests import (
+    FORM,
+    block_actions,
+    event_callback,
+    signed_headers,
+    slash_command,
+)
 from bot.standin.slack_api import Message, SlackWebApi
 
 log = logging.getLogger(__name__)
@@ -157,24 +161,15 @@ class Workspace:
         if thread_ts:
             event["thread_ts"] = thread_ts
         if mentioned:
-            await self.deliver(self.envelope({**event, "type": "app_mention"}), "application/json")
+            await self.deliver(
+                event_callback(self.api.team, {**event, "type": "app_mention"}), "application/json"
+            )
         if thread_ts or not mentioned:
-            body = self.envelope({**event, "type": "message", "channel_type": "channel"})
+            body = event_callback(
+                self.api.team, {**event, "type": "message", "channel_type": "channel"}
+            )
             await self.deliver(body, "application/json")
         return message
-
-    def envelope(self, event: dict[str, Any]) -> str:
-        return json.dumps(
-            {
-                "token": "local",
-                "team_id": self.api.team,
-                "api_app_id": "A0LOCAL",
-                "type": "event_callback",
-                "event_id": f"Ev{uuid.uuid4().hex[:12]}",
-                "event_time": int(time.time()),
-                "event": event,
-            }
-        )
 
     def response_url(self, user: str) -> str:
         token = uuid.uuid4().hex[:12]
@@ -183,43 +178,27 @@ class Workspace:
 
     async def click(self, user: str, channel: str, ts: str, action_id: str, value: str) -> None:
         message = self.api.messages.get((channel, ts)) or Message(channel, ts, "", user)
-        payload = {
-            "type": "block_actions",
-            "team": {"id": self.api.team},
-            "user": {"id": user},
-            "api_app_id": "A0LOCAL",
-            "trigger_id": uuid.uuid4().hex,
-            "container": {"type": "message", "message_ts": ts, "channel_id": channel},
-            "channel": {"id": channel},
-            "message": {"ts": ts, "text": message.text, "blocks": message.blocks or []},
-            "response_url": self.response_url(user),
-            "actions": [
-                {
-                    "action_id": action_id,
-                    "block_id": "b",
-                    "type": "button",
-                    "value": value,
-                    "action_ts": str(time.time()),
-                }
-            ],
-        }
-        await self.deliver(
-            urlencode({"payload": json.dumps(payload)}), "application/x-www-form-urlencoded"
+        body = block_actions(
+            team=self.api.team,
+            user=user,
+            channel=channel,
+            message={"ts": ts, "text": message.text, "blocks": message.blocks or []},
+            action_id=action_id,
+            value=value,
+            response_url=self.response_url(user),
         )
+        await self.deliver(body, FORM)
 
     async def command(self, user: str, command: str, text: str) -> None:
-        form = {
-            "token": "local",
-            "team_id": self.api.team,
-            "channel_id": CHANNEL,
-            "user_id": user,
-            "command": command,
-            "text": text,
-            "api_app_id": "A0LOCAL",
-            "trigger_id": uuid.uuid4().hex,
-            "response_url": self.response_url(user),
-        }
-        await self.deliver(urlencode(form), "application/x-www-form-urlencoded")
+        body = slash_command(
+            team=self.api.team,
+            channel=CHANNEL,
+            user=user,
+            command=command,
+            text=text,
+            response_url=self.response_url(user),
+        )
+        await self.deliver(body, FORM)
 
     def background(self, work: Any) -> None:
         """Answer the page at once, as Slack's client does, and deliver in the background."""

@@ -173,6 +173,8 @@ async def test_approval_by_button(bot: Harness, effects: SideEffects) -> None:
     assert approval.blocks is not None and "send_email" in json.dumps(approval.blocks)
     assert "ana@example.com" in json.dumps(approval.blocks)
     assert effects.calls() == []
+    # The message is posted just before the run releases the thread: click after that.
+    await bot.settled(top.ts, Status.AWAITING_APPROVAL)
 
     assert await bot.click(approval, APPROVE, BOB) == 200  # not the requester, not an approver
     [refusal] = await bot.api.wait_for(lambda: bot.api.responses)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -378,12 +378,8 @@ class AwsStore(Store):
         }
         if page_size is not None:
             query["Limit"] = page_size
-        while True:
-            page = self.dynamodb.query(**query)
+        for page in self._pages(query):  # lazily: callers usually stop after the first page
             yield from page["Items"]
-            if "LastEvaluatedKey" not in page:
-                return
-            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def read_items(self, key: ConversationKey, limit: int | None = None) -> SessionPage:
         rows = self._rows_newest_first(key, None if limit is None else limit + 1)
@@ -531,13 +527,11 @@ class AwsStore(Store):
             "ExpressionAttributeValues": {":pk": s(conv_pk(key)), ":inbox": s(INBOX_PREFIX)},
             "ConsistentRead": True,
         }
-        entries: list[InboxEntry] = []
-        while True:
-            page = self.dynamodb.query(**query)
-            entries.extend(InboxEntry.model_validate_json(i["entry"]["S"]) for i in page["Items"])
-            if "LastEvaluatedKey" not in page:
-                return entries
-            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return [
+            InboxEntry.model_validate_json(item["entry"]["S"])
+            for page in self._pages(query)
+            for item in page["Items"]
+        ]
 
     # -- ledgers ------------------------------------------------------------------------
 
@@ -690,12 +684,10 @@ class AwsStore(Store):
             "Limit": limit,
         }
         records: list[Conversation] = []
-        while len(records) < limit:
-            page = self.dynamodb.query(**query)
+        for page in self._pages(query):
             records.extend(record_from_item(item) for item in page["Items"])
-            if "LastEvaluatedKey" not in page:
+            if len(records) >= limit:
                 break
-            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         return records[:limit]
 
     def count_by_status(self) -> dict[Status, int]:
@@ -708,15 +700,12 @@ class AwsStore(Store):
                 "ExpressionAttributeValues": {":status": s(status.value)},
                 "Select": "COUNT",
             }
-            total = 0
-            while True:
-                page = self.dynamodb.query(**query)
-                total += page["Count"]
-                if "LastEvaluatedKey" not in page:
-                    break
-                query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-            counts[status] = total
+            counts[status] = sum(page["Count"] for page in self._pages(query))
         return counts
+
+    def _pages(self, query: dict[str, Any]) -> Iterator[Any]:
+        """Query pages, fetched one at a time as they are consumed (boto3's paginator)."""
+        return iter(self.dynamodb.get_paginator("query").paginate(**query))
 
     # -- blobs --------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,6 +23,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_until(condition: Callable[[], object], seconds: float = 60) -> None:
+    """Poll `condition` until it is truthy; a connection error counts as not yet."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if condition():
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"timed out after {seconds}s"
+        time.sleep(0.05)
 
 
 def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.services import free_port
+from tests.services import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -103,20 +103,6 @@ def _state(url: str) -> dict[str, object]:
         return dict(json.loads(response.read()))
 
 
-def _wait_for(condition: object, seconds: float = 60) -> None:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            if condition():  # type: ignore[operator]
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
-
-
 def test_ctrl_c_and_run_again_keeps_the_conversation(tmp_path: Path) -> None:
     import json
     import urllib.request
@@ -151,21 +137,21 @@ def test_ctrl_c_and_run_again_keeps_the_conversation(tmp_path: Path) -> None:
 
     first = subprocess.Popen([sys.executable, "-m", "bot"], env=env)
     try:
-        _wait_for(running)
+        wait_until(running)
         post("@agent what time is it in Oslo?")
-        _wait_for(lambda: any("UTC" in r for r in replies()))
+        wait_until(lambda: any("UTC" in r for r in replies()))
     finally:
         first.send_signal(signal.SIGINT)
         assert first.wait(20) == 0
     second = subprocess.Popen([sys.executable, "-m", "bot"], env=env)
     try:
-        _wait_for(running)
+        wait_until(running)
         assert any("UTC" in r for r in replies())  # the channel is still there
         threads = _state(url)["threads"]
         assert isinstance(threads, list)
         # A reply continues the same conversation.
         post("what time is it in Lima?", threads[0]["ts"])
-        _wait_for(lambda: sum("UTC" in r for r in replies()) == 2)
+        wait_until(lambda: sum("UTC" in r for r in replies()) == 2)
     finally:
         second.send_signal(signal.SIGINT)
         second.wait(20)

@@ -19,7 +19,7 @@ import pytest
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from tests.responses_server import ScriptedResponses, message, responses_server, tool_call
-from tests.services import free_port
+from tests.services import free_port, wait_until
 from tests.slack_kit import CHANNEL, SECRET, TEAM, running_api, signed_headers
 
 pytestmark = pytest.mark.slow
@@ -95,7 +95,7 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
                 ):
                     assert response.status == 200
                 # The first turn (a tool call) is committed; the second model call hangs.
-                await asyncio.to_thread(_wait, lambda: len(script.requests) >= 2)
+                await asyncio.to_thread(wait_until, lambda: len(script.requests) >= 2)
                 first.send_signal(signal.SIGKILL)
                 first.wait(10)
             finally:
@@ -119,15 +119,6 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
     outputs = [i for i in last_input if i.get("type") == "function_call_output"]
     assert [o["call_id"] for o in outputs] == ["call_time"]
     assert second.returncode == 0
-
-
-def _wait(condition: object, seconds: float = 60) -> None:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def _start(command: list[str], env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:

@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from storage.base import KEEP, Commit, Committed, SessionPage, Store
+from storage.base import CONSUME_LIMIT, KEEP, Commit, Committed, SessionPage, Store
 from storage.config import StorageSettings
 from storage.errors import (
     CheckpointConflict,
@@ -17,6 +17,7 @@ from storage.errors import (
     SessionConflict,
     SessionItemError,
     StorageError,
+    StorageUnavailable,
 )
 from storage.factory import open_store
 from storage.lease import LeaseKeeper
@@ -25,6 +26,7 @@ from storage.models import (
     CheckpointPointer,
     Conversation,
     ConversationKey,
+    DeliveryMark,
     InboxEntry,
     Lease,
     Status,
@@ -47,6 +49,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CONSUME_LIMIT",
     "KEEP",
     "CheckpointConflict",
     "CheckpointCorrupt",
@@ -60,6 +63,7 @@ __all__ = [
     "Conversation",
     "ConversationKey",
     "ConversationSession",
+    "DeliveryMark",
     "InboxChanged",
     "InboxEntry",
     "Lease",
@@ -72,6 +76,7 @@ __all__ = [
     "SessionPage",
     "Status",
     "StorageError",
+    "StorageUnavailable",
     "StorageSettings",
     "Store",
     "ToolCallClaim",

@@ -10,9 +10,10 @@ pointer also records the session watermark (`session_seq`) it was committed with
 from __future__ import annotations
 
 import contextlib
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ from storage.models import (
     CheckpointPointer,
     Conversation,
     ConversationKey,
+    DeliveryMark,
     InboxEntry,
     Lease,
     Status,
@@ -34,8 +36,10 @@ from storage.models import (
 # DynamoDB's limits shape what one atomic append may hold; both backends honour them so
 # that the contract (and its tests) are the same.
 INLINE_ITEM_LIMIT = 300_000  # bytes of one item kept in the table, below the 400 KB item cap
-TRANSACTION_ITEM_LIMIT = 90  # session rows per transaction, below the 100-action cap
+TRANSACTION_ACTIONS_LIMIT = 100  # DynamoDB's cap on actions in one TransactWriteItems
+TRANSACTION_ITEM_LIMIT = 90  # session rows per transaction, leaving room for the rest
 TRANSACTION_BYTES_LIMIT = 3_000_000  # below the 4 MB transaction cap
+CONSUME_LIMIT = 50  # inbox entries one commit may consume; callers take larger backlogs in chunks
 APPEND_ATTEMPTS = 50
 
 
@@ -78,9 +82,17 @@ class Commit:
     status: Status | None = None
     release: bool = False
     touch: bool = True  # counts as activity (moves last_activity_at and expires_at)
-    consume: Sequence[str] = ()  # inbox entry ids this write consumes
-    delivered: bool = False  # the outcomes of the (resulting) checkpoint were delivered
+    consume: Sequence[str] = ()  # inbox entry ids this write consumes (at most CONSUME_LIMIT)
+    delivered: bool = False  # every outcome of the (resulting) checkpoint was delivered
+    delivery: DeliveryMark | None = None  # where delivery stands (overrides `delivered`)
     inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
+    # Makes a retried write idempotent (DynamoDB's ClientRequestToken): a retry of a write
+    # whose answer was lost is not applied twice, nor refused for its own earlier effect.
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        if len(self.consume) > CONSUME_LIMIT:
+            raise ValueError(f"one commit consumes at most {CONSUME_LIMIT} inbox entries")
 
 
 class Store(ABC):
@@ -115,11 +127,18 @@ class Store(ABC):
         *,
         status: Status | None = None,
         force: bool = False,
+        create: bool = True,
+        takeover_from: str | None = None,
     ) -> tuple[Lease, Conversation]:
-        """Take the lease when free or expired (past expiry plus the skew margin), creating
-        the record if needed; the fencing token grows by one. Raises `LeaseBusy`.
+        """Take the lease when free or expired (past expiry plus the skew margin); the
+        fencing token grows by one. Raises `LeaseBusy`. Taking a lease is not activity: it
+        moves neither `last_activity_at` nor `expires_at`.
+        `create` makes a missing (or expired) record; without it, raises `NotFound`.
         `force` takes it from a live holder (an admin's discard): fencing makes that safe,
-        since every later write of the old holder is rejected."""
+        since every later write of the old holder is rejected. `takeover_from` takes it from
+        that holder only, live or not (its process is known to be dead). Owners should be
+        unique per acquisition: a retry that finds the lease held by this very `owner`
+        (its first attempt landed, the answer was lost) gets that lease."""
 
     @abstractmethod
     def renew(self, lease: Lease) -> Lease:
@@ -132,10 +151,13 @@ class Store(ABC):
         status: Status | None = None,
         inbox_seen: int | None = None,
         delivered: bool = False,
+        delivery: DeliveryMark | None = None,
+        touch: bool = True,
     ) -> Committed:
         """Give the lease up, optionally setting the status. Raises `LeaseLost`; with
         `inbox_seen`, raises `InboxChanged` (and keeps the lease) if messages arrived;
-        `delivered` records that the current checkpoint's outcomes reached the user."""
+        `delivered` records that the current checkpoint's outcomes reached the user,
+        `delivery` where their delivery stands instead."""
         return self.apply(
             Commit(
                 key=lease.key,
@@ -144,6 +166,8 @@ class Store(ABC):
                 release=True,
                 inbox_seen=inbox_seen,
                 delivered=delivered,
+                delivery=delivery,
+                touch=touch,
             )
         )
 
@@ -188,6 +212,7 @@ class Store(ABC):
             created_at=self.clock(),
             fence=lease.fence,
             session_seq=0,  # filled in by the backend, inside the atomic write
+            finished=meta.finished,
         )
         return self.apply(
             Commit(
@@ -261,14 +286,28 @@ class Store(ABC):
     # -- inbox --------------------------------------------------------------------------
 
     @abstractmethod
-    def enqueue(self, key: ConversationKey, event_id: str, payload: str) -> bool:
+    def enqueue(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool = True,
+        participant: str | None = None,
+        token: str | None = None,
+    ) -> bool:
         """Keep a user message durably, claiming its Slack event id in the same atomic write;
-        marks the conversation `running` (it has work) and bumps `inbox_seq`. False, and
-        nothing written, when the event id was already claimed."""
+        marks the conversation `running` (it has work), bumps `inbox_seq` and adds
+        `participant` to its participants. False, and nothing written, when the event id was
+        already claimed. Without `create`, only an existing, unexpired conversation takes
+        it; otherwise raises `NotFound` (and claims nothing). Retrying with the same
+        `token` after an unanswered attempt is not mistaken for a duplicate."""
 
     @abstractmethod
-    def read_inbox(self, key: ConversationKey) -> list[InboxEntry]:
-        """Queued messages, oldest first. Commits consume them (`Commit.consume`)."""
+    def read_inbox(self, key: ConversationKey, generation: int | None = None) -> list[InboxEntry]:
+        """Queued messages, oldest first. Commits consume them (`Commit.consume`). With
+        `generation`, entries older than that generation (left by an expired record) are
+        left out."""
 
     # -- ledgers ------------------------------------------------------------------------
 
@@ -287,7 +326,11 @@ class Store(ABC):
         """Record a started call's result (fenced)."""
 
     @abstractmethod
-    def get_tool_call(self, key: ConversationKey, call_id: str) -> ToolCallRecord | None: ...
+    def get_tool_call(
+        self, key: ConversationKey, call_id: str, generation: int | None = None
+    ) -> ToolCallRecord | None:
+        """The ledger entry of `call_id` in the conversation's current generation (read from
+        the record unless given)."""
 
     # -- operational queries ------------------------------------------------------------
 
@@ -333,6 +376,7 @@ class Store(ABC):
     def new_record(self, key: ConversationKey, now: datetime) -> Conversation:
         return Conversation(
             key=key,
+            generation=int(now.timestamp() * 1000),
             created_at=now,
             updated_at=now,
             last_activity_at=now,

@@ -29,7 +29,12 @@ class LeaseLost(StorageError):
 
 
 class NotFound(StorageError):
-    """The conversation has no record."""
+    """The conversation has no record (or its record expired)."""
+
+
+class StorageUnavailable(StorageError):
+    """A transient failure of the backing service (throttling, 5xx, a dropped or timed-out
+    connection, a locked database): the operation may be retried later, unchanged."""
 
 
 class CheckpointConflict(StorageError):

@@ -62,6 +62,9 @@ class CheckpointPointer(BaseModel):
     session_seq: int = Field(
         ge=0, description="session watermark: items with seq < this were committed with it"
     )
+    finished: bool = Field(
+        default=False, description="it holds no run to continue (so there is no need to load it)"
+    )
 
 
 class Conversation(BaseModel):
@@ -75,9 +78,28 @@ class Conversation(BaseModel):
     checkpoint: CheckpointPointer | None = None
     next_seq: int = 0
     session_floor: int = 0
+    generation: int = Field(
+        default=0,
+        description="scopes the conversation's rows: a record recreated after its TTL starts "
+        "a new generation and sees none of the old rows (0: rows written before generations)",
+    )
+    participants: frozenset[str] = Field(
+        default=frozenset(), description="users who wrote in the conversation"
+    )
     inbox_seq: int = Field(default=0, description="grows with every message queued")
     delivered_version: int = Field(
-        default=0, description="checkpoint version whose outcomes the writer has delivered"
+        default=0, description="checkpoint version whose outbox the cursor below refers to"
+    )
+    delivered_count: int | None = Field(
+        default=None,
+        description="entries of that outbox delivered, in order; None: all of them",
+    )
+    delivery_attempts: int = Field(default=0, description="failed delivery attempts so far")
+    delivery_retry_at: datetime | None = Field(
+        default=None, description="no redelivery before this instant (backoff)"
+    )
+    delivery_error: str | None = Field(
+        default=None, description="why the last delivery failed (a Slack error code, ...)"
     )
     created_at: datetime
     updated_at: datetime
@@ -87,6 +109,22 @@ class Conversation(BaseModel):
     @property
     def checkpoint_version(self) -> int:
         return self.checkpoint.version if self.checkpoint else 0
+
+    def undelivered_from(self) -> int | None:
+        """Index of the first outbox entry of the current checkpoint not yet delivered, or
+        None when everything was delivered."""
+        if self.checkpoint is None:
+            return None
+        if self.delivered_version < self.checkpoint.version:
+            return 0
+        if self.delivered_version == self.checkpoint.version and self.delivered_count is not None:
+            return self.delivered_count
+        return None
+
+    def leased(self, now: datetime) -> bool:
+        return self.lease_owner is not None and (
+            self.lease_expires_at is None or self.lease_expires_at >= now
+        )
 
 
 class Lease(BaseModel):
@@ -98,6 +136,21 @@ class Lease(BaseModel):
     owner: str
     fence: int
     expires_at: datetime
+    generation: int = 0
+
+
+class DeliveryMark(BaseModel):
+    """Where delivery of a checkpoint's outbox stands: `count` entries of version
+    `version`'s outbox were delivered (None: all). Failed attempts back off until `retry_at`;
+    `error` says why the last one failed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    count: int | None = None
+    attempts: int = 0
+    retry_at: datetime | None = None
+    error: str | None = None
 
 
 class CheckpointMeta(BaseModel):
@@ -107,6 +160,7 @@ class CheckpointMeta(BaseModel):
 
     schema_version: str
     agent_fingerprint: str
+    finished: bool = False
 
 
 class ToolCallStatus(StrEnum):

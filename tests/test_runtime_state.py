@@ -69,11 +69,10 @@ async def assert_failed_closed(
     assert effects.calls() == []
     record = store.get(KEY)
     assert record is not None
-    assert (record.status, record.checkpoint, record.lease_owner) == (
-        Status.NEEDS_RESTART,
-        None,
-        None,
-    )
+    assert (record.status, record.lease_owner) == (Status.NEEDS_RESTART, None)
+    # The checkpoint that could not be trusted is replaced by a finished one (it carries
+    # the notice until it is delivered): nothing in it can run.
+    assert record.checkpoint is not None and record.checkpoint.finished
     # The history stays valid for the model: the unanswered call is closed, not run.
     assert kinds(store) == ["user", "function_call", "function_call_output"]
     assert history(store)[2]["output"] == NOT_RUN
@@ -85,13 +84,39 @@ async def assert_failed_closed(
 
 
 async def test_expired_checkpoint(backend: Backend, effects: SideEffects) -> None:
+    """The conversation is alive (a message six days on kept it so) but the run's
+    checkpoint is older than the TTL: it fails closed."""
     store = backend.open(state_ttl="7d")
     _, request = await paused(store, effects)
+    six_days = backend.open(state_ttl="7d")
+    six_days.clock = lambda: utcnow() + timedelta(days=6)
+    lease, _ = six_days.acquire(KEY, "someone")
+    six_days.release(lease, status=Status.AWAITING_APPROVAL)  # activity, no new checkpoint
     later = backend.open(state_ttl="7d")
     later.clock = lambda: utcnow() + timedelta(days=8)  # the same bot, eight days on
     rt_later = ConversationRuntime(later, build_agent(email_then_answer(), effects))
     outcomes = await approve(rt_later, request)
-    await assert_failed_closed(store, effects, outcomes, NoticeKind.STATE_EXPIRED)
+    await assert_failed_closed(later, effects, outcomes, NoticeKind.STATE_EXPIRED)
+
+
+async def test_an_expired_conversation_is_forgotten(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """Past its TTL the whole conversation is gone: a late click runs nothing, and a new
+    mention starts clean, without the old history (what users wrote is not fed again)."""
+    store = backend.open(state_ttl="7d")
+    _, request = await paused(store, effects)
+    later = backend.open(state_ttl="7d")
+    later.clock = lambda: utcnow() + timedelta(days=8)
+    rt_later = ConversationRuntime(later, build_agent(echo_model(), effects))
+    [refused] = await approve(rt_later, request)
+    assert isinstance(refused, Refused) and "expired" in refused.text
+    assert effects.calls() == []
+    answer = await rt_later.handle_message(KEY, event_id="Ev-new", user="U2", text="hello")
+    assert answer == [Answer(key=KEY, text="echo: hello")]
+    assert kinds(later) == ["user", "message"]  # nothing of the expired conversation
+    record = later.get(KEY)
+    assert record is not None and record.status is Status.IDLE and record.participants == {"U2"}
 
 
 async def test_unsupported_schema(store: Store, effects: SideEffects) -> None:
@@ -200,9 +225,13 @@ async def test_discard_by_admin(store: Store, effects: SideEffects) -> None:
     assert notice.kind is NoticeKind.DISCARDED and "UADMIN" in notice.text
     after = store.get(KEY)
     assert after is not None
-    assert (after.status, after.checkpoint, after.lease_owner) == (Status.DISCARDED, None, None)
+    assert (after.status, after.lease_owner) == (Status.DISCARDED, None)
+    assert after.checkpoint is not None and after.checkpoint.finished  # nothing left to run
+    assert after.checkpoint.object_key != summary.removed_checkpoint
     assert kinds(store) == ["user", "function_call", "function_call_output"]  # history kept
-    assert [type(o) for o in await approve(rt, request)] == [Refused]
+    assert history(store)[2]["output"] == NOT_RUN  # the ledger never saw it start
+    [late] = await approve(rt, request)
+    assert isinstance(late, Refused) and late.text == "That approval is no longer pending."
     assert effects.calls() == []
     assert await rt.discard(
         ConversationKey(team="T9", channel="C9", thread_ts="1.0"), by="UADMIN"

@@ -12,8 +12,9 @@ from bot.runtime.outcomes import (
     Outcome,
     PendingCall,
     Refused,
+    StatusReply,
 )
-from bot.runtime.runtime import ConversationRuntime
+from bot.runtime.runtime import ConversationRuntime, Kept, StaleFilter
 
 __all__ = [
     "Answer",
@@ -22,10 +23,13 @@ __all__ = [
     "Decided",
     "Discarded",
     "Duplicate",
+    "Kept",
     "Notice",
     "NoticeKind",
     "Outcome",
     "PendingCall",
     "Refused",
+    "StaleFilter",
+    "StatusReply",
     "retry_safe",
 ]

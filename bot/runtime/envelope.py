@@ -1,9 +1,10 @@
-"""What a checkpoint blob holds: the SDK's RunState plus the runtime's own facts about it."""
+"""What a checkpoint blob holds (the SDK's RunState plus the runtime's own facts about it),
+and what an inbox entry holds (a user's message, or a decision on a pending call)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -13,15 +14,21 @@ ENVELOPE_FORMAT = 1
 
 
 class HeldMessage(BaseModel):
-    """A user message kept while a run waits for approval; it is answered after."""
+    """A user message kept while a run is paused or running; it is answered after."""
 
     user: str
     text: str
-    event_id: str
 
 
 class AwaitingCall(PendingCall):
     human: bool = Field(description="a person must decide; False: the runtime approves itself")
+
+
+class DecisionMade(BaseModel):
+    """Who decided a call, so that a late or repeated click is answered precisely."""
+
+    approved: bool
+    user: str
 
 
 class Envelope(BaseModel):
@@ -31,15 +38,24 @@ class Envelope(BaseModel):
     awaiting: list[AwaitingCall] = Field(default_factory=list)
     held: list[HeldMessage] = Field(default_factory=list)
     finished: bool = False
+    decided: dict[str, DecisionMade] = Field(
+        default_factory=dict, description="recent decisions, by call id"
+    )
     outbox: list[dict[str, Any]] = Field(
         default_factory=list,
-        description="outcomes of this checkpoint, redelivered after a crash until the "
-        "record's delivered_version reaches its version",
+        description="outcomes still owed to the thread: those of this checkpoint, after any "
+        "an earlier checkpoint could not deliver; the record's delivery cursor says how many "
+        "reached the user",
     )
 
     @property
     def humans(self) -> list[AwaitingCall]:
         return [call for call in self.awaiting if call.human]
+
+    @property
+    def runnable(self) -> bool:
+        """It holds a run to continue (not only held messages or a finished run)."""
+        return not self.finished and bool(self.run_state)
 
     def document(self) -> dict[str, Any]:
         return json.loads(self.model_dump_json())  # type: ignore[no-any-return]
@@ -48,6 +64,34 @@ class Envelope(BaseModel):
 class UserMessage(BaseModel):
     """The inbox payload of one Slack message."""
 
+    kind: Literal["message"] = "message"
     user: str
     text: str
     ts: str | None = None
+
+
+class DecisionRequest(BaseModel):
+    """The inbox payload of a click on Approve or Reject: kept before it is acknowledged,
+    applied by whoever serves the thread next. `reply_to` answers the clicker privately."""
+
+    kind: Literal["decision"] = "decision"
+    call_id: str
+    approve: bool
+    user: str
+    version: int
+    reason: str | None = None
+    request_message: str | None = None
+    reply_to: str | None = None
+
+
+InboxPayload = UserMessage | DecisionRequest
+
+
+def parse_payload(text: str) -> InboxPayload:
+    """Raises ValueError for a payload that is not one of ours."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    if data.get("kind") == "decision":
+        return DecisionRequest.model_validate(data)
+    return UserMessage.model_validate(data)

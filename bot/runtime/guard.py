@@ -5,7 +5,13 @@ always pauses first, so the runtime checkpoints after the model chose the call a
 runs; the runtime then approves it itself unless a person must. While it runs, the ledger
 records it as started, then completed with its output. A call id seen again (after a crash
 or on another replica) returns the recorded output, or, if it started but never completed,
-an "outcome unknown" result: it is never run twice."""
+an "outcome unknown" result: it is never run twice.
+
+Outcomes are recorded truthfully: a tool that raised an ordinary exception ran and failed (a
+known outcome, recorded); a tool interrupted by cancellation or shutdown stays `started`
+(its outcome is unknown). A storage failure or a lost lease inside a tool must not reach the
+Agents SDK (which would turn it into a `UserError`): it is kept on the turn's scope, and the
+runtime acts on it after the turn."""
 
 from __future__ import annotations
 
@@ -21,13 +27,21 @@ from typing import Any
 from agents import Agent, FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
-from storage import Lease, Store, ToolCallStatus
+from bot.runtime.closing import UNKNOWN_OUTCOME
+from bot.runtime.storage_calls import StorageCalls
+from storage import (
+    Lease,
+    StorageError,
+    StorageUnavailable,
+    Store,
+    ToolCallClaim,
+    ToolCallStatus,
+)
 
 RETRY_SAFE = "_bot_retry_safe"
-UNKNOWN_OUTCOME = (
-    "The outcome of this call is unknown: it was started, then the bot restarted before it "
-    "recorded a result. It was not run again. Tell the user, and do not assume it succeeded."
-)
+COMPLETION_ATTEMPTS = 8  # recording an output that exists only in memory is worth waiting for
+
+__all__ = ["UNKNOWN_OUTCOME", "TurnScope", "guard_agent", "is_retry_safe", "retry_safe"]
 
 
 def retry_safe(tool: FunctionTool) -> FunctionTool:
@@ -42,13 +56,23 @@ def is_retry_safe(tool: FunctionTool) -> bool:
 
 @dataclass
 class TurnScope:
-    """What wrapped tools need while a run is driven: the store and the lease to fence with,
+    """What wrapped tools need while a run is driven: storage and the lease to fence with,
     and what they observed for the runtime to act on."""
 
-    store: Store
+    storage: StorageCalls
     lease: Lease
     human_approval: dict[str, bool] = field(default_factory=dict)
     unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
+    fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
+
+    @property
+    def store(self) -> Store:
+        return self.storage.store
+
+    def reset(self) -> None:
+        self.human_approval.clear()
+        self.unknown_outcomes.clear()
+        self.fault = None
 
 
 CURRENT_SCOPE: ContextVar[TurnScope | None] = ContextVar("bot_turn_scope", default=None)
@@ -106,31 +130,65 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
         scope = CURRENT_SCOPE.get()
         if safe or scope is None:
             return await original(ctx, arguments)
-        claim = await asyncio.to_thread(
-            scope.store.begin_tool_call, scope.lease, ctx.tool_call_id, tool.name, arguments
-        )
+        try:
+            claim = await _begin(scope, ctx.tool_call_id, tool.name, arguments)
+        except StorageError as fault:
+            scope.fault = fault
+            raise
         if not claim.created:
             if claim.record.status is ToolCallStatus.COMPLETED:
                 return claim.record.output
             scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
             return UNKNOWN_OUTCOME
+        # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
+        # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
+        # error output by the SDK inside `original`) is a known outcome: it ran and failed.
         try:
             output = await original(ctx, arguments)
-        except BaseException as exc:
-            # It ran and failed in this process: that is a known outcome.
-            await asyncio.to_thread(
-                scope.store.complete_tool_call,
-                scope.lease,
-                ctx.tool_call_id,
-                f"error: {type(exc).__name__}: {exc}",
-            )
+        except Exception as exc:
+            try:
+                await _complete(scope, ctx.tool_call_id, f"error: {type(exc).__name__}: {exc}")
+            except StorageError as fault:
+                scope.fault = fault
             raise
-        await asyncio.to_thread(
-            scope.store.complete_tool_call, scope.lease, ctx.tool_call_id, as_text(output)
-        )
+        try:
+            await _complete(scope, ctx.tool_call_id, as_text(output))
+        except StorageError as fault:
+            scope.fault = fault
+            raise
         return output
 
     return invoke
+
+
+async def _begin(scope: TurnScope, call_id: str, name: str, arguments: str) -> ToolCallClaim:
+    try:
+        return await scope.storage(
+            scope.store.begin_tool_call, scope.lease, call_id, name, arguments
+        )
+    except StorageUnavailable:
+        # One more try after a pause: if the first write landed (its answer was lost), the
+        # call is `started` under this very lease, by this very invocation.
+        await asyncio.sleep(1)
+        claim = await scope.storage(
+            scope.store.begin_tool_call, scope.lease, call_id, name, arguments
+        )
+        mine = (
+            claim.record.status is ToolCallStatus.STARTED
+            and claim.record.fence == scope.lease.fence
+        )
+        return claim.model_copy(update={"created": True}) if mine else claim
+
+
+async def _complete(scope: TurnScope, call_id: str, output: str) -> None:
+    for attempt in range(COMPLETION_ATTEMPTS):
+        try:
+            await scope.storage(scope.store.complete_tool_call, scope.lease, call_id, output)
+            return
+        except StorageUnavailable:
+            if attempt == COMPLETION_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(min(2**attempt, 10))
 
 
 def as_text(output: Any) -> str:

@@ -1,7 +1,11 @@
-"""What the runtime reports, for the Slack layer (or any caller) to show in the thread."""
+"""What the runtime reports, for the Slack layer (or any caller) to show in the thread.
+
+Text in outcomes that came from the model, a tool or a user is raw: whoever renders it for a
+chat surface escapes it there."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel
@@ -38,11 +42,13 @@ class PendingCall(BaseModel):
 
 
 class ApprovalRequest(Outcome):
-    """The run is paused until someone allowed decides each call."""
+    """The run is paused until someone allowed decides each call. `approvers` are the
+    configured approvers besides `requested_by`."""
 
     calls: list[PendingCall]
     checkpoint_version: int
     requested_by: str
+    approvers: list[str] = []
     reminder: bool = False
 
 
@@ -60,14 +66,20 @@ class Decided(Outcome):
 
 
 class Notice(Outcome):
+    """A statement in the thread. `reference` ties it to the logs when something failed."""
+
     kind: NoticeKind
     text: str
+    reference: str | None = None
 
 
 class Refused(Outcome):
-    """The request changed nothing; `text` says why (shown to the requester only)."""
+    """The request changed nothing; `text` says why (shown to the requester only, through
+    `reply_to` when the request came with one)."""
 
     text: str
+    reply_to: str | None = None
+    user: str | None = None
 
 
 class Duplicate(Outcome):
@@ -76,27 +88,43 @@ class Duplicate(Outcome):
     event_id: str
 
 
-class Status(Outcome):
+class StatusReply(Outcome):
     """A plain statement in answer to a request (e.g. `/resume` on an idle thread)."""
 
     text: str
-
-
-def to_outbox(outcome: Outcome) -> dict[str, object]:
-    return {"type": type(outcome).__name__, **outcome.model_dump(mode="json")}
-
-
-def from_outbox(entry: dict[str, object]) -> Outcome:
-    kinds: dict[str, type[Outcome]] = {
-        cls.__name__: cls for cls in (Answer, ApprovalRequest, Decided, Notice, Status)
-    }
-    data = dict(entry)
-    kind = kinds[str(data.pop("type"))]
-    return kind.model_validate(data)
+    reply_to: str | None = None
 
 
 class Discarded(Outcome):
     removed_checkpoint: str | None
     pending_calls: list[PendingCall]
+    ran_calls: list[PendingCall] = []
+    unknown_calls: list[PendingCall] = []
     dropped_messages: int
     previous_status: str
+
+
+RECORDED = (Answer, ApprovalRequest, Decided, Notice, StatusReply)
+
+
+@dataclass(frozen=True)
+class DeliveryRef:
+    """How an outcome is being delivered: `id` names it in its conversation's outbox (""
+    for one that is not recorded there); `maybe_posted` says an earlier attempt may have
+    posted it already, so the sink should look before posting again."""
+
+    id: str = ""
+    maybe_posted: bool = False
+
+
+def to_outbox(outcome: Outcome, outbox_id: str) -> dict[str, object]:
+    return {"type": type(outcome).__name__, "id": outbox_id, **outcome.model_dump(mode="json")}
+
+
+def from_outbox(entry: dict[str, object]) -> tuple[str, Outcome]:
+    kinds: dict[str, type[Outcome]] = {cls.__name__: cls for cls in RECORDED}
+    kinds["Status"] = StatusReply  # written by earlier versions
+    data = dict(entry)
+    kind = kinds[str(data.pop("type"))]
+    outbox_id = str(data.pop("id", ""))
+    return outbox_id, kind.model_validate(data)

@@ -1,19 +1,24 @@
 """The single-table layout, and conversions between records and DynamoDB items.
 
-    pk = CONV#<team:channel:thread_ts>  sk = META              the conversation record
-    pk = CONV#<...>                     sk = ITEM#<seq:012d>   one session item (or a batch)
-    pk = CONV#<...>                     sk = TOOL#<call id>    tool-call ledger entry
-    pk = CONV#<...>                     sk = INBOX#<ms>#<event> a queued user message
-    pk = EVENT#<event id>               sk = EVENT             processed Slack event
-Index `by_status` (sparse, META only): hash `conv_status`, range `last_activity_ms`.
-TTL attribute: `expires_at` (epoch seconds). Items are stored as opaque JSON strings.
+    pk = CONV#<team:channel:thread_ts>  sk = META                       the conversation record
+    pk = CONV#<...>                     sk = ITEM#g<gen>#<seq:012d>     one session item (or batch)
+    pk = CONV#<...>                     sk = TOOL#g<gen>#<call id>      tool-call ledger entry
+    pk = CONV#<...>                     sk = INBOX#<ms:015d>#<event id> a queued message
+    pk = EVENT#<event id>               sk = EVENT                      processed Slack event
+
+`gen` is the record's generation (its creation time in ms, 13 digits): a record that TTL
+removed and that is created again starts a new generation, so none of the old rows (which
+expire on their own) are seen or collided with. Records written before generations existed
+have generation 0 and unscoped keys (`ITEM#<seq>`, `TOOL#<call id>`). Every row carries
+`expires_at` (epoch seconds, DynamoDB's TTL attribute). Index `by_status` (sparse, META only):
+hash `conv_status`, range `last_activity_ms`. Session items are opaque JSON strings.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
+from storage.aws.expressions import Item, Value, n, s
 from storage.models import CheckpointPointer, Conversation, ConversationKey, Status
 
 STATUS_INDEX = "by_status"
@@ -22,51 +27,92 @@ ITEM_PREFIX = "ITEM#"
 TOOL_PREFIX = "TOOL#"
 INBOX_PREFIX = "INBOX#"
 
-Item = dict[str, Any]
-
 
 def conv_pk(key: ConversationKey) -> str:
     return f"CONV#{key}"
 
 
-def item_sk(seq: int) -> str:
-    return f"{ITEM_PREFIX}{seq:012d}"
+def meta_key(key: ConversationKey) -> dict[str, Value]:
+    return {"pk": s(conv_pk(key)), "sk": s(META)}
+
+
+def item_prefix(generation: int) -> str:
+    return f"{ITEM_PREFIX}g{generation:013d}#" if generation else ITEM_PREFIX
+
+
+def item_sk(generation: int, seq: int) -> str:
+    return f"{item_prefix(generation)}{seq:012d}"
 
 
 def seq_of(sk: str) -> int:
-    return int(sk.removeprefix(ITEM_PREFIX))
+    return int(sk.rsplit("#", 1)[-1])
 
 
-def s(value: str) -> dict[str, str]:
-    return {"S": value}
+def in_generation(sk: str, generation: int) -> bool:
+    """Whether an item row belongs to `generation` (legacy rows have digits after `ITEM#`)."""
+    if generation:
+        return sk.startswith(item_prefix(generation))
+    return sk.startswith(ITEM_PREFIX) and sk[len(ITEM_PREFIX) : len(ITEM_PREFIX) + 1].isdigit()
 
 
-def n(value: int | float) -> dict[str, str]:
-    return {"N": str(value)}
+def tool_sk(generation: int, call_id: str) -> str:
+    return f"{TOOL_PREFIX}g{generation:013d}#{call_id}" if generation else TOOL_PREFIX + call_id
+
+
+def inbox_sk(entry_id: str) -> str:
+    return INBOX_PREFIX + entry_id
+
+
+def entry_ms(entry_id: str) -> int:
+    """The arrival time (ms) an inbox entry id starts with."""
+    return int(entry_id.split("#", 1)[0])
 
 
 def ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def epoch_seconds(moment: datetime) -> int:
+    return int(moment.timestamp())
+
+
 def from_ms(value: str) -> datetime:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
+def _number(item: Item, name: str, default: int = 0) -> int:
+    value = item.get(name)
+    return int(value["N"]) if value is not None and "N" in value else default
+
+
+def _text(item: Item, name: str) -> str | None:
+    value = item.get(name)
+    return value["S"] if value is not None and "S" in value else None
+
+
 def record_from_item(item: Item) -> Conversation:
-    checkpoint = item.get("checkpoint")
+    checkpoint = _text(item, "checkpoint")
     lease_expires = item.get("lease_expires_ms")
+    retry = item.get("delivery_retry_ms")
+    delivered_count = item.get("delivered_count")
+    participants = item.get("participants")
     return Conversation(
         key=ConversationKey.parse(item["conv_key"]["S"]),
         status=Status(item["conv_status"]["S"]),
-        lease_owner=item["lease_owner"]["S"] if "lease_owner" in item else None,
+        lease_owner=_text(item, "lease_owner"),
         lease_expires_at=from_ms(lease_expires["N"]) if lease_expires else None,
-        fence=int(item["fence"]["N"]),
-        checkpoint=(CheckpointPointer.model_validate_json(checkpoint["S"]) if checkpoint else None),
-        next_seq=int(item["next_seq"]["N"]),
-        session_floor=int(item["session_floor"]["N"]),
-        inbox_seq=int(item.get("inbox_seq", {"N": "0"})["N"]),
-        delivered_version=int(item.get("delivered_version", {"N": "0"})["N"]),
+        fence=_number(item, "fence"),
+        checkpoint=CheckpointPointer.model_validate_json(checkpoint) if checkpoint else None,
+        next_seq=_number(item, "next_seq"),
+        session_floor=_number(item, "session_floor"),
+        generation=_number(item, "generation"),
+        participants=frozenset(participants["SS"]) if participants else frozenset(),
+        inbox_seq=_number(item, "inbox_seq"),
+        delivered_version=_number(item, "delivered_version"),
+        delivered_count=int(delivered_count["N"]) if delivered_count else None,
+        delivery_attempts=_number(item, "delivery_attempts"),
+        delivery_retry_at=from_ms(retry["N"]) if retry else None,
+        delivery_error=_text(item, "delivery_error"),
         created_at=from_ms(item["created_ms"]["N"]),
         updated_at=from_ms(item["updated_ms"]["N"]),
         last_activity_at=from_ms(item["last_activity_ms"]["N"]),
@@ -74,57 +120,10 @@ def record_from_item(item: Item) -> Conversation:
     )
 
 
-class Update:
-    """Builds an UpdateExpression with its names and values, without unused placeholders
-    (DynamoDB rejects those)."""
+def expired(item: Item, now: datetime) -> bool:
+    """TTL deletes late: a record past its `expires_at` counts as absent."""
+    return _number(item, "expires_at", default=1 << 62) < epoch_seconds(now)
 
-    def __init__(self) -> None:
-        self.sets: list[str] = []
-        self.removes: list[str] = []
-        self.conditions: list[str] = []
-        self.names: dict[str, str] = {}
-        self.values: dict[str, Any] = {}
 
-    def name(self, attribute: str) -> str:
-        self.names[f"#{attribute}"] = attribute
-        return f"#{attribute}"
-
-    def value(self, label: str, value: dict[str, Any]) -> str:
-        self.values[f":{label}"] = value
-        return f":{label}"
-
-    def set(self, attribute: str, value: dict[str, Any]) -> None:
-        self.sets.append(f"{self.name(attribute)} = {self.value(attribute, value)}")
-
-    def set_if_missing(self, attribute: str, value: dict[str, Any]) -> None:
-        name = self.name(attribute)
-        placeholder = self.value(f"init_{attribute}", value)
-        self.sets.append(f"{name} = if_not_exists({name}, {placeholder})")
-
-    def remove(self, attribute: str) -> None:
-        self.removes.append(self.name(attribute))
-
-    def require(self, condition: str) -> None:
-        self.conditions.append(f"({condition})")
-
-    def fenced(self, fence: int, owner: str) -> None:
-        self.require(
-            f"{self.name('fence')} = {self.value('fence', n(fence))} AND "
-            f"{self.name('lease_owner')} = {self.value('lease_owner', s(owner))}"
-        )
-
-    def expression(self) -> dict[str, Any]:
-        parts = []
-        if self.sets:
-            parts.append("SET " + ", ".join(self.sets))
-        if self.removes:
-            parts.append("REMOVE " + ", ".join(self.removes))
-        out: dict[str, Any] = {
-            "UpdateExpression": " ".join(parts),
-            "ExpressionAttributeNames": self.names,
-        }
-        if self.values:
-            out["ExpressionAttributeValues"] = self.values
-        if self.conditions:
-            out["ConditionExpression"] = " AND ".join(self.conditions)
-        return out
+def row(key: ConversationKey, sk: str, body: Item, expires: datetime) -> Item:
+    return {"pk": s(conv_pk(key)), "sk": s(sk), **body, "expires_at": n(epoch_seconds(expires))}

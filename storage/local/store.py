@@ -3,14 +3,15 @@ write lock, so its read-check-write is atomic across threads and processes."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from storage.base import KEEP, Commit, Committed, SessionPage, Store
 from storage.errors import (
@@ -18,13 +19,16 @@ from storage.errors import (
     InboxChanged,
     LeaseBusy,
     LeaseLost,
+    NotFound,
     SessionConflict,
     StorageError,
+    StorageUnavailable,
 )
 from storage.local.blobs import BlobDir
 from storage.models import (
     Conversation,
     ConversationKey,
+    DeliveryMark,
     InboxEntry,
     Lease,
     Status,
@@ -32,6 +36,26 @@ from storage.models import (
     ToolCallRecord,
     ToolCallStatus,
 )
+
+P = ParamSpec("P")
+R = TypeVar("R")
+ROW_TABLES = ("items", "tool_calls", "inbox")
+
+
+def translated(method: Callable[P, R]) -> Callable[P, R]:
+    """sqlite's transient failures (a locked or read-only database, an I/O error) become
+    `StorageUnavailable`; the contract's own errors pass through."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            raise StorageUnavailable(f"sqlite: {exc}") from exc
+        except OSError as exc:  # the blob directory: read-only, full, I/O error
+            raise StorageUnavailable(f"blobs: {exc}") from exc
+
+    return wrapper
 
 
 class LocalStore(Store):
@@ -76,8 +100,26 @@ class LocalStore(Store):
 
     # -- records ------------------------------------------------------------------------
 
+    @translated
     def get(self, key: ConversationKey) -> Conversation | None:
-        return _read_record(self._connection(), key)
+        record = _read_record(self._connection(), key)
+        return None if record is None or self._expired(record, self.clock()) else record
+
+    def _expired(self, record: Conversation, now: datetime) -> bool:
+        """Past its TTL: treated as absent (sqlite has no TTL of its own)."""
+        return record.expires_at < now
+
+    def _live(
+        self, db: sqlite3.Connection, key: ConversationKey, now: datetime
+    ) -> Conversation | None:
+        """The record, or None after deleting an expired one with all its rows, so that a
+        conversation recreated after its TTL starts clean."""
+        record = _read_record(db, key)
+        if record is None or not self._expired(record, now):
+            return record
+        for table in ("conversations", *ROW_TABLES):
+            db.execute(f"DELETE FROM {table} WHERE key = ?", (str(key),))
+        return None
 
     def _save(self, db: sqlite3.Connection, record: Conversation) -> None:
         db.execute(
@@ -96,6 +138,7 @@ class LocalStore(Store):
 
     # -- leases -------------------------------------------------------------------------
 
+    @translated
     def acquire(
         self,
         key: ConversationKey,
@@ -103,12 +146,20 @@ class LocalStore(Store):
         *,
         status: Status | None = None,
         force: bool = False,
+        create: bool = True,
+        takeover_from: str | None = None,
     ) -> tuple[Lease, Conversation]:
         now = self.clock()
         with self._write() as db:
-            record = _read_record(db, key) or self.new_record(key, now)
+            record = self._live(db, key, now)
+            if record is None:
+                if not create:
+                    raise NotFound(str(key))
+                record = self.new_record(key, now)
             held = record.lease_owner is not None and record.lease_expires_at is not None
             busy = held and record.lease_expires_at >= self.takeover_cutoff(now)  # type: ignore[operator]
+            if takeover_from is not None:
+                busy = held and record.lease_owner != takeover_from
             if busy and not force:
                 raise LeaseBusy(str(key), record.lease_owner, record.lease_expires_at)
             record = record.model_copy(
@@ -118,14 +169,20 @@ class LocalStore(Store):
                     "lease_expires_at": now + self.lease_duration,  # == Lease.expires_at
                     "status": status or record.status,
                     "updated_at": now,
-                    "last_activity_at": now,
-                    "expires_at": now + self.state_ttl,
                 }
             )
             self._save(db, record)
         expires = now + self.lease_duration
-        return Lease(key=key, owner=owner, fence=record.fence, expires_at=expires), record
+        lease = Lease(
+            key=key,
+            owner=owner,
+            fence=record.fence,
+            expires_at=expires,
+            generation=record.generation,
+        )
+        return lease, record
 
+    @translated
     def renew(self, lease: Lease) -> Lease:
         now = self.clock()
         with self._write() as db:
@@ -136,13 +193,14 @@ class LocalStore(Store):
 
     # -- the atomic write ---------------------------------------------------------------
 
+    @translated
     def apply(self, commit: Commit) -> Committed:
         now = self.clock()
         with self._write() as db:
             if commit.lease is not None:
                 record = _fenced(db, commit.lease)
             else:
-                record = _read_record(db, commit.key) or self.new_record(commit.key, now)
+                record = self._live(db, commit.key, now) or self.new_record(commit.key, now)
             if (
                 commit.expected_version is not None
                 and record.checkpoint_version != commit.expected_version
@@ -181,8 +239,19 @@ class LocalStore(Store):
             if commit.touch:
                 update |= {"last_activity_at": now, "expires_at": now + self.state_ttl}
             record = record.model_copy(update=update)
-            if commit.delivered:
-                record = record.model_copy(update={"delivered_version": record.checkpoint_version})
+            delivery = commit.delivery
+            if delivery is None and commit.delivered:
+                delivery = DeliveryMark(version=record.checkpoint_version)
+            if delivery is not None:
+                record = record.model_copy(
+                    update={
+                        "delivered_version": delivery.version,
+                        "delivered_count": delivery.count,
+                        "delivery_attempts": delivery.attempts,
+                        "delivery_retry_at": delivery.retry_at,
+                        "delivery_error": delivery.error,
+                    }
+                )
             self._save(db, record)
         wrote_pointer = commit.checkpoint is not KEEP and commit.checkpoint is not None
         session_known = commit.base_seq is not None or bool(commit.items) or wrote_pointer
@@ -195,6 +264,7 @@ class LocalStore(Store):
 
     # -- session ------------------------------------------------------------------------
 
+    @translated
     def read_items(self, key: ConversationKey, limit: int | None = None) -> SessionPage:
         db = self._connection()
         db.execute("BEGIN")  # one snapshot for the record and its items
@@ -212,6 +282,7 @@ class LocalStore(Store):
             db.execute("COMMIT")
         return SessionPage(items=[row[0] for row in reversed(rows)], next_seq=record.next_seq)
 
+    @translated
     def pop_item(self, key: ConversationKey, lease: Lease | None = None) -> str | None:
         with self._write() as db:
             record = _fenced(db, lease) if lease else _read_record(db, key)
@@ -226,6 +297,7 @@ class LocalStore(Store):
             db.execute("DELETE FROM items WHERE key = ? AND seq = ?", (str(key), row[0]))
             return str(row[1])
 
+    @translated
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
         with self._write() as db:
             record = _fenced(db, lease) if lease else _read_record(db, key)
@@ -236,12 +308,26 @@ class LocalStore(Store):
 
     # -- inbox --------------------------------------------------------------------------
 
-    def enqueue(self, key: ConversationKey, event_id: str, payload: str) -> bool:
+    @translated
+    def enqueue(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool = True,
+        participant: str | None = None,
+        token: str | None = None,
+    ) -> bool:
         now = self.clock()
         with self._write() as db:
+            record = self._live(db, key, now)
+            if record is None:
+                if not create:
+                    raise NotFound(str(key))
+                record = self.new_record(key, now)
             if not self._claim(db, event_id, now.timestamp()):
                 return False
-            record = _read_record(db, key) or self.new_record(key, now)
             entry = InboxEntry(
                 entry_id=f"{int(now.timestamp() * 1000):015d}#{event_id}",
                 event_id=event_id,
@@ -252,9 +338,11 @@ class LocalStore(Store):
                 "INSERT INTO inbox (key, entry_id, entry) VALUES (?, ?, ?)",
                 (str(key), entry.entry_id, entry.model_dump_json()),
             )
+            participants = record.participants | ({participant} if participant else set())
             update = {
                 "inbox_seq": record.inbox_seq + 1,
                 "status": Status.RUNNING,
+                "participants": participants,
                 "updated_at": now,
                 "last_activity_at": now,
                 "expires_at": now + self.state_ttl,
@@ -262,7 +350,8 @@ class LocalStore(Store):
             self._save(db, record.model_copy(update=update))
         return True
 
-    def read_inbox(self, key: ConversationKey) -> list[InboxEntry]:
+    @translated
+    def read_inbox(self, key: ConversationKey, generation: int | None = None) -> list[InboxEntry]:
         rows = self._connection().execute(
             "SELECT entry FROM inbox WHERE key = ? ORDER BY entry_id", (str(key),)
         )
@@ -270,6 +359,7 @@ class LocalStore(Store):
 
     # -- ledgers ------------------------------------------------------------------------
 
+    @translated
     def claim_event(self, event_id: str) -> bool:
         with self._write() as db:
             return self._claim(db, event_id, self.clock().timestamp())
@@ -285,6 +375,7 @@ class LocalStore(Store):
         )
         return True
 
+    @translated
     def begin_tool_call(
         self, lease: Lease, call_id: str, tool_name: str, arguments: str
     ) -> ToolCallClaim:
@@ -306,6 +397,7 @@ class LocalStore(Store):
             self._save_tool(db, record)
         return ToolCallClaim(record=record, created=True)
 
+    @translated
     def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> ToolCallRecord:
         now = self.clock()
         with self._write() as db:
@@ -319,7 +411,11 @@ class LocalStore(Store):
             self._save_tool(db, record)
         return record
 
-    def get_tool_call(self, key: ConversationKey, call_id: str) -> ToolCallRecord | None:
+    @translated
+    def get_tool_call(
+        self, key: ConversationKey, call_id: str, generation: int | None = None
+    ) -> ToolCallRecord | None:
+        # Rows of an expired record are deleted with it, so there is one generation here.
         return _read_tool(self._connection(), key, call_id)
 
     def _save_tool(self, db: sqlite3.Connection, record: ToolCallRecord) -> None:
@@ -332,6 +428,7 @@ class LocalStore(Store):
 
     # -- operational queries ------------------------------------------------------------
 
+    @translated
     def list_by_status(
         self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
     ) -> list[Conversation]:
@@ -343,6 +440,7 @@ class LocalStore(Store):
         )
         return [Conversation.model_validate_json(row[0]) for row in rows]
 
+    @translated
     def count_by_status(self) -> dict[Status, int]:
         rows = self._connection().execute(
             "SELECT status, COUNT(*) FROM conversations GROUP BY status"
@@ -353,12 +451,15 @@ class LocalStore(Store):
 
     # -- blobs and housekeeping ---------------------------------------------------------
 
+    @translated
     def _put_blob(self, object_key: str, data: bytes) -> None:
         self.blobs.put_new(object_key, data)
 
+    @translated
     def _get_blob(self, object_key: str) -> bytes:
         return self.blobs.get(object_key)
 
+    @translated
     def _delete_blob(self, object_key: str) -> None:
         self.blobs.delete(object_key)
 
@@ -374,7 +475,7 @@ class LocalStore(Store):
                 )
             ]
             for key in expired:
-                for table in ("conversations", "items", "tool_calls", "inbox"):
+                for table in ("conversations", *ROW_TABLES):
                     db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
             for table in ("events", "tool_calls"):
                 db.execute(f"DELETE FROM {table} WHERE expires_at < ?", (now.timestamp(),))

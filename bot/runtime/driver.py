@@ -1,0 +1,177 @@
+"""Driving a run turn by turn, with one atomic commit after each turn.
+
+After every commit the driver checks whether the process is shutting down: if so it stops
+there (the thread is released as `running` and the next process continues from that very
+checkpoint). Failures are sorted: a storage failure or a lost lease raised inside a tool is
+re-raised as itself (the SDK must not turn it into a `UserError`); a run resumed from a
+checkpoint that the SDK refuses fails closed; a model or API failure interrupts the run with
+its checkpoint intact and a plain notice (details in the log, under the notice's reference)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from agents import RunState, TResponseInputItem
+from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError, UserError
+
+from bot.runtime import approvals, trust
+from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
+from bot.runtime.guard import CURRENT_SCOPE, TurnScope
+from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
+from bot.runtime.references import new_reference
+from bot.runtime.turns import run_one_turn
+from storage import ConversationSession, Status, StorageError
+
+if TYPE_CHECKING:
+    from bot.runtime.serving import Serving
+
+log = logging.getLogger(__name__)
+Start = str | list[TResponseInputItem] | RunState[Any]
+
+
+async def drive(
+    serving: Serving, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
+) -> None:
+    """Run until it pauses for a person, finishes (then answer held messages), fails, or the
+    process starts shutting down."""
+    rt = serving.rt
+    session = ConversationSession(
+        serving.store,
+        serving.key,
+        lease=serving.lease,
+        staged=True,
+        session_settings=rt.session_settings,
+    )
+    from_checkpoint = isinstance(start, RunState)
+    scope = TurnScope(storage=serving.io, lease=serving.lease)
+    token = CURRENT_SCOPE.set(scope)
+    try:
+        while True:
+            serving.check()
+            if rt.draining:
+                serving.stopped = True  # released as `running`: the next process continues
+                return
+            scope.reset()
+            scope.lease = serving.lease
+            session.lease = serving.lease
+            try:
+                result = await run_one_turn(
+                    rt.agent,
+                    start,
+                    session=session,
+                    run_config=rt.run_config,
+                    max_turns=rt.settings.max_turns,
+                    time_limit=rt.settings.turn_timeout,
+                )
+            except Exception as exc:
+                session.discard_pending()
+                if scope.fault is not None:
+                    raise scope.fault from exc
+                if isinstance(exc, StorageError):
+                    raise
+                if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
+                    log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
+                    await trust.fail_closed(
+                        serving,
+                        trust.FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"),
+                        None,
+                    )
+                    return
+                await interrupted(serving, exc)
+                return
+            if scope.fault is not None:
+                raise scope.fault
+            serving.check()
+            outcomes: list[Outcome] = [
+                Notice(
+                    key=serving.key,
+                    kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+                    text=f"`{tool_name}` (call {call_id}) was started before a restart and "
+                    "its outcome is unknown. It was not run again.",
+                )
+                for call_id, tool_name in scope.unknown_outcomes
+            ]
+            state = result.to_state()
+            awaiting = [
+                AwaitingCall(
+                    call_id=item.call_id or "",
+                    tool_name=item.name or "",
+                    arguments=item.arguments or "",
+                    human=scope.human_approval.get(item.call_id or "", True),
+                )
+                for item in result.interruptions
+            ]
+            for item in state.get_interruptions():
+                if not scope.human_approval.get(item.call_id or "", True):
+                    state.approve(item)  # checkpointed below, before the call runs
+            humans = [call for call in awaiting if call.human]
+            finished = result.final_output is not None and not awaiting
+            envelope = Envelope(
+                run_state=state.to_json(),
+                started_by=started_by,
+                awaiting=humans,
+                held=held,
+                finished=finished,
+                decided=serving.decided,
+            )
+            if humans:
+                outcomes.append(approvals.approval_request(serving, envelope))
+            if finished:
+                outcomes.append(Answer(key=serving.key, text=str(result.final_output)))
+            next_seq = await serving.commit(
+                envelope,
+                consume=consume,
+                outcomes=outcomes,
+                items=session.pending,
+                base_seq=session.base_seq,
+            )
+            if next_seq is not None:
+                session.committed(next_seq)
+            consume = []
+            from_checkpoint = False
+            if humans:
+                serving.final_status = Status.AWAITING_APPROVAL
+                return
+            if finished:
+                if not held:
+                    serving.final_status = Status.IDLE
+                    return
+                start, started_by, held = as_messages(held), held[0].user, []
+                continue
+            start = state
+    finally:
+        CURRENT_SCOPE.reset(token)
+
+
+async def interrupted(serving: Serving, exc: BaseException) -> None:
+    """The run failed (model or API error, too many turns, a turn that took too long). The
+    last checkpoint stays; a new message or `/resume` continues from it. Messages not yet
+    consumed stay queued."""
+    reference = new_reference()
+    log.error("%s [%s]: run failed", serving.key, reference, exc_info=exc)
+    serving.final_status = Status.INTERRUPTED
+    await serving.emit_now(
+        Notice(
+            key=serving.key,
+            kind=NoticeKind.RUN_FAILED,
+            text=f"The run stopped: {plain_reason(exc)}. Nothing was lost; send a message or "
+            "use /resume to try again.",
+            reference=reference,
+        )
+    )
+
+
+def plain_reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return "a step took too long"
+    if isinstance(exc, MaxTurnsExceeded):
+        return "it took more steps than allowed"
+    return "the model service failed"
+
+
+def as_messages(held: list[HeldMessage]) -> str | list[TResponseInputItem]:
+    if len(held) == 1:
+        return held[0].text
+    return [{"role": "user", "content": m.text} for m in held]

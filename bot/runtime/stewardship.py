@@ -1,0 +1,126 @@
+"""Operators' care of conversations: discarding saved state.
+
+Discard takes the lease (from a live holder too, unless it is a stale sweep: fencing stops
+the old holder's writes), closes the history's open calls as the tool ledger says, drops the
+queued and held messages (and counts them), and replaces the checkpoint by a finished one
+carrying the notice. The history is kept. A message that arrives while the discard holds the
+thread is not lost: the release sees it (`InboxChanged`) and the thread serves it as a new
+run. A stale sweep re-checks status and age after taking each lease."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bot.runtime import trust
+from bot.runtime.envelope import Envelope
+from bot.runtime.holder import new_owner
+from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
+from bot.runtime.serving import Serving
+from storage import (
+    CONSUME_LIMIT,
+    KEEP,
+    CheckpointError,
+    Commit,
+    ConversationKey,
+    LeaseBusy,
+    NotFound,
+    Status,
+)
+
+if TYPE_CHECKING:
+    from bot.runtime.runtime import ConversationRuntime, StaleFilter
+
+
+async def discard_conversation(
+    rt: ConversationRuntime,
+    key: ConversationKey,
+    *,
+    by: str | None,
+    only_if: StaleFilter | None = None,
+) -> list[Outcome]:
+    gone = [Refused(key=key, text="There is no conversation in that thread.")]
+    try:
+        lease, record = await rt.io(
+            rt.store.acquire, key, new_owner(rt.process), create=False, force=only_if is None
+        )
+    except NotFound:
+        return list(gone)
+    except LeaseBusy:
+        return []  # a stale sweep leaves a thread that is active right now alone
+    if only_if is not None:
+        idle = rt.store.clock() - record.last_activity_at
+        if record.status not in only_if.statuses or idle <= only_if.older_than:
+            await rt.io(rt.store.release, lease, touch=False)
+            return []
+    serving = Serving(rt, lease, record)
+
+    async def opening() -> None:
+        await _discard(serving, by)
+
+    return await serving.run(opening)
+
+
+async def _discard(serving: Serving, by: str | None) -> None:
+    record = serving.record
+    previous = serving.record.status
+    inbox = await serving.io(serving.store.read_inbox, serving.key, record.generation)
+    ids = [entry.entry_id for entry in inbox]
+    while len(ids) > CONSUME_LIMIT:  # a backlog beyond one commit: drop it in chunks first
+        chunk, ids = ids[:CONSUME_LIMIT], ids[CONSUME_LIMIT:]
+        await serving.io(
+            serving.store.apply,
+            Commit(key=serving.key, lease=serving.lease, consume=chunk, checkpoint=KEEP),
+        )
+    envelope = None
+    if record.checkpoint is not None:
+        try:
+            document = await serving.io(serving.store.load_checkpoint, record.checkpoint)
+            envelope = Envelope.model_validate(document)
+        except (CheckpointError, ValueError):
+            envelope = None  # damaged: there is nothing in it to count
+    held = len(envelope.held) if envelope else 0
+    closed = await trust.close_calls(serving.io, serving.store, serving.key, record.generation)
+    dropped = len(inbox) + held
+    who = f"An admin (<@{by}>)" if by else "An operator"
+    lost = closed.describe() or "No tool call was pending."
+    messages = (
+        f" {dropped} message{'s' if dropped != 1 else ''} waiting for an answer "
+        f"{'were' if dropped != 1 else 'was'} dropped."
+        if dropped
+        else ""
+    )
+    notice = Notice(
+        key=serving.key,
+        kind=NoticeKind.DISCARDED,
+        text=f"{who} discarded this conversation's saved state. {lost}{messages} The history "
+        "is kept; send a new message to start over.",
+    )
+    old = record.checkpoint
+    tombstone = Envelope(
+        run_state={},
+        started_by=envelope.started_by if envelope else "",
+        finished=True,
+        decided=envelope.decided if envelope else {},
+    )
+    await serving.commit(
+        tombstone,
+        consume=ids,
+        outcomes=[notice],
+        items=closed.items,
+        status=Status.DISCARDED,
+    )
+    if old is not None:
+        await serving.io(serving.store.delete_checkpoint, old)
+    serving.final_status = Status.DISCARDED
+    serving.outcomes.insert(
+        0,
+        Discarded(
+            key=serving.key,
+            removed_checkpoint=old.object_key if old else None,
+            pending_calls=closed.not_run,
+            ran_calls=closed.ran,
+            unknown_calls=closed.unknown,
+            dropped_messages=dropped,
+            previous_status=previous.value,
+        ),
+    )

@@ -67,11 +67,40 @@ def test_bucket_is_private_encrypted_tls_only_and_expires_blobs() -> None:
     assert kms["SSEAlgorithm"] == "aws:kms" and s3["SSEAlgorithm"] == "AES256"
     rules = bucket["LifecycleConfiguration"]["Rules"]
     expiring = {r["Prefix"]: r["ExpirationInDays"] for r in rules if "Prefix" in r}
-    retention = {"Ref": "CheckpointRetentionDays"}
+    retention = {"Fn::FindInMap": ["RetentionByStateTtl", {"Ref": "StateTtlDays"}, "Days"]}
     assert expiring == {prefix: retention for prefix in ("checkpoints/", "items/", "tools/")}
     [deny] = plain(RESOURCES["StateBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"])
     assert deny["Effect"] == "Deny" and deny["Action"] == "s3:*"
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+ALLOWED_TTLS = [
+    str(days) for days in plain(TEMPLATE["Parameters"]["StateTtlDays"])["AllowedValues"]
+]
+
+
+def test_state_ttl_is_one_of_a_fixed_list() -> None:
+    ttl = plain(TEMPLATE["Parameters"]["StateTtlDays"])
+    assert ALLOWED_TTLS == ["1", "2", "3", "7", "14", "30", "60", "90"]
+    assert ttl["Default"] == "7"
+    assert "MinValue" not in ttl and "MaxValue" not in ttl
+
+
+@pytest.mark.parametrize("ttl", ALLOWED_TTLS)
+def test_retention_outlives_every_allowed_state_ttl(ttl: str) -> None:
+    """S3 must keep a blob longer than the bot accepts the state that points at it, or a
+    paused conversation would fail closed as "missing" before it expires."""
+    retention = plain(TEMPLATE["Mappings"]["RetentionByStateTtl"][ttl])["Days"]
+    assert isinstance(retention, int)
+    assert retention > int(ttl)
+
+
+def test_retention_is_derived_not_a_parameter() -> None:
+    """One knob: a retention at or below the TTL cannot be expressed at all."""
+    assert set(TEMPLATE["Parameters"]) == {"TableName", "BucketName", "StateTtlDays", "KmsKeyArn"}
+    assert set(TEMPLATE["Mappings"]["RetentionByStateTtl"]) == set(ALLOWED_TTLS)
+    assert "CheckpointRetentionDays" not in TEMPLATE_PATH.read_text()
+    assert "Rules" not in TEMPLATE  # nothing left for a Rule to check
 
 
 # -- the policy against the code ------------------------------------------------------------
@@ -229,23 +258,27 @@ def moto_everything(aws_services: dict[str, str], monkeypatch: pytest.MonkeyPatc
     yield moto_url
 
 
-def test_stack_deploys_and_storage_runs_on_it(moto_everything: str) -> None:
+def deploy(stack: str, **parameters: str) -> dict[str, str]:
+    """Create `stack` in moto with these parameters (and names derived from the stack's);
+    returns its outputs."""
     cloudformation = boto3.client("cloudformation")
-    stack = f"bot-{uuid.uuid4().hex[:6]}"
+    values = {"TableName": f"{stack}-table", "BucketName": f"{stack}-bucket"} | parameters
     cloudformation.create_stack(
         StackName=stack,
         TemplateBody=TEMPLATE_PATH.read_text(),
-        Parameters=[
-            {"ParameterKey": "TableName", "ParameterValue": f"{stack}-table"},
-            {"ParameterKey": "BucketName", "ParameterValue": f"{stack}-bucket"},
-        ],
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()],
         Capabilities=["CAPABILITY_IAM"],
     )
     cloudformation.get_waiter("stack_create_complete").wait(
         StackName=stack, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
     )
     [description] = cloudformation.describe_stacks(StackName=stack)["Stacks"]
-    outputs = {o["OutputKey"]: o["OutputValue"] for o in description["Outputs"]}
+    return {o["OutputKey"]: o["OutputValue"] for o in description["Outputs"]}
+
+
+def test_stack_deploys_and_storage_runs_on_it(moto_everything: str) -> None:
+    stack = f"bot-{uuid.uuid4().hex[:6]}"
+    outputs = deploy(stack)
     assert outputs["BotTable"] == f"{stack}-table"
     assert outputs["BotBucket"] == f"{stack}-bucket"
     assert outputs["BotPolicyArn"].startswith("arn:aws:iam::")
@@ -268,3 +301,8 @@ def test_stack_deploys_and_storage_runs_on_it(moto_everything: str) -> None:
     assert store.load_checkpoint(done.checkpoint) == {"smoke": True}
     assert store.read_items(KEY).items == ['{"role":"user","content":"hi"}']
     assert [r.key for r in store.list_by_status(Status.AWAITING_APPROVAL)] == [KEY]
+
+
+def test_stack_takes_a_longer_state_ttl(moto_everything: str) -> None:
+    # moto drops the lifecycle rules, but resolving them still looks the TTL up in the map.
+    assert deploy(f"bot-{uuid.uuid4().hex[:6]}", StateTtlDays="30")["StateTtl"] == "30d"

@@ -70,19 +70,40 @@ def _parser() -> argparse.ArgumentParser:
 
 def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
     """Serve Slack when it is configured; otherwise local mode: the browser-based stand-in
-    with the real bot behind it, on embedded storage."""
+    with the real bot behind it, on embedded storage. Its ports are PORT (3000) and
+    BOT_LOCAL_BOT_PORT (PORT+1); a taken one is a one-line error naming its variable, exit
+    code 2, rather than another port picked silently: the URL stays the one you expect, and
+    a second local mode on the same BOT_DATA_DIR is not started by accident."""
     if os.getenv("SLACK_BOT_TOKEN"):
         return _serve(settings, args)
-    from bot.standin.workspace import run_workspace
+    from bot.standin.workspace import LocalModeError, run_workspace
 
     if settings.backend != "local":
         print(f"local mode with {_describe(settings)} storage")
-    port = int(os.getenv("PORT", "3000"))
-    bot_port = int(os.getenv("BOT_LOCAL_BOT_PORT", str(port + 1)))
     demo = not os.getenv("OPENAI_API_KEY")
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    asyncio.run(run_workspace(settings.data_dir.resolve(), port, bot_port, demo=demo))
+    try:
+        port = _port("PORT", 3000)
+        bot_port = _port("BOT_LOCAL_BOT_PORT", port + 1)
+        if bot_port == port:
+            raise LocalModeError(f"PORT and BOT_LOCAL_BOT_PORT are both {port}; they must differ")
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        asyncio.run(
+            run_workspace(settings.data_dir.resolve(), port, bot_port, demo=demo, storage=settings)
+        )
+    except LocalModeError as exc:
+        # A busy port is the usual first-run problem: one line naming the variable.
+        print(f"local mode: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _port(variable: str, default: int) -> int:
+    from bot.standin.workspace import LocalModeError
+
+    value = os.getenv(variable) or str(default)
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise LocalModeError(f"{variable} must be a port number (1-65535), not {value!r}")
+    return int(value)
 
 
 def _describe(settings: StorageSettings) -> str:

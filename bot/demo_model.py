@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import string
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from agents.items import ModelResponse
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from bot.demo_agent import CITY_ZONES, city_key
 
 HELP = (
     "(offline demo model) I can tell the time, or file a ticket, which needs your approval. "
@@ -30,6 +33,26 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     return " ".join(part.get("text", "") for part in content or [] if isinstance(part, dict))
+
+
+_IN_PLACE = re.compile(
+    r"\bin\s+([^\W\d_][\w .'-]*?)\s*(?:right now|now|today|at the moment)?\s*[?.!]*$",
+    re.IGNORECASE,
+)
+
+
+def city_asked(text: str) -> str:
+    """The city a time question names, as the person wrote it: the words after a final
+    "in" ("what time is it in Oslo?"), else a known city anywhere in the text ("Tokyo time
+    please"); "UTC" when there is none."""
+    phrase = _IN_PLACE.search(text)
+    if phrase and city_key(phrase.group(1)) in CITY_ZONES:
+        return phrase.group(1).strip()
+    words = f" {city_key(text)} "
+    known = [city for city in CITY_ZONES if f" {city} " in words]
+    if known:
+        return string.capwords(max(known, key=len))
+    return phrase.group(1).strip() if phrase else "UTC"
 
 
 def respond(call: Any) -> Any:
@@ -52,12 +75,7 @@ def respond(call: Any) -> Any:
         title = (about.group(1) if about else text).strip()[:80] or "A ticket"
         return [function_call("file_ticket", {"title": title, "details": text}, call_id=call_id)]
     if "time" in lowered:
-        city = re.search(r"in ([A-Za-z .'-]+?)[?.!]*$", text)
-        return [
-            function_call(
-                "current_time", {"city": city.group(1) if city else "UTC"}, call_id=call_id
-            )
-        ]
+        return [function_call("current_time", {"city": city_asked(text)}, call_id=call_id)]
     return [assistant_message(HELP)]
 
 

@@ -2,11 +2,14 @@
 aiohttp on loopback. Tests read `calls` and `messages`; local mode builds its page on it.
 
 Answers like Slack: form or JSON bodies, `{"ok": true, ...}` or `{"ok": false, "error": ...}`,
-and 429 with `Retry-After` for methods told to be rate limited."""
+and 429 with `Retry-After` for methods told to be rate limited. Given a `token`, it also
+checks it like Slack does (`Authorization: Bearer` or a `token` argument): `not_authed`
+without one, `invalid_auth` for another."""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 import json
 import time
@@ -41,8 +44,11 @@ class Message:
 
 
 class SlackWebApi:
-    def __init__(self, team: str = TEAM, bot_user: str = BOT_USER) -> None:
+    def __init__(
+        self, team: str = TEAM, bot_user: str = BOT_USER, *, token: str | None = None
+    ) -> None:
         self.team = team
+        self.token = token
         self.bot_user = bot_user
         self.calls: list[Call] = []
         self.messages: dict[tuple[str, str], Message] = {}
@@ -64,6 +70,10 @@ class SlackWebApi:
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         args = await _read_args(request)
+        refused = self._auth_error(request, args)
+        if refused:
+            self._record(Call(f"{method}:{refused}", args))
+            return web.json_response({"ok": False, "error": refused})
         if self.rate_limited.get(method, 0) > 0:
             self.rate_limited[method] -= 1
             self._record(Call(f"{method}:429", args))
@@ -82,6 +92,15 @@ class SlackWebApi:
         self._record(call)
         await self._notify()
         return web.json_response(result)
+
+    def _auth_error(self, request: web.Request, args: dict[str, Any]) -> str | None:
+        if self.token is None:
+            return None
+        header = request.headers.get("Authorization", "")
+        given = header.removeprefix("Bearer ").strip() if header else str(args.get("token", ""))
+        if not given:
+            return "not_authed"
+        return None if hmac.compare_digest(given.encode(), self.token.encode()) else "invalid_auth"
 
     async def _respond(self, request: web.Request) -> web.Response:
         payload = await request.json()

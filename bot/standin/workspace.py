@@ -1,26 +1,42 @@
 """Local mode: a browser-based Slack stand-in in front of the real bot.
 
-One process serves, on http://127.0.0.1:$PORT, a page that shows a channel and its threads,
-the Slack Web API the bot calls (`SlackWebApi`, the same component the tests record with),
-and the `response_url` endpoints. The bot itself runs as a child process (`python -m bot
-serve`, the production bolt app) and receives properly signed HTTP requests from here:
-events for messages and mentions, form-encoded slash commands, `block_actions` payloads.
-"Restart bot" really kills the child and starts a new one."""
+One process serves, on http://127.0.0.1:$PORT (loopback only, whatever `HOST` says), a page
+that shows a channel and its threads, the Slack Web API the bot calls (`SlackWebApi`, the
+same component the tests record with), and the `response_url` endpoints. The bot itself runs
+as a child process (`python -m bot serve`, the production bolt app) and receives properly
+signed HTTP requests from here: events for messages and mentions, form-encoded slash
+commands, `block_actions` payloads. "Restart bot" really kills the child and starts a new one.
+
+The page signs requests as alice or bob, so only the page may ask for that: its endpoints
+want JSON with the per-start token embedded in the page (`X-Standin-Token`), the Host
+127.0.0.1:$PORT or localhost:$PORT (DNS rebinding), a same-origin `Origin` when there is one,
+and a user named in `USERS`. The bot's Web API calls need the bot token this process made up.
+
+What the page sends goes through a durable outbox (`standin.json`, next to the bot's state):
+kept while the bot is down or restarting, delivered in order once it answers again."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import errno
+import hmac
+import itertools
 import json
 import logging
 import os
+import re
 import secrets
 import signal
+import socket
 import sys
+import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -32,45 +48,159 @@ from bot.standin.requests import (
     signed_headers,
     slash_command,
 )
-from bot.standin.slack_api import Message, SlackWebApi
+from bot.standin.slack_api import Call, Message, SlackWebApi
+
+if TYPE_CHECKING:
+    from storage import StorageSettings, Store
 
 log = logging.getLogger(__name__)
 CHANNEL = "C0GENERAL"
-USERS = {"alice": "U0ALICE", "bob": "U0BOB"}
+USERS = {"alice": "U0ALICE", "bob": "U0BOB"}  # the only people the page may post as
 MENTION = "@agent"
+LOOPBACK = "127.0.0.1"  # the page signs requests as anyone: this machine only
+TOKEN_HEADER = "X-Standin-Token"
+PERMALINK_HOST = "local.slack.com"
+UP = ("running", "recovering")  # the bot answers; deliveries go out
+STARTUP_GRACE = 2.0  # seconds after the health check in which start-up lines still arrive
+RECOVERY_WATCH = 120.0  # seconds the page may say "recovering" after a start
+EPHEMERAL_KEPT = 30  # per person
+RESPONDERS_KEPT = 200  # response_urls still answered (Slack's live for 30 minutes)
+SERVER_ERROR_RETRIES = 3  # like Slack: a 5xx answer is retried three times, then dropped
+
+
+class LocalModeError(Exception):
+    """A start-up problem, told in one line; `python -m bot` exits with code 2."""
+
+
+class Refused(Exception):
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+
+def permalink(ts: str) -> str:
+    """The thread's link in Slack's format, which `/resume` and `/agent-admin` accept."""
+    return f"https://{PERMALINK_HOST}/archives/{CHANNEL}/p{ts.replace('.', '')}"
+
+
+def title(text: str, words: int = 8) -> str:
+    """A thread's first words, mentions left out."""
+    plain = re.sub(r"<@[A-Z0-9]+>", " ", text or "")
+    parts = plain.split()
+    if not parts:
+        return "(no text)"
+    return " ".join(parts[:words]) + ("…" if len(parts) > words else "")
+
+
+def _shape(line: str) -> str:
+    """A log line without its time stamp, numbers and ids: two starts print the same shape."""
+    line = re.sub(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+\s*", "", line)
+    return re.sub(r"\w*\d\w*", "#", line)
+
+
+def _ids(value: str) -> list[str]:
+    return [part for part in value.replace(",", " ").split() if part]
+
+
+def port_in_use(port: int, variable: str, what: str, exc: OSError) -> LocalModeError:
+    if exc.errno == errno.EADDRINUSE:
+        return LocalModeError(
+            f"{what} port {port} is already in use on {LOOPBACK} (is local mode already "
+            f"running?); set {variable} to another port, e.g. {variable}={port + 10}"
+        )
+    return LocalModeError(
+        f"cannot listen on {LOOPBACK}:{port} for {what} ({exc.strerror or exc}); "
+        f"set {variable} to another port"
+    )
+
+
+def check_port_free(port: int, variable: str, what: str) -> None:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError as exc:
+            raise port_in_use(port, variable, what, exc) from exc
 
 
 class Workspace:
-    def __init__(self, data_dir: Path, port: int, bot_port: int, *, demo: bool) -> None:
-        self.api = SlackWebApi()
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        bot_port: int,
+        *,
+        demo: bool,
+        storage: StorageSettings | None = None,
+    ) -> None:
+        self.bot_token = f"xoxb-local-{secrets.token_hex(12)}"
+        self.api = SlackWebApi(token=self.bot_token)
         self.data_dir = data_dir
         self.port = port
         self.bot_port = bot_port
         self.demo = demo
+        self.storage = storage
         self.secret = secrets.token_hex(16)
+        self.page_token = secrets.token_urlsafe(24)
+        self.hosts = {f"{LOOPBACK}:{port}", f"localhost:{port}"}
+        if port == 80:
+            self.hosts |= {LOOPBACK, "localhost"}
+        self.origins = {f"http://{host}" for host in self.hosts}
         self.bot: asyncio.subprocess.Process | None = None
         self.bot_state = "starting"
-        self.response_owner: dict[str, str] = {}  # response_url token -> user
         self.state_file = data_dir / "standin.json"
         self.http: aiohttp.ClientSession | None = None
+        # What the page sent and the bot has not acknowledged yet, oldest first.
+        self.outbox: list[dict[str, Any]] = []
+        # response_url token -> where its answer shows: {"user": id, "thread_ts": ts | None}
+        self.responders: dict[str, dict[str, str | None]] = {}
+        # "Only visible to you" answers: {"id", "user", "thread_ts", "text", "blocks"}
+        self.ephemerals: list[dict[str, Any]] = []
+        # Conversations a restart interrupted and the new bot should resume: key -> thread_ts
+        self.recovering: dict[str, str] = {}
+        self._ephemeral_ids = itertools.count(1)
+        self._wake = asyncio.Event()
+        self._restarting = False
+        self._stopping = False
+        self._generation = 0
+        self._healthy_at: dict[int, float] = {}
+        self._startup_shapes: set[str] = set()
+        self._store: Store | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.api.listeners.append(lambda call: self.save())
+        self.api.listeners.append(self._on_call)
 
-    # -- persistence: the channel survives Ctrl-C, like the bot's own state -------------
+    # -- persistence: the channel and the outbox survive Ctrl-C --------------------------
 
     def load(self) -> None:
-        if self.state_file.exists():
-            for raw in json.loads(self.state_file.read_text()):
+        if not self.state_file.exists():
+            return
+        try:
+            saved = json.loads(self.state_file.read_text(encoding="utf-8"))
+            if isinstance(saved, list):  # the first format: the messages only
+                saved = {"messages": saved}
+            for raw in saved.get("messages", []):
                 message = Message(**{**raw, "reactions": set(raw.get("reactions", []))})
                 self.api.messages[(message.channel, message.ts)] = message
+            self.outbox = list(saved.get("outbox", []))
+            self.responders = dict(saved.get("responders", {}))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise LocalModeError(
+                f"cannot read {self.state_file} ({exc}); move it aside to start over"
+            ) from exc
 
     def save(self) -> None:
-        rows = [
-            {**dataclasses.asdict(m), "reactions": sorted(m.reactions)}
-            for m in self.api.messages.values()
-        ]
+        saved = {
+            "messages": [
+                {**dataclasses.asdict(m), "reactions": sorted(m.reactions)}
+                for m in self.api.messages.values()
+                if not m.ephemeral_to
+            ],
+            "outbox": self.outbox,
+            "responders": self.responders,
+        }
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rows))
+        tmp.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")
         tmp.replace(self.state_file)
 
     # -- the bot child process ----------------------------------------------------------
@@ -78,13 +208,15 @@ class Workspace:
     def bot_env(self) -> dict[str, str]:
         env = {
             **os.environ,
-            "SLACK_BOT_TOKEN": "xoxb-local-standin",
+            "SLACK_BOT_TOKEN": self.bot_token,
             "SLACK_SIGNING_SECRET": self.secret,
-            "SLACK_API_URL": f"http://127.0.0.1:{self.port}/api/",
+            "SLACK_API_URL": f"http://{LOOPBACK}:{self.port}/api/",
             "PORT": str(self.bot_port),
-            "HOST": "127.0.0.1",
+            "HOST": LOOPBACK,
             "BOT_DATA_DIR": str(self.data_dir),
+            # alice may use /agent-admin and approve anyone's tool call, unless told otherwise
             "BOT_ADMINS": os.getenv("BOT_ADMINS", USERS["alice"]),
+            "BOT_APPROVERS": os.getenv("BOT_APPROVERS", USERS["alice"]),
             "BOT_LEASE_SECONDS": os.getenv("BOT_LEASE_SECONDS", "3"),
         }
         env.pop("SLACK_APP_TOKEN", None)
@@ -92,24 +224,69 @@ class Workspace:
             env["BOT_DEMO_MODEL"] = "1"
         return env
 
-    async def start_bot(self) -> None:
-        self.bot_state = "starting"
-        self.bot = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", "serve", env=self.bot_env()
+    def roles(self) -> dict[str, list[str]]:
+        env = self.bot_env()
+        names = {uid: name for name, uid in USERS.items()}
+        return {
+            role: [names.get(uid, uid) for uid in _ids(env[variable])]
+            for role, variable in (("admins", "BOT_ADMINS"), ("approvers", "BOT_APPROVERS"))
+        }
+
+    def _set_state(self, state: str) -> None:
+        self.bot_state = state
+        self._wake.set()
+
+    async def start_bot(self) -> float | None:
+        """Start the bot and wait until it answers its health check; the seconds it took,
+        or None when it did not come up (the state says why)."""
+        self._generation += 1
+        generation = self._generation
+        self._set_state("starting")
+        started = time.monotonic()
+        await self._note_interrupted()
+        bot = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            "serve",
+            env=self.bot_env(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=1 << 20,
         )
+        self.bot = bot
+        for stream, out in ((bot.stdout, sys.stdout), (bot.stderr, sys.stderr)):
+            assert stream is not None
+            self.background(self._pump(stream, out, generation))
         assert self.http is not None
-        for _ in range(600):
+        while bot.returncode is None and time.monotonic() - started < 60:
             try:
-                async with self.http.get(f"http://127.0.0.1:{self.bot_port}/healthz") as r:
+                async with self.http.get(f"http://{LOOPBACK}:{self.bot_port}/healthz") as r:
                     if r.status == 200:
-                        self.bot_state = "running"
-                        return
+                        break
             except aiohttp.ClientError:
                 pass
-            if self.bot.returncode is not None:
-                self.bot_state = f"exited ({self.bot.returncode})"
-                return
             await asyncio.sleep(0.1)
+        else:
+            if generation != self._generation:
+                return None  # a restart took over
+            if bot.returncode is None:
+                self._set_state("not answering")
+                self._say(f"the bot (pid {bot.pid}) did not answer its health check in 60 s")
+            else:
+                self._set_state(f"exited ({bot.returncode})")
+                self._say(f"the bot exited with code {bot.returncode} while starting (see above)")
+            return None
+        if generation != self._generation:
+            return None  # a restart took over
+        self._healthy_at[generation] = time.monotonic()
+        self.background(self._watch(bot))
+        if self.recovering:
+            self._set_state("recovering")
+            self.background(self._watch_recovery(generation))
+        else:
+            self._set_state("running")
+        return time.monotonic() - started
 
     async def stop_bot(self, sig: int = signal.SIGTERM) -> None:
         if self.bot and self.bot.returncode is None:
@@ -117,39 +294,202 @@ class Workspace:
             await self.bot.wait()
 
     async def restart_bot(self) -> None:
-        self.bot_state = "restarting"
-        await self.stop_bot(signal.SIGKILL)  # a crash, not a polite exit: nothing is lost
-        await self.start_bot()
+        if self._restarting:
+            return
+        self._restarting = True
+        try:
+            self._set_state("restarting")
+            old = self.bot.pid if self.bot else None
+            await self._note_interrupted()  # before the kill: what it was running
+            await self.stop_bot(signal.SIGKILL)  # a crash, not a polite exit: nothing is lost
+            took = await self.start_bot()
+            if took is None or self.bot is None:
+                return
+            resuming = len(self.recovering)
+            after = (
+                f"resuming {resuming} interrupted conversation{'s' * (resuming != 1)}"
+                if resuming
+                else "nothing was interrupted"
+            )
+            queued = f"; delivering {len(self.outbox)} queued" if self.outbox else ""
+            self._say(
+                f"bot restarted: pid {old} killed, pid {self.bot.pid} up in {took:.1f} s; "
+                f"{after}{queued}"
+            )
+        finally:
+            self._restarting = False
 
-    # -- delivering to the bot like Slack does ------------------------------------------
+    async def _watch(self, bot: asyncio.subprocess.Process) -> None:
+        code = await bot.wait()
+        if bot is self.bot and not (self._restarting or self._stopping):
+            self._set_state(f"exited ({code})")
+            self._say(f"the bot exited with code {code} (see above); Restart bot starts it again")
 
-    async def deliver(self, body: str, content_type: str) -> None:
-        """POST to the bot with Slack's signature; retried (X-Slack-Retry-Num) while the
-        bot is down or restarting, as Slack retries unacknowledged deliveries."""
-        assert self.http is not None
-        for attempt in range(60):
-            headers = {"Content-Type": content_type, **signed_headers(body, self.secret)}
-            if attempt:
-                headers |= {"X-Slack-Retry-Num": str(attempt), "X-Slack-Retry-Reason": "timeout"}
+    async def _pump(self, stream: asyncio.StreamReader, out: IO[str], generation: int) -> None:
+        """Pass the bot's output through, except the start-up lines a restart repeats."""
+        while True:
             try:
-                async with self.http.post(
-                    f"http://127.0.0.1:{self.bot_port}/slack/events",
-                    data=body.encode(),
-                    headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=3),
-                ) as response:
-                    if response.status < 500:
-                        return
-            except (aiohttp.ClientError, TimeoutError):
-                pass
-            await asyncio.sleep(0.5)
-        log.error("the bot never acknowledged a delivery")
+                raw = await stream.readline()
+            except ValueError:  # a line longer than the buffer
+                raw = await stream.read(1 << 16)
+            if not raw:
+                return
+            line = raw.decode(errors="replace").rstrip("\n")
+            healthy = self._healthy_at.get(generation)
+            if healthy is None or time.monotonic() - healthy < STARTUP_GRACE:
+                if generation == 1:
+                    self._startup_shapes.add(_shape(line))
+                elif _shape(line) in self._startup_shapes:
+                    continue
+            print(line, file=out, flush=True)
 
-    async def post_message(self, user: str, text: str, thread_ts: str | None) -> Message:
+    def _say(self, line: str) -> None:
+        print(f"local mode: {line}", flush=True)
+
+    # -- recovery: which threads a restart interrupted ----------------------------------
+
+    def _open_store(self) -> Store | None:
+        if self._store is None and self.storage is not None:
+            from storage import open_store
+
+            self._store = open_store(self.storage)
+        return self._store
+
+    def _running_conversations(self) -> dict[str, str]:
+        from storage import Status
+
+        store = self._open_store()
+        if store is None:
+            return {}
+        return {
+            str(record.key): record.key.thread_ts
+            for record in store.list_by_status(Status.RUNNING, limit=100)
+            if record.key.team == self.api.team and record.key.channel == CHANNEL
+        }
+
+    def _still_running(self, keys: list[str]) -> set[str]:
+        from storage import ConversationKey, Status
+
+        store = self._open_store()
+        if store is None:
+            return set()
+        records = [store.get(ConversationKey.parse(key)) for key in keys]
+        return {str(r.key) for r in records if r is not None and r.status is Status.RUNNING}
+
+    async def _note_interrupted(self) -> None:
+        """Remember the conversations that are running now: a kill interrupts them, and the
+        next bot resumes them (its recovery sweep)."""
+        try:
+            self.recovering |= await asyncio.to_thread(self._running_conversations)
+        except Exception as exc:  # the page only loses a hint
+            log.warning("cannot read the conversations' state: %s", exc)
+
+    async def _watch_recovery(self, generation: int) -> None:
+        deadline = time.monotonic() + RECOVERY_WATCH
+        while self.recovering and generation == self._generation:
+            if time.monotonic() > deadline:
+                self._say(f"{len(self.recovering)} conversation(s) not resumed yet; see above")
+                break
+            await asyncio.sleep(0.5)
+            try:
+                running = await asyncio.to_thread(self._still_running, list(self.recovering))
+            except Exception as exc:
+                log.warning("cannot read the conversations' state: %s", exc)
+                break
+            self.recovering = {k: ts for k, ts in self.recovering.items() if k in running}
+        if generation == self._generation:
+            self.recovering.clear()
+            if self.bot_state == "recovering":
+                self._set_state("running")
+
+    # -- the outbox: delivering to the bot like Slack does --------------------------------
+
+    def enqueue(self, item: dict[str, Any]) -> None:
+        self.outbox.append({"id": uuid.uuid4().hex, "attempts": 0, **item})
+        self.save()
+        self._wake.set()
+
+    def _body(self, item: dict[str, Any]) -> tuple[str, str]:
+        """Built at delivery time, so the signature's time stamp is fresh."""
+        team = self.api.team
+        if item["kind"] == "event":
+            return event_callback(team, item["event"], item["event_id"]), "application/json"
+        if item["kind"] == "command":
+            body = slash_command(
+                team=team,
+                channel=CHANNEL,
+                user=item["user"],
+                command=item["command"],
+                text=item["text"],
+                response_url=item["response_url"],
+            )
+            return body, FORM
+        ts = item["ts"]
+        message = self.api.messages.get((CHANNEL, ts)) or Message(CHANNEL, ts, "", item["user"])
+        body = block_actions(
+            team=team,
+            user=item["user"],
+            channel=CHANNEL,
+            message={"ts": ts, "text": message.text, "blocks": message.blocks or []},
+            action_id=item["action_id"],
+            value=item["value"],
+            response_url=item["response_url"],
+        )
+        return body, FORM
+
+    async def _until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def deliver_forever(self) -> None:
+        """One at a time, in order: POST with Slack's signature while the bot is up; a retry
+        says so (X-Slack-Retry-Num). Kept until the bot answers: a kill, a restart or
+        Ctrl-C in between loses nothing."""
+        while True:
+            await self._until(lambda: bool(self.outbox) and self.bot_state in UP)
+            item = self.outbox[0]
+            try:
+                status = await self._post(item)
+            except Exception:  # e.g. a hand-edited state file: drop it, keep the rest going
+                log.exception("cannot deliver %s; dropped", item.get("kind"))
+                status = 400
+            if status is not None and (status < 500 or item["attempts"] >= SERVER_ERROR_RETRIES):
+                if status >= 400:
+                    log.error("the bot answered %s to a %s; dropped", status, item["kind"])
+                if self.outbox and self.outbox[0] is item:
+                    self.outbox.pop(0)
+                self.save()
+                continue
+            item["attempts"] += 1
+            await asyncio.sleep(0.5)
+
+    async def _post(self, item: dict[str, Any]) -> int | None:
+        assert self.http is not None
+        body, content_type = self._body(item)
+        headers = {"Content-Type": content_type, **signed_headers(body, self.secret)}
+        if item["attempts"]:
+            headers |= {
+                "X-Slack-Retry-Num": str(item["attempts"]),
+                "X-Slack-Retry-Reason": "http_timeout",
+            }
+        try:
+            async with self.http.post(
+                f"http://{LOOPBACK}:{self.bot_port}/slack/events",
+                data=body.encode(),
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=3),
+            ) as response:
+                return response.status
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
+    # -- what the page does ---------------------------------------------------------------
+
+    def post_message(self, user: str, text: str, thread_ts: str | None) -> Message:
         mentioned = MENTION in text
         text = text.replace(MENTION, f"<@{self.api.bot_user}>")
         message = self.api.add_user_message(CHANNEL, user, text, thread_ts)
-        self.save()
         event: dict[str, Any] = {
             "user": user,
             "text": text,
@@ -160,48 +500,110 @@ class Workspace:
         }
         if thread_ts:
             event["thread_ts"] = thread_ts
-        if mentioned:
-            await self.deliver(
-                event_callback(self.api.team, {**event, "type": "app_mention"}), "application/json"
+        kinds = (["app_mention"] if mentioned else []) + (
+            ["message"] if thread_ts or not mentioned else []
+        )
+        for kind in kinds:
+            extra = {"channel_type": "channel"} if kind == "message" else {}
+            self.enqueue(
+                {
+                    "kind": "event",
+                    "user": user,
+                    "ts": message.ts,
+                    "thread_ts": thread_ts,
+                    "event": {**event, "type": kind, **extra},
+                    "event_id": f"Ev{uuid.uuid4().hex[:12]}",
+                }
             )
-        if thread_ts or not mentioned:
-            body = event_callback(
-                self.api.team, {**event, "type": "message", "channel_type": "channel"}
-            )
-            await self.deliver(body, "application/json")
         return message
 
-    def response_url(self, user: str) -> str:
-        token = uuid.uuid4().hex[:12]
-        self.response_owner[token] = user
-        return f"http://127.0.0.1:{self.port}/respond/{token}"
+    def response_url(self, user: str, thread_ts: str | None) -> str:
+        token = uuid.uuid4().hex
+        self.responders[token] = {"user": user, "thread_ts": thread_ts}
+        for old in list(self.responders)[:-RESPONDERS_KEPT]:
+            del self.responders[old]
+        return f"http://{LOOPBACK}:{self.port}/respond/{token}"
 
-    async def click(self, user: str, channel: str, ts: str, action_id: str, value: str) -> None:
-        message = self.api.messages.get((channel, ts)) or Message(channel, ts, "", user)
-        body = block_actions(
-            team=self.api.team,
-            user=user,
-            channel=channel,
-            message={"ts": ts, "text": message.text, "blocks": message.blocks or []},
-            action_id=action_id,
-            value=value,
-            response_url=self.response_url(user),
+    def command(self, user: str, command: str, text: str, thread_ts: str | None) -> None:
+        """A slash command; its answers show where it was typed (Slack does not tell the
+        app the thread, but shows the person the answer there)."""
+        self.enqueue(
+            {
+                "kind": "command",
+                "user": user,
+                "thread_ts": thread_ts,
+                "command": command,
+                "text": text,
+                "response_url": self.response_url(user, thread_ts),
+            }
         )
-        await self.deliver(body, FORM)
 
-    async def command(self, user: str, command: str, text: str) -> None:
-        body = slash_command(
-            team=self.api.team,
-            channel=CHANNEL,
-            user=user,
-            command=command,
-            text=text,
-            response_url=self.response_url(user),
+    def click(
+        self, user: str, ts: str, action_id: str, value: str, thread_ts: str | None, label: str
+    ) -> None:
+        self.enqueue(
+            {
+                "kind": "click",
+                "user": user,
+                "thread_ts": thread_ts,
+                "ts": ts,
+                "action_id": action_id,
+                "value": value,
+                "label": label,
+                "response_url": self.response_url(user, thread_ts),
+            }
         )
-        await self.deliver(body, FORM)
+
+    def _on_call(self, call: Call) -> None:
+        """Answers for one person: to a response_url, or chat.postEphemeral."""
+        if call.method == "response_url":
+            place = self.responders.get(str(call.args.get("_token", "")))
+            if place is not None and place["user"]:
+                self._answer(place["user"], place["thread_ts"], call.args)
+        elif call.method == "chat.postEphemeral":
+            for key, message in list(self.api.messages.items()):
+                if message.ephemeral_to:
+                    del self.api.messages[key]
+                    self._answer(
+                        message.ephemeral_to,
+                        message.thread_ts,
+                        {"text": message.text, "blocks": call.args.get("blocks")},
+                    )
+        self.save()
+
+    def _answer(self, user: str, thread_ts: str | None, payload: dict[str, Any]) -> None:
+        blocks = payload.get("blocks")
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks)
+        if thread_ts and (CHANNEL, thread_ts) not in self.api.messages:
+            thread_ts = None
+        if payload.get("response_type") == "in_channel":
+            message = self.api.add_user_message(
+                CHANNEL, self.api.bot_user, str(payload.get("text") or ""), thread_ts
+            )
+            message.blocks = blocks
+            return
+        self.ephemerals.append(
+            {
+                "id": next(self._ephemeral_ids),
+                "user": user,
+                "thread_ts": thread_ts,
+                "text": str(payload.get("text") or ""),
+                "blocks": blocks,
+            }
+        )
+        mine = [e for e in self.ephemerals if e["user"] == user]
+        for old in mine[:-EPHEMERAL_KEPT]:
+            self.ephemerals.remove(old)
+
+    def dismiss(self, user: str, ephemeral_id: int) -> bool:
+        kept = [e for e in self.ephemerals if not (e["user"] == user and e["id"] == ephemeral_id)]
+        found = len(kept) != len(self.ephemerals)
+        self.ephemerals = kept
+        return found
 
     def background(self, work: Any) -> None:
-        """Answer the page at once, as Slack's client does, and deliver in the background."""
+        """Answer the page at once, as Slack's client does, and work in the background."""
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -209,6 +611,12 @@ class Workspace:
     # -- the page's JSON API ------------------------------------------------------------
 
     def state(self, user: str) -> dict[str, Any]:
+        up = self.bot_state in UP
+        # Shown as waiting when the bot is down, or did not take it at the first try; not
+        # while a delivery is merely on its way.
+        held = [item for item in self.outbox if not up or item["attempts"]]
+        pending = {item["ts"] for item in held if item["kind"] == "event"}
+
         def view(m: Message) -> dict[str, Any]:
             return {
                 "ts": m.ts,
@@ -217,15 +625,20 @@ class Workspace:
                 "blocks": m.blocks,
                 "reactions": sorted(m.reactions),
                 "bot": m.user == self.api.bot_user,
+                "pending": m.ts in pending,
             }
 
         messages = sorted(self.api.messages.values(), key=lambda m: float(m.ts))
         top = [
             m for m in messages if m.channel == CHANNEL and not m.thread_ts and not m.ephemeral_to
         ]
+        recovering = set(self.recovering.values())
         threads = [
             {
                 **view(m),
+                "title": title(m.text),
+                "link": permalink(m.ts),
+                "recovering": m.ts in recovering,
                 "replies": [
                     view(r)
                     for r in messages
@@ -234,49 +647,163 @@ class Workspace:
             }
             for m in top
         ]
-        private = [
-            {"text": r.get("text", ""), "blocks": r.get("blocks")}
-            for r in self.api.responses
-            if self.response_owner.get(r.get("_token", "")) == user
+        ephemeral = [
+            {key: e[key] for key in ("id", "thread_ts", "text", "blocks")}
+            for e in self.ephemerals
+            if e["user"] == user
         ]
+        waiting = [
+            {
+                "id": item["id"],
+                "thread_ts": item.get("thread_ts"),
+                "label": (
+                    f"{item['command']} {item['text']}".strip()
+                    if item["kind"] == "command"
+                    else item.get("label") or "a button"
+                ),
+            }
+            for item in held
+            if item["kind"] != "event" and item["user"] == user
+        ]
+        names = {uid: name for name, uid in USERS.items()} | {self.api.bot_user: "agent"}
         return {
             "demo": self.demo,
             "bot": self.bot_state,
+            "recovering": len(self.recovering),
+            "queued": len(self.outbox),
             "channel": "general",
             "threads": threads,
-            "private": private[-5:],
-            "users": USERS,
+            "ephemeral": ephemeral,
+            "waiting": waiting,
+            "users": list(USERS),
+            "names": names,
+            "roles": self.roles(),
         }
 
+    # -- who may ask ----------------------------------------------------------------------
+
+    @web.middleware
+    async def guard(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        """Every request names this machine's page in its Host (no DNS rebinding); the
+        page's own endpoints also want its token, its origin, and JSON."""
+        try:
+            if request.host not in self.hosts:
+                raise Refused(
+                    403, f"wrong Host {request.host!r}; open http://{LOOPBACK}:{self.port}"
+                )
+            if request.path.startswith("/ui/"):
+                origin = request.headers.get("Origin")
+                if origin is not None and origin not in self.origins:
+                    raise Refused(403, f"cross-origin request from {origin!r}")
+                given = request.headers.get(TOKEN_HEADER, "").encode()
+                if not hmac.compare_digest(given, self.page_token.encode()):
+                    raise Refused(403, "missing or wrong page token; reload the page")
+                if request.method == "POST" and request.content_type != "application/json":
+                    raise Refused(400, "the page sends application/json")
+            response: web.StreamResponse = await handler(request)
+            return response
+        except Refused as refused:
+            log.warning("refused %s %s: %s", request.method, request.path, refused.error)
+            return web.json_response({"ok": False, "error": refused.error}, status=refused.status)
+
+    def _user(self, name: object) -> str:
+        if not isinstance(name, str) or name not in USERS:
+            raise Refused(400, f"unknown user {name!r}; one of {', '.join(USERS)}")
+        return USERS[name]
+
+    def _thread(self, value: object) -> str | None:
+        """None, or a thread (a top-level message) of the channel."""
+        if value in (None, ""):
+            return None
+        message = self.api.messages.get((CHANNEL, value)) if isinstance(value, str) else None
+        if message is None or message.thread_ts or message.ephemeral_to:
+            raise Refused(400, f"no such thread: {value!r}")
+        return message.ts
+
+    @staticmethod
+    async def _json(request: web.Request) -> dict[str, Any]:
+        try:
+            data = await request.json()
+        except ValueError:
+            raise Refused(400, "not JSON") from None
+        if not isinstance(data, dict):
+            raise Refused(400, "expected a JSON object")
+        return data
+
+    @staticmethod
+    def _text(data: dict[str, Any], name: str, limit: int = 40_000) -> str:
+        value = data.get(name, "")
+        if not isinstance(value, str) or len(value) > limit:
+            raise Refused(400, f"{name}: expected text up to {limit} characters")
+        return value
+
     def routes(self) -> list[web.RouteDef]:
-        page = resources.files("bot.standin").joinpath("page.html").read_text()
+        nonce = secrets.token_urlsafe(16)
+        page = (
+            resources.files("bot.standin")
+            .joinpath("page.html")
+            .read_text(encoding="utf-8")
+            .replace("{{PAGE_TOKEN}}", self.page_token)
+            .replace("{{NONCE}}", nonce)
+        )
+        page_headers = {
+            "Content-Security-Policy": (
+                f"default-src 'self'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+                "img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+            ),
+            "X-Frame-Options": "DENY",
+            "Referrer-Policy": "no-referrer",
+            "Cache-Control": "no-store",
+        }
 
         async def index(request: web.Request) -> web.Response:
-            return web.Response(text=page, content_type="text/html")
+            return web.Response(text=page, content_type="text/html", headers=page_headers)
 
         async def get_state(request: web.Request) -> web.Response:
-            return web.json_response(self.state(request.query.get("user", USERS["alice"])))
+            return web.json_response(self.state(self._user(request.query.get("user"))))
 
         async def post(request: web.Request) -> web.Response:
-            data = await request.json()
-            user, text = data["user"], str(data.get("text", "")).strip()
+            data = await self._json(request)
+            user = self._user(data.get("user"))
+            text = self._text(data, "text").strip()
+            thread_ts = self._thread(data.get("thread_ts"))
             if not text:
-                return web.json_response({"ok": False, "error": "empty"}, status=400)
+                raise Refused(400, "empty message")
             if text.startswith("/"):
                 command, _, rest = text.partition(" ")
-                self.background(self.command(user, command, rest))
+                self.command(user, command, rest.strip(), thread_ts)
             else:
-                self.background(self.post_message(user, text, data.get("thread_ts")))
-            return web.json_response({"ok": True})
+                self.post_message(user, text, thread_ts)
+            return web.json_response({"ok": True, "queued": self.bot_state not in UP})
 
         async def click(request: web.Request) -> web.Response:
-            data = await request.json()
-            self.background(
-                self.click(data["user"], CHANNEL, data["ts"], data["action_id"], data["value"])
+            data = await self._json(request)
+            user = self._user(data.get("user"))
+            ts = self._text(data, "ts", 40)
+            if ts and (CHANNEL, ts) not in self.api.messages:
+                raise Refused(400, f"no such message: {ts!r}")
+            self.click(
+                user,
+                ts,
+                self._text(data, "action_id", 255),
+                self._text(data, "value", 2000),
+                self._thread(data.get("thread_ts")),
+                self._text(data, "label", 100),
             )
-            return web.json_response({"ok": True})
+            return web.json_response({"ok": True, "queued": self.bot_state not in UP})
+
+        async def dismiss(request: web.Request) -> web.Response:
+            data = await self._json(request)
+            user = self._user(data.get("user"))
+            ephemeral_id = data.get("id")
+            if not isinstance(ephemeral_id, int):
+                raise Refused(400, "id: expected a number")
+            return web.json_response({"ok": self.dismiss(user, ephemeral_id)})
 
         async def restart(request: web.Request) -> web.Response:
+            await self._json(request)
             self.background(self.restart_bot())
             return web.json_response({"ok": True})
 
@@ -285,34 +812,71 @@ class Workspace:
             web.get("/ui/state", get_state),
             web.post("/ui/post", post),
             web.post("/ui/click", click),
+            web.post("/ui/dismiss", dismiss),
             web.post("/ui/restart", restart),
             *self.api.routes(),
         ]
 
+    # -- serving --------------------------------------------------------------------------
 
-async def run_workspace(data_dir: Path, port: int, bot_port: int, *, demo: bool) -> None:
-    """Serve the stand-in and run the bot behind it until SIGINT/SIGTERM. `data_dir` exists."""
-    workspace = Workspace(data_dir, port, bot_port, demo=demo)
-    workspace.load()
-    app = web.Application()
-    app.add_routes(workspace.routes())
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, os.getenv("HOST", "127.0.0.1"), port).start()
-    workspace.http = aiohttp.ClientSession()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    model = "offline demo model (no OPENAI_API_KEY)" if demo else "OpenAI"
-    print(
-        f"local mode: open http://127.0.0.1:{port}  (model: {model}; state in {data_dir})",
-        flush=True,
-    )
-    try:
-        await workspace.start_bot()
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """The page and the Web API on loopback, and the outbox delivering; the bot (when
+        started) is stopped on the way out. LocalModeError when the port is taken."""
+        self.load()
+        app = web.Application(middlewares=[self.guard], client_max_size=1 << 20)
+        app.add_routes(self.routes())
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, LOOPBACK, self.port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise port_in_use(self.port, "PORT", "the page's", exc) from exc
+        self.http = aiohttp.ClientSession()
+        delivery = asyncio.create_task(self.deliver_forever())
+        try:
+            yield
+        finally:
+            self._stopping = True
+            delivery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await delivery
+            await self.stop_bot()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self.save()
+            await self.http.close()
+            await runner.cleanup()
+            if self._store is not None:
+                self._store.close()
+
+
+async def run_workspace(
+    data_dir: Path,
+    port: int,
+    bot_port: int,
+    *,
+    demo: bool,
+    storage: StorageSettings | None = None,
+) -> None:
+    """Serve the stand-in and run the bot behind it until SIGINT/SIGTERM. `data_dir` exists.
+    LocalModeError (one line to print) when a port is taken."""
+    workspace = Workspace(data_dir, port, bot_port, demo=demo, storage=storage)
+    async with workspace.serving():
+        check_port_free(bot_port, "BOT_LOCAL_BOT_PORT", "the bot's")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        model = "offline demo model (no OPENAI_API_KEY)" if demo else "OpenAI"
+        print(
+            f"local mode: open http://{LOOPBACK}:{port}  (model: {model}; state in {data_dir})",
+            flush=True,
+        )
+        took = await workspace.start_bot()
+        if took is not None and workspace.bot is not None:
+            queued = f"; delivering {len(workspace.outbox)} queued" if workspace.outbox else ""
+            workspace._say(f"bot started: pid {workspace.bot.pid} up in {took:.1f} s{queued}")
         await stop.wait()
-    finally:
-        await workspace.stop_bot()
-        await workspace.http.close()
-        await runner.cleanup()

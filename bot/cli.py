@@ -180,7 +180,7 @@ async def _admin_command(settings: StorageSettings, text: str, team: str | None)
         runtime.on_outcome = SlackPoster(client)
         if team is None:
             team = (await client.auth_test())["team_id"]
-    reply = await AdminCommands(runtime, permalink).run(text, team=team or "", by="cli")
+    reply = await AdminCommands(runtime, permalink).run(text, team=team or "", by=None)
     print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
     return 0 if reply.ok else 2
 

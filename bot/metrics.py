@@ -18,7 +18,10 @@ LEASE_CONFLICTS = Counter(
     "bot_lease_conflicts_total", "Messages queued because the thread was busy", registry=REGISTRY
 )
 DELIVERY_FAILURES = Counter(
-    "bot_delivery_failures_total", "Slack posts that failed after retries", registry=REGISTRY
+    "bot_delivery_failures_total",
+    "Slack posts that failed after retries, by Slack error",
+    ["reason"],
+    registry=REGISTRY,
 )
 LATENCY = Histogram(
     "bot_operation_seconds",

@@ -3,7 +3,9 @@ optionally with `?thread_ts=<ts>` (a reply's link names its thread that way)."""
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from urllib.parse import parse_qs, urlparse
 
 from storage import ConversationKey
@@ -20,7 +22,8 @@ def parse_permalink(text: str, team: str) -> ConversationKey:
     link = text.strip().strip("<>").split("|", 1)[0]
     url = urlparse(link)
     match = _PATH.match(url.path)
-    if url.scheme not in ("http", "https") or not url.netloc.endswith(".slack.com") or not match:
+    slack = url.netloc == "slack.com" or url.netloc.endswith(".slack.com")
+    if url.scheme not in ("http", "https") or not slack or not match:
         raise PermalinkError(
             f"not a thread link: {text!r} (expected https://<team>.slack.com/archives/<channel>/p<ts>)"
         )
@@ -30,5 +33,11 @@ def parse_permalink(text: str, team: str) -> ConversationKey:
     return ConversationKey(team=team, channel=match["channel"], thread_ts=thread_ts)
 
 
-def permalink(key: ConversationKey, workspace: str = "app") -> str:
-    return f"https://{workspace}.slack.com/archives/{key.channel}/p{key.thread_ts.replace('.', '')}"
+def permalink(key: ConversationKey, base_url: str = "https://slack.com/") -> str:
+    """The thread's link; `base_url` is the workspace's (`auth.test`'s `url`)."""
+    digits = key.thread_ts.replace(".", "")
+    return f"{base_url.rstrip('/')}/archives/{key.channel}/p{digits}"
+
+
+def linker(base_url: str) -> Callable[[ConversationKey], str]:
+    return functools.partial(permalink, base_url=base_url)

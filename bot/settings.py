@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
 
 from pydantic import Field
 from pydantic.functional_validators import BeforeValidator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from storage.durations import parse_duration
 
 
 def _split_ids(value: object) -> object:
@@ -16,6 +19,7 @@ def _split_ids(value: object) -> object:
 
 
 UserIds = Annotated[frozenset[str], NoDecode, BeforeValidator(_split_ids)]
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class RuntimeSettings(BaseSettings):
@@ -31,5 +35,12 @@ class RuntimeSettings(BaseSettings):
     history_items: int = Field(default=60, ge=2, description="session items sent to the model")
     max_turns: int = Field(default=20, ge=1)
     recovery_concurrency: int = Field(default=8, ge=1)
-    turn_timeout: float = Field(default=300.0, gt=0, description="seconds one model turn (with its tools) may take")
+    turn_timeout: float = Field(
+        default=300.0, gt=0, description="seconds one model turn (with its tools) may take"
+    )
     tracing: bool = False
+    shutdown_grace: Duration = Field(
+        default=timedelta(seconds=25),
+        description="how long a graceful stop lets runs reach their next checkpoint "
+        "(fits ECS's 30 s stop timeout)",
+    )

@@ -101,7 +101,7 @@ class Store(ABC):
     def __init__(
         self,
         *,
-        lease_duration: timedelta = timedelta(seconds=30),
+        lease_duration: timedelta = timedelta(seconds=15),
         lease_skew: timedelta = timedelta(seconds=1),
         state_ttl: timedelta = timedelta(days=7),
         event_ttl: timedelta = timedelta(days=1),
@@ -306,8 +306,7 @@ class Store(ABC):
     @abstractmethod
     def read_inbox(self, key: ConversationKey, generation: int | None = None) -> list[InboxEntry]:
         """Queued messages, oldest first. Commits consume them (`Commit.consume`). With
-        `generation`, entries older than that generation (left by an expired record) are
-        left out."""
+        `generation`, entries left by an earlier, expired record are left out."""
 
     # -- ledgers ------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ class StorageSettings(BaseSettings):
     data_dir: Path = Path(".bot-data")
     table: str | None = None
     bucket: str | None = None
-    lease_seconds: float = Field(default=30.0, gt=0)
+    lease_seconds: float = Field(default=15.0, gt=0)
     lease_skew_seconds: float = Field(default=1.0, ge=0)
     state_ttl: Duration = timedelta(days=7)
     event_ttl: Duration = timedelta(days=1)

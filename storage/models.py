@@ -189,6 +189,18 @@ class ToolCallClaim(BaseModel):
     created: bool
 
 
+def inbox_stamp(moment: datetime) -> str:
+    """The start of an inbox entry id: arrival time in microseconds, so ids sort in arrival
+    order (ties need two messages for one thread within a microsecond)."""
+    return f"{int(moment.timestamp() * 1_000_000):018d}"
+
+
+def stamp_ms(entry_id: str) -> int:
+    """The arrival time (ms) of an inbox entry id (15 digits of ms in older ids)."""
+    stamp = entry_id.split("#", 1)[0]
+    return int(stamp) // 1000 if len(stamp) >= 18 else int(stamp)
+
+
 class InboxEntry(BaseModel):
     """A user message kept durably until the commit that consumes it."""
 

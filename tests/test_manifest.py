@@ -19,6 +19,7 @@ METHOD_SCOPES = {
     "chat_postEphemeral": "chat:write",
     "reactions_add": "reactions:write",
     "reactions_remove": "reactions:write",
+    "conversations_replies": "channels:history",  # and groups:, im:, mpim:history by type
     "auth_test": None,
     "apps_connections_open": None,  # uses the app-level token, not a bot scope
 }

@@ -99,9 +99,7 @@ async def test_expired_checkpoint(backend: Backend, effects: SideEffects) -> Non
     await assert_failed_closed(later, effects, outcomes, NoticeKind.STATE_EXPIRED)
 
 
-async def test_an_expired_conversation_is_forgotten(
-    backend: Backend, effects: SideEffects
-) -> None:
+async def test_an_expired_conversation_is_forgotten(backend: Backend, effects: SideEffects) -> None:
     """Past its TTL the whole conversation is gone: a late click runs nothing, and a new
     mention starts clean, without the old history (what users wrote is not fed again)."""
     store = backend.open(state_ttl="7d")

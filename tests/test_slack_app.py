@@ -173,12 +173,14 @@ async def test_approval_by_button(bot: Harness, effects: SideEffects) -> None:
     assert approval.blocks is not None and "send_email" in json.dumps(approval.blocks)
     assert "ana@example.com" in json.dumps(approval.blocks)
     assert effects.calls() == []
-    # The message is posted just before the run releases the thread: click after that.
-    await bot.settled(top.ts, Status.AWAITING_APPROVAL)
+    # The card names who may decide; a click is kept before it is acknowledged, so it
+    # counts even when it lands while the run is still letting the thread go.
+    assert "<@UALICE> can decide" in json.dumps(approval.blocks)
 
     assert await bot.click(approval, APPROVE, BOB) == 200  # not the requester, not an approver
     [refusal] = await bot.api.wait_for(lambda: bot.api.responses)
-    assert refusal["response_type"] == "ephemeral" and "Only the person" in refusal["text"]
+    assert refusal["response_type"] == "ephemeral"
+    assert refusal["text"] == "Only <@UALICE> can decide this one."
     assert effects.calls() == []
 
     assert await bot.click(approval, APPROVE, ALICE) == 200
@@ -200,6 +202,7 @@ async def test_approval_by_button(bot: Harness, effects: SideEffects) -> None:
     assert await bot.click(approval, REJECT, ALICE) == 200  # a late click on the old message
     late = await bot.api.wait_for(lambda: len(bot.api.responses) >= 2 and bot.api.responses)
     assert late[1]["response_type"] == "ephemeral"
+    assert late[1]["text"] == "That call was already approved by <@UALICE>."
     assert len(effects.calls("send_email")) == 1
 
 
@@ -208,9 +211,10 @@ async def test_reply_while_paused(bot: Harness, effects: SideEffects) -> None:
     top = await bot.mention(ALICE, "email Ana")
     await bot.bot_replies(top.ts, 1)
     await bot.reply(ALICE, "wait, what will it say?", top.ts)
-    replies = await bot.bot_replies(top.ts, 3)
+    replies = await bot.bot_replies(top.ts, 2)
     assert "kept your message" in replies[1].text
-    assert replies[2].blocks is not None and "asked again" in json.dumps(replies[2].blocks)
+    await bot.settled(top.ts, Status.AWAITING_APPROVAL)
+    assert len(bot.api.bot_replies(CHANNEL, top.ts)) == 2  # no second copy of the request
     assert effects.calls() == []
 
 
@@ -239,9 +243,17 @@ async def test_resume_command(bot: Harness) -> None:
     link = f"https://local.slack.com/archives/{CHANNEL}/p{top.ts.replace('.', '')}"
     status, token = await bot.command("/resume", f"<{link}>", ALICE)
     assert status == 200
-    replies = await bot.bot_replies(top.ts, 2)
-    assert "asked again" in json.dumps(replies[1].blocks)
-    await bot.responses_for(token)
+    [pointer] = await bot.responses_for(token)
+    assert "waiting for a decision on `send_email`" in pointer["text"]
+    assert len(bot.api.bot_replies(CHANNEL, top.ts)) == 1  # the request is not posted again
+
+    # Someone who never took part gets the same answer as for a thread that does not exist.
+    _, token = await bot.command("/resume", link, BOB)
+    [neutral] = await bot.responses_for(token)
+    nowhere = f"https://local.slack.com/archives/{CHANNEL}/p1000000000000001"
+    _, token = await bot.command("/resume", nowhere, BOB)
+    [missing] = await bot.responses_for(token)
+    assert neutral["text"] == missing["text"] and "can't resume" in neutral["text"]
 
     status, token = await bot.command("/resume", "not a link", ALICE)
     [error] = await bot.responses_for(token)

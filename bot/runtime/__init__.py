@@ -1,10 +1,12 @@
 """The Slack-agnostic conversation runtime."""
 
+from bot.runtime.delivery import DeliveryFailed, OutcomeSink
 from bot.runtime.guard import retry_safe
 from bot.runtime.outcomes import (
     Answer,
     ApprovalRequest,
     Decided,
+    DeliveryRef,
     Discarded,
     Duplicate,
     Notice,
@@ -21,12 +23,15 @@ __all__ = [
     "ApprovalRequest",
     "ConversationRuntime",
     "Decided",
+    "DeliveryFailed",
+    "DeliveryRef",
     "Discarded",
     "Duplicate",
     "Kept",
     "Notice",
     "NoticeKind",
     "Outcome",
+    "OutcomeSink",
     "PendingCall",
     "Refused",
     "StaleFilter",

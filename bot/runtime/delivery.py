@@ -69,6 +69,7 @@ class Outbox:
         self.version = record.checkpoint_version
         self.attempts = record.delivery_attempts
         self.error = record.delivery_error
+        self.retry_at = record.delivery_retry_at
         if start is None:
             self.count, self.owed = len(outbox), []
             return
@@ -104,6 +105,8 @@ class Outbox:
     async def deliver(self) -> bool:
         """Deliver what is owed, in order. False when a transient failure left some of it
         for a later attempt (`retry_at`)."""
+        if self.owed and self.retry_at is not None and self.clock() < self.retry_at:
+            return False  # backing off after a failure: a later serve tries again
         while self.owed:
             owed = self.owed[0]
             try:

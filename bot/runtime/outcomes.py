@@ -66,11 +66,13 @@ class Decided(Outcome):
 
 
 class Notice(Outcome):
-    """A statement in the thread. `reference` ties it to the logs when something failed."""
+    """A statement in the thread. `reference` ties it to the logs when something failed;
+    `settles` lists calls whose approval requests this notice makes moot."""
 
     kind: NoticeKind
     text: str
     reference: str | None = None
+    settles: list[PendingCall] = []
 
 
 class Refused(Outcome):

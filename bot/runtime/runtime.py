@@ -298,7 +298,7 @@ class ConversationRuntime:
     # -- operators ----------------------------------------------------------------------
 
     async def discard(
-        self, key: ConversationKey, *, by: str, only_if: StaleFilter | None = None
+        self, key: ConversationKey, *, by: str | None, only_if: StaleFilter | None = None
     ) -> list[Outcome]:
         """Admin: set the conversation's saved state aside (see `stewardship`)."""
         return await discard_conversation(self, key, by=by, only_if=only_if)

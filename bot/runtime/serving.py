@@ -30,8 +30,8 @@ from bot.runtime.outcomes import Notice, NoticeKind, Outcome, Refused
 from bot.runtime.references import new_reference
 from storage import (
     CONSUME_LIMIT,
-    CheckpointError,
     KEEP,
+    CheckpointError,
     Commit,
     Conversation,
     InboxChanged,
@@ -204,7 +204,9 @@ class Serving:
         runnable = current if current is not None and current.runnable else None
         if current is not None:
             self.decided = dict(current.decided)
-        if self.recovering and (runnable is not None or entries.ids or self.outbox.pending):
+        # A crash is announced; a delivery retried after its backoff just arrives.
+        redelivery = self.outbox.pending and self.record.delivery_attempts > 0
+        if self.recovering and (runnable or entries.ids or self.outbox.pending) and not redelivery:
             self.recovering = False
             await self.emit_now(
                 Notice(

@@ -94,6 +94,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
         kind=NoticeKind.DISCARDED,
         text=f"{who} discarded this conversation's saved state. {lost}{messages} The history "
         "is kept; send a new message to start over.",
+        settles=closed.all,
     )
     old = record.checkpoint
     tombstone = Envelope(

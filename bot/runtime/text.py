@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
+# In a Python string every surrogate is unpaired: JSON's escaped pairs become one character.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 def clean_text(text: str) -> str:
     """Unpaired surrogates (what `json.loads` makes of a broken `\\ud83d` escape) cannot be
-    encoded as UTF-8: replace them, so that the message is kept rather than dropped."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+    encoded as UTF-8: replace them with U+FFFD, so that the message is kept, not dropped."""
+    return _SURROGATE.sub("\ufffd", text)

@@ -134,6 +134,7 @@ async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope 
         f"was run again. {lost} The history up to the last completed step is kept; your next "
         "message starts a fresh run.",
         reference=reference,
+        settles=closed.all,
     )
     old = serving.record.checkpoint
     tombstone = Envelope(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
+from slack_bolt import BoltResponse
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -13,6 +17,20 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.runtime import ConversationRuntime
 from bot.slackapp.listeners import Listeners
 from bot.slackapp.settings import SlackSettings
+from storage import StorageError
+
+log = logging.getLogger(__name__)
+
+
+class _ClientTokenWarning(logging.Filter):
+    """bolt reads SLACK_BOT_TOKEN from the environment even when given `client=`, then warns
+    that this token is unused; it is the token our client carries, so the warning is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+
+
+_CLIENT_TOKEN_WARNING = _ClientTokenWarning()
 
 
 def web_client(settings: SlackSettings) -> AsyncWebClient:
@@ -33,13 +51,32 @@ def build_app(
     runtime: ConversationRuntime,
     client: AsyncWebClient,
     admins: frozenset[str],
+    workspace_url: str = "https://slack.com/",
 ) -> AsyncApp:
+    logging.getLogger("slack_bolt.AsyncApp").addFilter(_CLIENT_TOKEN_WARNING)
     app = AsyncApp(
         client=client,
         signing_secret=settings.signing_secret,
         # Socket Mode requests arrive over an authenticated websocket, unsigned.
         request_verification_enabled=not settings.socket_mode,
-        process_before_response=False,  # ack at once, work in the background
+        # Each listener keeps what must not be lost before the request is acknowledged,
+        # then works in a lazy function after it (see `listeners`).
+        process_before_response=True,
     )
-    Listeners(runtime, settings, admins).register(app)
+    Listeners(runtime, settings, admins, workspace_url).register(app)
+    app.error(on_error)
     return app
+
+
+MALFORMED = (TypeError, LookupError, AttributeError, ValueError)
+
+
+async def on_error(error: Exception, response: BoltResponse | None) -> BoltResponse:
+    """A request of a shape bolt does not expect (signed, but not what Slack sends) gets a
+    400 and a log line; anything else (e.g. storage unavailable while keeping a message) a
+    500, so that Slack delivers it again."""
+    if isinstance(error, MALFORMED) and not isinstance(error, StorageError):
+        log.warning("refused a malformed request: %r", error)
+        return BoltResponse(status=400, body="")
+    log.error("request failed; Slack will retry it: %r", error, exc_info=error)
+    return BoltResponse(status=500, body="")

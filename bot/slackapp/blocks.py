@@ -1,22 +1,20 @@
-"""Block Kit messages: approval requests, decisions, the paused-conversations list."""
+"""Block Kit messages: approval requests, decisions, set-aside requests, the paused list.
+Tool names and arguments come from the model: they are escaped (see `text`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from bot.runtime.outcomes import ApprovalRequest, Decided, PendingCall
+from bot.slackapp.text import code_block, escape, truncate
 from storage import Conversation, ConversationKey
 
 APPROVE = "approval_approve"
 REJECT = "approval_reject"
 RESUME = "resume_thread"
-SECTION_LIMIT = 3000
 ARGUMENTS_LIMIT = 2500
-
-
-def truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 20] + f"… ({len(text)} chars)"
 
 
 def readable_arguments(arguments: str) -> str:
@@ -24,7 +22,7 @@ def readable_arguments(arguments: str) -> str:
         rendered = json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
     except ValueError:
         rendered = arguments
-    return truncate(rendered.replace("```", "`\u200b``"), ARGUMENTS_LIMIT)
+    return code_block(rendered, ARGUMENTS_LIMIT)
 
 
 def button_value(key: ConversationKey, call_id: str, version: int) -> str:
@@ -32,34 +30,41 @@ def button_value(key: ConversationKey, call_id: str, version: int) -> str:
 
 
 def parse_button_value(value: str) -> tuple[ConversationKey, str, int]:
+    """Raises ValueError (or KeyError / TypeError) for a value that is not one of ours."""
     data = json.loads(value)
-    return ConversationKey.parse(data["k"]), str(data["c"]), int(data["v"])
+    if not isinstance(data, dict):
+        raise ValueError("not a button value")
+    return ConversationKey.parse(str(data["k"])), str(data["c"]), int(data["v"])
+
+
+def mentions(users: list[str]) -> str:
+    names = [f"<@{user}>" for user in users]
+    if len(names) <= 1:
+        return "".join(names)
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def approval_blocks(request: ApprovalRequest, call: PendingCall) -> list[dict[str, Any]]:
     value = button_value(request.key, call.call_id, request.checkpoint_version)
-    again = " (asked again)" if request.reminder else ""
+    deciders = mentions([request.requested_by, *request.approvers])
     return [
         {
             "type": "section",
             "text": {
                 "type": "mrkdwn",
                 "text": truncate(
-                    f":raised_hand: *Approval needed{again}*: `{call.tool_name}`", 300
+                    f":raised_hand: *Approval needed*: `{escape(call.tool_name)}`", 300
                 ),
             },
         },
-        {
-            "type": "section",
-            "text": {"type": "mrkdwn", "text": f"```{readable_arguments(call.arguments)}```"},
-        },
+        {"type": "section", "text": {"type": "mrkdwn", "text": readable_arguments(call.arguments)}},
         {
             "type": "context",
             "elements": [
                 {
                     "type": "mrkdwn",
-                    "text": f"Requested by <@{request.requested_by}>. Approvers: that person "
-                    "or a configured approver. You can also reply `approve` or `reject`.",
+                    "text": f"Requested by <@{request.requested_by}>. {deciders} can decide, "
+                    "here or by replying `approve` or `reject`.",
                 }
             ],
         },
@@ -86,33 +91,33 @@ def approval_blocks(request: ApprovalRequest, call: PendingCall) -> list[dict[st
     ]
 
 
-def decided_blocks(decided: Decided) -> list[dict[str, Any]]:
-    """The approval message with its buttons replaced by who decided what."""
-    verdict = "Approved" if decided.approved else "Rejected"
-    icon = ":white_check_mark:" if decided.approved else ":no_entry_sign:"
-    reason = f" — {decided.reason}" if decided.reason else ""
+def closed_blocks(tool_name: str, arguments: str, verdict: str) -> list[dict[str, Any]]:
+    """An approval request whose buttons are replaced by what became of it."""
     return [
         {
             "type": "section",
-            "text": {"type": "mrkdwn", "text": truncate(f"*Approval*: `{decided.tool_name}`", 300)},
+            "text": {"type": "mrkdwn", "text": truncate(f"*Approval*: `{escape(tool_name)}`", 300)},
         },
-        {
-            "type": "section",
-            "text": {"type": "mrkdwn", "text": f"```{readable_arguments(decided.arguments)}```"},
-        },
-        {
-            "type": "context",
-            "elements": [
-                {
-                    "type": "mrkdwn",
-                    "text": truncate(f"{icon} {verdict} by <@{decided.user}>{reason}", 2000),
-                }
-            ],
-        },
+        {"type": "section", "text": {"type": "mrkdwn", "text": readable_arguments(arguments)}},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(verdict, 2000)}]},
     ]
 
 
-def paused_list_blocks(conversations: list[Conversation], link: Any) -> list[dict[str, Any]]:
+def decided_blocks(decided: Decided) -> list[dict[str, Any]]:
+    verdict = "Approved" if decided.approved else "Rejected"
+    icon = ":white_check_mark:" if decided.approved else ":no_entry_sign:"
+    reason = f" — {escape(decided.reason)}" if decided.reason else ""
+    text = f"{icon} {verdict} by <@{decided.user}>{reason}"
+    return closed_blocks(decided.tool_name, decided.arguments, text)
+
+
+def set_aside_blocks(call: PendingCall, why: str) -> list[dict[str, Any]]:
+    return closed_blocks(call.tool_name, call.arguments, f":heavy_minus_sign: {why}")
+
+
+def paused_list_blocks(
+    conversations: list[Conversation], link: Callable[[ConversationKey], str]
+) -> list[dict[str, Any]]:
     if not conversations:
         return [{"type": "section", "text": {"type": "mrkdwn", "text": "Nothing is paused here."}}]
     blocks: list[dict[str, Any]] = []
@@ -135,19 +140,3 @@ def paused_list_blocks(conversations: list[Conversation], link: Any) -> list[dic
             }
         )
     return blocks
-
-
-def split_text(text: str, limit: int = 3900) -> list[str]:
-    """Split on paragraph, then line, then hard boundaries, each piece within `limit`."""
-    pieces: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        cut = max(rest.rfind("\n\n", 0, limit), rest.rfind("\n", 0, limit))
-        if cut <= limit // 2:
-            cut = rest.rfind(" ", 0, limit)
-        if cut <= limit // 2:
-            cut = limit
-        pieces.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip("\n ")
-    pieces.append(rest)
-    return [piece for piece in pieces if piece] or [""]

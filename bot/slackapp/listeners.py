@@ -1,203 +1,231 @@
-"""Bolt listeners: thin translations between Slack payloads and runtime operations."""
+"""Bolt listeners: thin translations between Slack payloads and runtime operations.
+
+Each listener has two halves (bolt's `ack` and `lazy` functions, with the app processing
+before it responds): the first keeps what must not be lost (a message, a decision) with one
+durable write and only then lets bolt acknowledge the request; if keeping fails the request
+gets a 500 and Slack delivers it again. The second half, after the acknowledgement, does the
+work: serving the thread, answering a command."""
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
 from typing import Any
 
-from slack_bolt.async_app import AsyncApp
+from pydantic import ValidationError
+from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
 from bot.admin import AdminCommands
-from bot.permalink import PermalinkError, parse_permalink, permalink
-from bot.runtime import ConversationRuntime, Notice, NoticeKind, Refused
-from bot.runtime.outcomes import Status as StatusReply
-from bot.slackapp.blocks import (
-    APPROVE,
-    REJECT,
-    RESUME,
-    parse_button_value,
-    paused_list_blocks,
-)
+from bot.permalink import PermalinkError, linker, parse_permalink
+from bot.runtime import ConversationRuntime, Kept, Refused, StatusReply
+from bot.runtime.runtime import EXPIRED, NEUTRAL
+from bot.slackapp.blocks import APPROVE, REJECT, RESUME, parse_button_value, paused_list_blocks
 from bot.slackapp.settings import SlackSettings
-from storage import ConversationKey, Status
+from storage import ConversationKey
 
 log = logging.getLogger(__name__)
 MENTION = re.compile(r"<@[A-Z0-9]+>")
+SLACK_ID = re.compile(r"[A-Z0-9]{2,32}")  # team, enterprise, channel and user ids
+SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,8}")  # message timestamps
 # Message subtypes that carry a user's text; every other subtype (edits, deletions, joins,
 # bot messages) is ignored.
 USER_SUBTYPES = {None, "file_share", "thread_broadcast"}
 Respond = Callable[..., Awaitable[Any]]
+Ack = Callable[..., Awaitable[None]]
 
 
 class Listeners:
     def __init__(
-        self, runtime: ConversationRuntime, settings: SlackSettings, admins: frozenset[str]
+        self,
+        runtime: ConversationRuntime,
+        settings: SlackSettings,
+        admins: frozenset[str],
+        workspace_url: str = "https://slack.com/",
     ) -> None:
         self.runtime = runtime
         self.settings = settings
         self.admins = admins
-        self.admin = AdminCommands(runtime, permalink)
+        self.link = linker(workspace_url)
+        self.admin = AdminCommands(runtime, self.link)
 
     def register(self, app: AsyncApp) -> None:
-        app.event("app_mention")(self.on_mention)
-        app.event("message")(self.on_message)
-        app.action(APPROVE)(self.on_decision)
-        app.action(REJECT)(self.on_decision)
-        app.action(RESUME)(self.on_resume_button)
-        app.command(self.settings.resume_command)(self.on_resume_command)
-        app.command(self.settings.admin_command)(self.on_admin_command)
+        app.event("app_mention")(ack=self.keep_mention, lazy=[self.serve_message])
+        app.event("message")(ack=self.keep_reply, lazy=[self.serve_message])
+        app.action(APPROVE)(ack=self.keep_decision, lazy=[self.serve_decision])
+        app.action(REJECT)(ack=self.keep_decision, lazy=[self.serve_decision])
+        app.action(RESUME)(ack=self.ack_at_once, lazy=[self.resume_button])
+        app.command(self.settings.resume_command)(ack=self.ack_at_once, lazy=[self.resume_command])
+        app.command(self.settings.admin_command)(ack=self.ack_at_once, lazy=[self.admin_command])
+
+    async def ack_at_once(self, ack: Ack) -> None:
+        await ack()
 
     # -- messages -----------------------------------------------------------------------
 
-    async def on_mention(
-        self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient
+    async def keep_mention(
+        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
     ) -> None:
-        await self._user_message(body, event, client, mentioned=True)
+        await self._keep_message(body, event, context, create=True)
 
-    async def on_message(
-        self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient
+    async def keep_reply(
+        self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         if event.get("subtype") not in USER_SUBTYPES or event.get("bot_id"):
             return
         direct = event.get("channel_type") == "im"
         if not direct and "thread_ts" not in event:
             return  # a top-level channel message reaches us only as an app_mention
-        await self._user_message(body, event, client, mentioned=direct)
+        # In a thread, only one the bot is part of takes the message (no read needed).
+        await self._keep_message(body, event, context, create=direct)
 
-    async def _user_message(
+    async def _keep_message(
         self,
         body: dict[str, Any],
         event: dict[str, Any],
-        client: AsyncWebClient,
+        context: AsyncBoltContext,
         *,
-        mentioned: bool,
+        create: bool,
     ) -> None:
         metrics.EVENTS.labels("message").inc()
-        team = body.get("team_id") or event.get("team") or ""
-        channel, ts, user = event["channel"], event["ts"], event.get("user", "")
-        key = ConversationKey(team=team, channel=channel, thread_ts=event.get("thread_ts") or ts)
-        if not mentioned and await self.runtime._call(self.runtime.store.get, key) is None:
-            return  # a reply in a thread the bot is not part of
-        text = MENTION.sub("", event.get("text") or "").strip()
-        started = time.perf_counter()
-        await _react(client, channel, ts, "eyes", add=True)
-        outcomes = await self.runtime.handle_message(
-            # One message, one id: a retried delivery and the app_mention + message pair
-            # Slack sends for a mention in a thread are the same message.
+        team = body.get("team_id") or event.get("team")
+        channel, ts = event.get("channel"), event.get("ts")
+        thread_ts = event.get("thread_ts") or ts
+        user, raw_text = event.get("user") or "", event.get("text") or ""
+        if not (
+            _matches(SLACK_ID, team, channel)
+            and _matches(SLACK_TS, ts, thread_ts)
+            and isinstance(user, str)
+            and isinstance(raw_text, str)
+        ):
+            log.warning("ignored a message event without valid ids")
+            return
+        key = ConversationKey(team=team, channel=channel, thread_ts=thread_ts)
+        text = MENTION.sub("", raw_text).strip()
+        # One message, one id: a retried delivery and the app_mention + message pair Slack
+        # sends for a mention in a thread are the same message.
+        kept = await self.runtime.keep_message(
             key,
             event_id=f"msg:{team}:{channel}:{ts}",
             user=user,
             text=text,
             ts=ts,
+            create=create,
         )
-        metrics.LATENCY.labels("message").observe(time.perf_counter() - started)
-        await _react(client, channel, ts, "eyes", add=False)
-        if any(isinstance(o, Notice) and o.kind is NoticeKind.QUEUED for o in outcomes):
-            metrics.LEASE_CONFLICTS.inc()
-            await _react(client, channel, ts, "hourglass_flowing_sand", add=True)
+        context["kept"] = kept.value
+        context["kept_key"] = str(key)
+        context["kept_ts"] = ts
+
+    async def serve_message(self, context: AsyncBoltContext, client: AsyncWebClient) -> None:
+        if context.get("kept") != Kept.KEPT.value:
+            return
+        key = ConversationKey.parse(context["kept_key"])
+        ts = str(context["kept_ts"])
+        await _react(client, key.channel, ts, "eyes", add=True)
+        with metrics.LATENCY.labels("message").time():
+            await self.runtime.serve(key)
+        await _react(client, key.channel, ts, "eyes", add=False)
 
     # -- approvals ----------------------------------------------------------------------
 
-    async def on_decision(
-        self,
-        ack: Callable[[], Awaitable[None]],
-        body: dict[str, Any],
-        respond: Respond,
-        client: AsyncWebClient,
+    async def keep_decision(
+        self, ack: Ack, body: dict[str, Any], context: AsyncBoltContext
     ) -> None:
         await ack()
         metrics.EVENTS.labels("decision").inc()
-        action = body["actions"][0]
-        user = body["user"]["id"]
         try:
+            action = body["actions"][0]
+            user = str(body["user"]["id"])
             key, call_id, version = parse_button_value(action["value"])
-        except (ValueError, KeyError):
-            await respond(
-                text="That button is not one of mine.",
-                response_type="ephemeral",
-                replace_original=False,
-            )
+        except (ValueError, KeyError, TypeError, IndexError, ValidationError):
+            context["refusal"] = "That button is not one of mine."
             return
-        container = body.get("container", {})
+        container = body.get("container") or {}
         clicked = f"{container.get('channel_id', key.channel)}:{container.get('message_ts', '')}"
-        outcomes = await self.runtime.decide(
+        click_id = body.get("trigger_id") or action.get("action_ts") or ""
+        kept = await self.runtime.keep_decision(
             key,
+            event_id=f"action:{key.team}:{call_id}:{user}:{click_id}",
             call_id=call_id,
-            approve=action["action_id"] == APPROVE,
+            approve=action.get("action_id") == APPROVE,
             user=user,
             checkpoint_version=version,
-            request_message=clicked,
+            request_message=clicked if container.get("message_ts") else None,
+            reply_to=body.get("response_url"),
         )
-        for outcome in outcomes:
-            if isinstance(outcome, Refused):
-                await respond(text=outcome.text, response_type="ephemeral", replace_original=False)
+        context["kept"] = kept.value
+        context["kept_key"] = str(key)
+
+    async def serve_decision(self, context: AsyncBoltContext, respond: Respond) -> None:
+        refusal = context.get("refusal")
+        if context.get("kept") == Kept.NOT_OURS.value:
+            refusal = EXPIRED
+        if refusal:
+            await respond(text=refusal, response_type="ephemeral", replace_original=False)
+            return
+        if context.get("kept") == Kept.KEPT.value:
+            # Refusals and late clicks are answered through the click's response_url by
+            # whichever replica serves the thread.
+            await self.runtime.serve(ConversationKey.parse(context["kept_key"]))
 
     # -- /resume ------------------------------------------------------------------------
 
-    async def on_resume_command(
-        self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], respond: Respond
-    ) -> None:
-        await ack()
+    async def resume_command(self, body: dict[str, Any], respond: Respond) -> None:
         metrics.EVENTS.labels("resume_command").inc()
-        team, text = body["team_id"], (body.get("text") or "").strip()
+        team, text = str(body.get("team_id", "")), str(body.get("text") or "").strip()
+        user = str(body.get("user_id", ""))
         if not text:
-            await respond(
-                blocks=await self._paused_here(team, body["channel_id"]),
-                text="Paused conversations",
-            )
+            paused = await self.runtime.paused_in(team, str(body.get("channel_id", "")), user)
+            await respond(blocks=paused_list_blocks(paused, self.link), text="Paused conversations")
             return
         try:
             key = parse_permalink(text, team)
         except (PermalinkError, ValueError) as exc:
             await respond(text=str(exc))
             return
-        await self._resume(key, respond)
+        await self._resume(key, user, respond)
 
-    async def on_resume_button(
-        self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], respond: Respond
-    ) -> None:
-        await ack()
-        await self._resume(ConversationKey.parse(body["actions"][0]["value"]), respond)
+    async def resume_button(self, body: dict[str, Any], respond: Respond) -> None:
+        try:
+            key = ConversationKey.parse(str(body["actions"][0]["value"]))
+            user = str(body["user"]["id"])
+        except (KeyError, IndexError, ValueError, ValidationError):
+            await respond(text="That button is not one of mine.", replace_original=False)
+            return
+        await self._resume(key, user, respond)
 
-    async def _resume(self, key: ConversationKey, respond: Respond) -> None:
+    async def _resume(self, key: ConversationKey, user: str, respond: Respond) -> None:
         metrics.RESUMES.labels("command").inc()
-        outcomes = await self.runtime.resume(key)
+        outcomes = await self.runtime.resume(key, user=user)
         replies = [o.text for o in outcomes if isinstance(o, StatusReply | Refused)]
-        text = " ".join(replies) or f"Resumed <{permalink(key)}|the conversation>; see the thread."
+        thread = f"<{self.link(key)}|the thread>"
+        text = " ".join(replies) or "Resumed the conversation."
+        if any(isinstance(o, StatusReply) and o.text != NEUTRAL for o in outcomes):
+            text += f" Go to {thread}."
+        elif not replies:
+            text = f"Resumed {thread}."
         await respond(text=text, response_type="ephemeral", replace_original=False)
-
-    async def _paused_here(self, team: str, channel: str) -> list[dict[str, Any]]:
-        records = await self.runtime.stale(timedelta(0))
-        here = [
-            r
-            for r in records
-            if r.key.team == team
-            and r.key.channel == channel
-            and r.status in (Status.AWAITING_APPROVAL, Status.INTERRUPTED)
-        ]
-        return paused_list_blocks(here, permalink)
 
     # -- /agent-admin -------------------------------------------------------------------
 
-    async def on_admin_command(
-        self, ack: Callable[[], Awaitable[None]], body: dict[str, Any], respond: Respond
-    ) -> None:
-        await ack()
+    async def admin_command(self, body: dict[str, Any], respond: Respond) -> None:
         metrics.EVENTS.labels("admin_command").inc()
-        user = body["user_id"]
+        user = str(body.get("user_id", ""))
         if user not in self.admins:
             log.warning("refused %s from non-admin %s", self.settings.admin_command, user)
             await respond(text="Only bot admins may use this command; nothing was changed.")
             return
-        reply = await self.admin.run(body.get("text") or "", team=body["team_id"], by=user)
+        reply = await self.admin.run(
+            str(body.get("text") or ""), team=str(body.get("team_id", "")), by=user
+        )
         await respond(text=reply.text[:3900])
+
+
+def _matches(pattern: re.Pattern[str], *values: object) -> bool:
+    return all(isinstance(v, str) and pattern.fullmatch(v) for v in values)
 
 
 async def _react(client: AsyncWebClient, channel: str, ts: str, name: str, *, add: bool) -> None:
@@ -209,3 +237,5 @@ async def _react(client: AsyncWebClient, channel: str, ts: str, name: str, *, ad
             await client.reactions_remove(channel=channel, timestamp=ts, name=name)
     except SlackApiError as exc:
         log.debug("reaction %s on %s/%s: %s", name, channel, ts, exc.response.get("error"))
+    except Exception as exc:  # a network error: progress is cosmetic
+        log.debug("reaction %s on %s/%s: %r", name, channel, ts, exc)

@@ -1,36 +1,39 @@
 """`python -m bot serve`: Socket Mode or HTTP (`POST /slack/events`), plus `GET /healthz`,
-`GET /metrics`, and a recovery sweep that resumes threads whose process died."""
+`GET /metrics`, and a recovery sweep that resumes threads whose process died.
+
+Stopping (SIGTERM, SIGINT): health turns 503 at once so that a load balancer drains the
+replica; requests still arriving are kept (never lost) and left for the next process; runs in
+flight get `BOT_SHUTDOWN_GRACE` to reach their next checkpoint and then give their threads up,
+so that the next process or another replica continues at once."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 
 from bot import metrics
 from bot.runtime import ConversationRuntime
 from bot.slackapp.app import build_app, web_client
 from bot.slackapp.poster import SlackPoster
 from bot.slackapp.settings import SlackSettings
-from storage import ConversationKey, Store
 
 log = logging.getLogger(__name__)
-HEALTH_KEY = ConversationKey(team="healthz", channel="healthz", thread_ts="0")
+EVENTS_PATH = "/slack/events"
 
 
-def health_routes(store: Store) -> list[web.RouteDef]:
+def health_routes(runtime: ConversationRuntime) -> list[web.RouteDef]:
     async def healthz(request: web.Request) -> web.Response:
-        try:
-            await asyncio.wait_for(asyncio.to_thread(store.get, HEALTH_KEY), timeout=5)
-        except Exception as exc:  # any storage failure means unhealthy
-            return web.json_response({"ok": False, "storage": str(exc)[:200]}, status=503)
-        return web.json_response({"ok": True})
+        ok = not runtime.draining and await runtime.healthy()
+        return web.json_response({"ok": ok}, status=200 if ok else 503)
 
     async def metrics_page(request: web.Request) -> web.Response:
         return web.Response(
@@ -40,9 +43,31 @@ def health_routes(store: Store) -> list[web.RouteDef]:
     return [web.get("/healthz", healthz), web.get("/metrics", metrics_page)]
 
 
+def events_route(app: AsyncApp) -> web.RouteDef:
+    """Slack's requests into bolt; a body that is not what Slack sends gets a 400 and
+    changes nothing (bolt then verifies the signature of everything else)."""
+
+    async def slack_events(request: web.Request) -> web.Response:
+        try:
+            body = await request.text()
+            bolt_request = AsyncBoltRequest(
+                body=body,
+                query=request.query_string,
+                headers=request.headers,  # type: ignore[arg-type]
+            )
+            response = await app.async_dispatch(bolt_request)
+        except (ValueError, UnicodeDecodeError, LookupError, TypeError, AttributeError) as exc:
+            # bolt assumes Slack's shapes; a payload of another shape fails inside it.
+            log.warning("refused a malformed request to %s: %r", EVENTS_PATH, exc)
+            return web.json_response({"error": "malformed request"}, status=400)
+        return await to_aiohttp_response(response)
+
+    return web.post(EVENTS_PATH, slack_events)
+
+
 async def recovery_sweep(runtime: ConversationRuntime, interval: float) -> None:
     """At start-up, then every `interval`: resume threads left `running` by a dead process."""
-    while True:
+    while not runtime.draining:
         try:
             outcomes = await runtime.recover()
             if outcomes:
@@ -55,7 +80,7 @@ async def recovery_sweep(runtime: ConversationRuntime, interval: float) -> None:
 async def serve(
     settings: SlackSettings,
     runtime: ConversationRuntime,
-    admins: frozenset[str],
+    admins: frozenset[str] | None = None,
     *,
     stop: asyncio.Event | None = None,
     host: str | None = None,
@@ -63,18 +88,22 @@ async def serve(
     """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given)."""
     client = web_client(settings)
     runtime.on_outcome = SlackPoster(client)
-    app = build_app(settings, runtime, client, admins)
-    if settings.socket_mode:
-        web_app = web.Application()
-    else:
-        web_app = app.web_app(path="/slack/events", port=settings.port)
-    web_app.add_routes(health_routes(runtime.store))
+    # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
+    # Slack's and the storage's first connections.
+    identity = await client.auth_test()
+    workspace_url = str(identity.get("url") or "https://slack.com/")
+    await runtime.healthy()
+    app = build_app(settings, runtime, client, admins or runtime.settings.admins, workspace_url)
+    web_app = web.Application()
+    if not settings.socket_mode:
+        web_app.add_routes([events_route(app)])
+    web_app.add_routes(health_routes(runtime))
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host=os.getenv("HOST", "0.0.0.0"), port=settings.port)
+    site = web.TCPSite(runner, host=host or settings.host, port=settings.port)
     await site.start()
-    mode = "Socket Mode" if settings.socket_mode else f"HTTP on :{settings.port}/slack/events"
-    log.info("serving Slack (%s) as %s", mode, runtime.owner)
+    mode = "Socket Mode" if settings.socket_mode else f"HTTP on :{settings.port}{EVENTS_PATH}"
+    log.info("serving Slack (%s) as %s", mode, runtime.process)
     print(f"bot: serving Slack ({mode}); health on :{settings.port}/healthz", flush=True)
 
     if stop is None:
@@ -92,9 +121,13 @@ async def serve(
     try:
         await stop.wait()
     finally:
+        grace = runtime.settings.shutdown_grace.total_seconds()
+        log.info("stopping: finishing runs in progress (up to %.0fs)", grace)
         sweep.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweep
+        await runtime.drain(grace)
         if socket_handler is not None:
             await socket_handler.close_async()  # type: ignore[no-untyped-call]
         await runner.cleanup()
+        log.info("stopped")

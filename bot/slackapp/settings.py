@@ -20,6 +20,7 @@ class SlackSettings(BaseSettings):
         description="Web API base URL (a local stand-in in tests and local mode)",
     )
     port: int = Field(default=3000, validation_alias="PORT", ge=1, le=65535)
+    host: str = Field(default="0.0.0.0", validation_alias="HOST")
     admin_command: str = Field(default="/agent-admin", validation_alias="BOT_ADMIN_COMMAND")
     resume_command: str = Field(default="/resume", validation_alias="BOT_RESUME_COMMAND")
 

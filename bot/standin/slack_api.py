@@ -41,6 +41,7 @@ class Message:
     blocks: list[dict[str, Any]] | None = None
     reactions: set[str] = field(default_factory=set)
     ephemeral_to: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class SlackWebApi:
@@ -55,6 +56,8 @@ class SlackWebApi:
         self.responses: list[dict[str, Any]] = []  # what arrived at response_url endpoints
         self.socket_url: str | None = None
         self.rate_limited: dict[str, int] = {}  # method -> how many more 429s to answer
+        self.failures: dict[str, list[str | int]] = {}  # method -> next answers: status/error
+        self.channel_errors: dict[str, str] = {}  # channel -> error for every chat.* call
         self.listeners: list[Callable[[Call], None]] = []
         self.changed = asyncio.Condition()
         self._clock = itertools.count(1)
@@ -64,6 +67,7 @@ class SlackWebApi:
     def routes(self) -> list[web.RouteDef]:
         return [
             web.post("/api/{method}", self._api),
+            web.get("/api/{method}", self._api),
             web.post("/respond/{token}", self._respond),
         ]
 
@@ -80,6 +84,13 @@ class SlackWebApi:
             return web.json_response(
                 {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": "1"}
             )
+        failure = self._failure(method, args)
+        if failure is not None:
+            self._record(Call(f"{method}:{failure}", args))
+            await self._notify()
+            if isinstance(failure, int):
+                return web.json_response({"ok": False, "error": "fatal_error"}, status=failure)
+            return web.json_response({"ok": False, "error": failure})
         call = Call(method, args)
         handler = getattr(self, "m_" + method.replace(".", "_"), None)
         if handler is None:
@@ -92,6 +103,16 @@ class SlackWebApi:
         self._record(call)
         await self._notify()
         return web.json_response(result)
+
+    def _failure(self, method: str, args: dict[str, Any]) -> str | int | None:
+        """A fault a test asked for: the next answers of a method (an HTTP status or a Slack
+        error), or a permanent error for every post to one channel."""
+        queued = self.failures.get(method)
+        if queued:
+            return queued.pop(0)
+        if method.startswith("chat.") and args.get("channel") in self.channel_errors:
+            return self.channel_errors[str(args["channel"])]
+        return None
 
     def _auth_error(self, request: web.Request, args: dict[str, Any]) -> str | None:
         if self.token is None:
@@ -184,6 +205,7 @@ class SlackWebApi:
             user=self.bot_user,
             thread_ts=args.get("thread_ts"),
             blocks=_blocks(args.get("blocks")),
+            metadata=_json(args.get("metadata")),
         )
         self.messages[(message.channel, message.ts)] = message
         return {
@@ -191,6 +213,34 @@ class SlackWebApi:
             "channel": message.channel,
             "ts": message.ts,
             "message": {"text": text, "ts": message.ts, "user": self.bot_user},
+        }
+
+    def m_conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A thread's messages, oldest first (pages of `limit`; metadata on request)."""
+        channel, thread_ts = args["channel"], args["ts"]
+        found = [m for m in self.thread(channel, thread_ts) if not m.ephemeral_to]
+        if not found:
+            return {"ok": False, "error": "thread_not_found"}
+        start = int(args.get("cursor") or 0)
+        limit = int(args.get("limit") or 100)
+        page = found[start : start + limit]
+        with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
+        messages = []
+        for m in page:
+            item: dict[str, Any] = {"type": "message", "ts": m.ts, "text": m.text, "user": m.user}
+            if m.thread_ts:
+                item["thread_ts"] = m.thread_ts
+            if m.user == self.bot_user:
+                item["bot_id"] = BOT_ID
+            if with_metadata and m.metadata:
+                item["metadata"] = m.metadata
+            messages.append(item)
+        more = start + limit < len(found)
+        return {
+            "ok": True,
+            "messages": messages,
+            "has_more": more,
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""},
         }
 
     def m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -247,6 +297,14 @@ async def _read_args(request: web.Request) -> dict[str, Any]:
         form = await request.post()
         args.update({name: str(value) for name, value in form.items()})
     return args
+
+
+def _json(value: Any) -> dict[str, Any] | None:
+    """An object argument: sent as JSON text in forms, as an object in JSON bodies."""
+    if value is None or value == "":
+        return None
+    data = json.loads(value) if isinstance(value, str) else value
+    return data if isinstance(data, dict) else None
 
 
 def _blocks(value: Any) -> list[dict[str, Any]] | None:

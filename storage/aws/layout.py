@@ -3,7 +3,7 @@
     pk = CONV#<team:channel:thread_ts>  sk = META                       the conversation record
     pk = CONV#<...>                     sk = ITEM#g<gen>#<seq:012d>     one session item (or batch)
     pk = CONV#<...>                     sk = TOOL#g<gen>#<call id>      tool-call ledger entry
-    pk = CONV#<...>                     sk = INBOX#<ms:015d>#<event id> a queued message
+    pk = CONV#<...>                     sk = INBOX#<µs:018d>#<event id> a queued message
     pk = EVENT#<event id>               sk = EVENT                      processed Slack event
 
 `gen` is the record's generation (its creation time in ms, 13 digits): a record that TTL
@@ -61,11 +61,6 @@ def tool_sk(generation: int, call_id: str) -> str:
 
 def inbox_sk(entry_id: str) -> str:
     return INBOX_PREFIX + entry_id
-
-
-def entry_ms(entry_id: str) -> int:
-    """The arrival time (ms) an inbox entry id starts with."""
-    return int(entry_id.split("#", 1)[0])
 
 
 def ms(moment: datetime) -> int:

@@ -25,7 +25,6 @@ from storage.aws.layout import (
     META,
     STATUS_INDEX,
     conv_pk,
-    entry_ms,
     epoch_seconds,
     expired,
     in_generation,
@@ -67,6 +66,8 @@ from storage.models import (
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
+    inbox_stamp,
+    stamp_ms,
 )
 
 if TYPE_CHECKING:
@@ -619,7 +620,7 @@ class AwsStore(Store):
         for _ in range(2):
             now = self.clock()
             entry = InboxEntry(
-                entry_id=f"{ms(now):015d}#{event_id}",
+                entry_id=f"{inbox_stamp(now)}#{event_id}",
                 event_id=event_id,
                 payload=payload,
                 received_at=now,
@@ -683,8 +684,12 @@ class AwsStore(Store):
             for page in self._pages(query)
             for item in page["Items"]
         ]
-        if generation:  # left behind by an expired record: not this conversation's
-            entries = [e for e in entries if entry_ms(e.entry_id) >= generation]
+        if generation:
+            # Left behind by an expired record: every message of that record arrived at
+            # least a TTL before it expired and this generation began. (A message kept a
+            # moment before the record's creation by another replica is this generation's.)
+            cutoff = generation - int(self.state_ttl.total_seconds() * 1000) // 2
+            entries = [e for e in entries if stamp_ms(e.entry_id) >= cutoff]
         return entries
 
     # -- ledgers ------------------------------------------------------------------------

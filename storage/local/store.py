@@ -35,6 +35,7 @@ from storage.models import (
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
+    inbox_stamp,
 )
 
 P = ParamSpec("P")
@@ -66,6 +67,7 @@ class LocalStore(Store):
         self.db_path = self.data_dir / "state.sqlite3"
         self.blobs = BlobDir(self.data_dir / "blobs")
         self._local = threading.local()
+        self.busy_timeout = 60.0  # seconds a write waits for another writer's lock
         schema = resources.files("storage.local").joinpath("schema.sql").read_text()
         self._connection().executescript(schema)
 
@@ -84,6 +86,7 @@ class LocalStore(Store):
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         db = self._connection()
+        db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
@@ -329,7 +332,7 @@ class LocalStore(Store):
             if not self._claim(db, event_id, now.timestamp()):
                 return False
             entry = InboxEntry(
-                entry_id=f"{int(now.timestamp() * 1000):015d}#{event_id}",
+                entry_id=f"{inbox_stamp(now)}#{event_id}",
                 event_id=event_id,
                 payload=payload,
                 received_at=now,

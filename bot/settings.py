@@ -34,7 +34,7 @@ class RuntimeSettings(BaseSettings):
     admins: UserIds = frozenset()
     history_items: int = Field(default=60, ge=2, description="session items sent to the model")
     max_turns: int = Field(default=20, ge=1)
-    recovery_concurrency: int = Field(default=8, ge=1)
+    recovery_concurrency: int = Field(default=32, ge=1)
     turn_timeout: float = Field(
         default=300.0, gt=0, description="seconds one model turn (with its tools) may take"
     )

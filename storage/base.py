@@ -9,6 +9,7 @@ pointer also records the session watermark (`session_seq`) it was committed with
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import uuid
 from abc import ABC, abstractmethod
@@ -36,6 +37,7 @@ from storage.models import (
 # DynamoDB's limits shape what one atomic append may hold; both backends honour them so
 # that the contract (and its tests) are the same.
 INLINE_ITEM_LIMIT = 300_000  # bytes of one item kept in the table, below the 400 KB item cap
+INLINE_CHECKPOINT_LIMIT = 16_000  # a finished checkpoint this small lives in its pointer
 TRANSACTION_ACTIONS_LIMIT = 100  # DynamoDB's cap on actions in one TransactWriteItems
 TRANSACTION_ITEM_LIMIT = 90  # session rows per transaction, leaving room for the rest
 TRANSACTION_BYTES_LIMIT = 3_000_000  # below the 4 MB transaction cap
@@ -48,6 +50,17 @@ class _Keep:
 
 
 KEEP = _Keep()
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What `keep` did: whether the message was kept (False: a duplicate), and, when the
+    caller asked to take the thread and it was free, the lease and the record (inbox
+    included)."""
+
+    kept: bool
+    lease: Lease | None = None
+    record: Conversation | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,7 @@ class Committed:
     next_seq: int | None  # None when the write neither appended nor checked the session
     checkpoint: CheckpointPointer | None  # the pointer this write committed, if any
     status: Status | None  # None: unchanged by this write
+    armed: tuple[str, ...] = ()  # call ids this write recorded as started (not seen before)
 
 
 @dataclass
@@ -83,6 +97,7 @@ class Commit:
     release: bool = False
     touch: bool = True  # counts as activity (moves last_activity_at and expires_at)
     consume: Sequence[str] = ()  # inbox entry ids this write consumes (at most CONSUME_LIMIT)
+    arm: Sequence[ToolCallRecord] = ()  # calls this write records as started (ledger rows)
     delivered: bool = False  # every outcome of the (resulting) checkpoint was delivered
     delivery: DeliveryMark | None = None  # where delivery stands (overrides `delivered`)
     inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
@@ -105,12 +120,14 @@ class Store(ABC):
         lease_skew: timedelta = timedelta(seconds=1),
         state_ttl: timedelta = timedelta(days=7),
         event_ttl: timedelta = timedelta(days=1),
+        status_shards: int = 16,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.lease_duration = lease_duration
         self.lease_skew = lease_skew
         self.state_ttl = state_ttl
         self.event_ttl = event_ttl
+        self.status_shards = status_shards
         self.clock = clock
 
     # -- records and leases -------------------------------------------------------------
@@ -189,6 +206,7 @@ class Store(ABC):
         release: bool = False,
         consume: Sequence[str] = (),
         inbox_seen: int | None = None,
+        arm: Sequence[ToolCallRecord] = (),
     ) -> Committed:
         """Write the RunState blob write-once, then commit its pointer together with the
         staged session items, fenced and expecting `expected_version`.
@@ -201,8 +219,14 @@ class Store(ABC):
             f"checkpoints/{lease.key.path}/"
             f"v{version:010d}-f{lease.fence}-{encoded.sha256[:16]}.json.gz"
         )
-        self._put_blob_once(object_key, encoded.data)
+        inline = None
+        if meta.finished and encoded.size <= INLINE_CHECKPOINT_LIMIT:
+            # Nothing to resume from it: it travels in its pointer, with no object to write.
+            inline = base64.b64encode(encoded.data).decode()
+        else:
+            self._put_blob_once(object_key, encoded.data)
         pointer = CheckpointPointer(
+            inline=inline,
             object_key=object_key,
             version=version,
             sha256=encoded.sha256,
@@ -226,6 +250,7 @@ class Store(ABC):
                 release=release,
                 consume=consume,
                 inbox_seen=inbox_seen,
+                arm=arm,
             )
         )
 
@@ -246,15 +271,18 @@ class Store(ABC):
             )
         )
         if pointer:
-            self._delete_blob(pointer.object_key)
+            self.delete_checkpoint(pointer)
         return pointer
 
     def delete_checkpoint(self, pointer: CheckpointPointer) -> None:
         """Delete a blob that is no longer (or never was) the committed checkpoint."""
-        self._delete_blob(pointer.object_key)
+        if pointer.inline is None:
+            self._delete_blob(pointer.object_key)
 
     def load_checkpoint(self, pointer: CheckpointPointer) -> dict[str, Any]:
         """The verified RunState JSON. Raises a `CheckpointError` subtype."""
+        if pointer.inline is not None:
+            return decode_state(pointer, base64.b64decode(pointer.inline))
         return decode_state(pointer, self._get_blob(pointer.object_key))
 
     # -- session ------------------------------------------------------------------------
@@ -286,6 +314,27 @@ class Store(ABC):
     # -- inbox --------------------------------------------------------------------------
 
     @abstractmethod
+    def keep(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool = True,
+        participant: str | None = None,
+        owner: str | None = None,
+        token: str | None = None,
+    ) -> Kept:
+        """Keep a user message durably, claiming its event id (per conversation) in the same
+        atomic write; marks the conversation `running` (it has work), bumps `inbox_seq` and
+        adds `participant` to its participants. With `owner`, the same write also takes the
+        lease if it is free (`Kept.lease`), and the record comes back with its inbox, so
+        that serving the message needs no further read. Nothing is written when the event
+        id was claimed before (`Kept.kept` is False). Without `create`, only an existing,
+        unexpired conversation takes it; otherwise raises `NotFound` (and claims nothing).
+        Retrying with the same `token` after an unanswered attempt is not mistaken for a
+        duplicate."""
+
     def enqueue(
         self,
         key: ConversationKey,
@@ -296,12 +345,10 @@ class Store(ABC):
         participant: str | None = None,
         token: str | None = None,
     ) -> bool:
-        """Keep a user message durably, claiming its Slack event id in the same atomic write;
-        marks the conversation `running` (it has work), bumps `inbox_seq` and adds
-        `participant` to its participants. False, and nothing written, when the event id was
-        already claimed. Without `create`, only an existing, unexpired conversation takes
-        it; otherwise raises `NotFound` (and claims nothing). Retrying with the same
-        `token` after an unanswered attempt is not mistaken for a duplicate."""
+        """`keep` without taking the lease; True when kept, False for a duplicate."""
+        return self.keep(
+            key, event_id, payload, create=create, participant=participant, token=token
+        ).kept
 
     @abstractmethod
     def read_inbox(self, key: ConversationKey, generation: int | None = None) -> list[InboxEntry]:
@@ -321,8 +368,8 @@ class Store(ABC):
         """Record that a tool call starts, once per call id (fenced)."""
 
     @abstractmethod
-    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> ToolCallRecord:
-        """Record a started call's result (fenced)."""
+    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> None:
+        """Record a started call's result (fenced): one write."""
 
     @abstractmethod
     def get_tool_call(
@@ -337,7 +384,8 @@ class Store(ABC):
     def list_by_status(
         self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
     ) -> list[Conversation]:
-        """Conversations in `status`, least recently active first, through an index."""
+        """Conversations in `status`, least recently active first, through an index.
+        Idle conversations are not indexed: listing them finds nothing."""
 
     @abstractmethod
     def count_by_status(self) -> dict[Status, int]: ...

@@ -27,6 +27,12 @@ class StorageSettings(BaseSettings):
     lease_skew_seconds: float = Field(default=1.0, ge=0)
     state_ttl: Duration = timedelta(days=7)
     event_ttl: Duration = timedelta(days=1)
+    status_shards: int = Field(
+        default=16,
+        ge=1,
+        le=1000,
+        description="partitions of the status index and counters (spreads their writes)",
+    )
 
     @model_validator(mode="before")
     @classmethod

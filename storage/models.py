@@ -23,6 +23,30 @@ class Status(StrEnum):
     DISCARDED = "discarded"
 
 
+def inbox_stamp(moment: datetime) -> str:
+    """The start of an inbox entry id: arrival time in microseconds, so ids sort in arrival
+    order (ties need two messages for one thread within a microsecond)."""
+    return f"{int(moment.timestamp() * 1_000_000):018d}"
+
+
+def stamp_ms(entry_id: str) -> int:
+    """The arrival time (ms) of an inbox entry id (15 digits of ms in older ids)."""
+    stamp = entry_id.split("#", 1)[0]
+    return int(stamp) // 1000 if len(stamp) >= 18 else int(stamp)
+
+
+class InboxEntry(BaseModel):
+    """A user message kept durably until the commit that consumes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entry_id: str  # sorts in arrival order
+    event_id: str
+    payload: str
+    received_at: datetime
+    token: str = ""  # the keeping write's own token: tells its retry from a duplicate
+
+
 class ConversationKey(BaseModel):
     """One Slack thread: `team:channel:thread_ts`."""
 
@@ -65,6 +89,11 @@ class CheckpointPointer(BaseModel):
     finished: bool = Field(
         default=False, description="it holds no run to continue (so there is no need to load it)"
     )
+    inline: str | None = Field(
+        default=None,
+        description="the stored bytes themselves (base64), for a small finished checkpoint: "
+        "then there is no object",
+    )
 
 
 class Conversation(BaseModel):
@@ -105,6 +134,15 @@ class Conversation(BaseModel):
     updated_at: datetime
     last_activity_at: datetime
     expires_at: datetime
+    counted: str | None = Field(
+        default=None, description="the counter bucket the record is counted in (aws backend)"
+    )
+    inbox: list[InboxEntry] | None = Field(
+        default=None,
+        description="queued messages, when the read that returned the record included them "
+        "(None: not read; see `Store.read_inbox`)",
+        exclude=True,
+    )
 
     @property
     def checkpoint_version(self) -> int:
@@ -137,6 +175,12 @@ class Lease(BaseModel):
     fence: int
     expires_at: datetime
     generation: int = 0
+    counted: str | None = Field(
+        default=None, description="the counter bucket the record was in when taken"
+    )
+    housekeeping: tuple[str, ...] = Field(
+        default=(), description="attributes a write under this lease may drop (expired claims)"
+    )
 
 
 class DeliveryMark(BaseModel):
@@ -187,26 +231,3 @@ class ToolCallClaim(BaseModel):
 
     record: ToolCallRecord
     created: bool
-
-
-def inbox_stamp(moment: datetime) -> str:
-    """The start of an inbox entry id: arrival time in microseconds, so ids sort in arrival
-    order (ties need two messages for one thread within a microsecond)."""
-    return f"{int(moment.timestamp() * 1_000_000):018d}"
-
-
-def stamp_ms(entry_id: str) -> int:
-    """The arrival time (ms) of an inbox entry id (15 digits of ms in older ids)."""
-    stamp = entry_id.split("#", 1)[0]
-    return int(stamp) // 1000 if len(stamp) >= 18 else int(stamp)
-
-
-class InboxEntry(BaseModel):
-    """A user message kept durably until the commit that consumes it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    entry_id: str  # sorts in arrival order
-    event_id: str
-    payload: str
-    received_at: datetime

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
@@ -28,6 +29,23 @@ def dump_item(item: Any) -> str:
     return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class KnownHistory:
+    """The latest committed session items (oldest first) up to `next_seq`; `complete` when
+    they are all the items there are."""
+
+    items: list[str]
+    next_seq: int
+    complete: bool
+
+    def covers(self, wanted: int | None) -> bool:
+        return self.complete or (wanted is not None and wanted <= len(self.items))
+
+    def extended(self, items: list[str], next_seq: int, keep: int = 200) -> KnownHistory:
+        joined = self.items + items
+        return KnownHistory(joined[-keep:], next_seq, self.complete and len(joined) <= keep)
+
+
 class ConversationSession:
     def __init__(
         self,
@@ -37,6 +55,7 @@ class ConversationSession:
         lease: Lease | None = None,
         staged: bool = False,
         session_settings: SessionSettings | None = None,
+        known: KnownHistory | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -46,6 +65,11 @@ class ConversationSession:
         self.session_settings = session_settings
         self._pending: list[str] = []
         self._base_seq: int | None = None  # next_seq of the committed history we built on
+        # The latest committed items, already known (a cache the caller validated against
+        # the record's next_seq): reads it answers cost no request.
+        self.known = known
+        if known is not None:
+            self._base_seq = known.next_seq
 
     # -- the Session protocol -----------------------------------------------------------
 
@@ -55,10 +79,20 @@ class ConversationSession:
             texts = self._pending[len(self._pending) - limit :] if limit > 0 else []
         else:
             wanted = None if limit is None else limit - len(self._pending)
-            page = await asyncio.to_thread(self.store.read_items, self.key, wanted)
-            if self._base_seq is None or not self._pending:
-                self._base_seq = page.next_seq
-            texts = page.items + self._pending
+            known = self.known
+            if known is not None and known.covers(wanted):
+                committed = (
+                    known.items if wanted is None else known.items[-wanted:] if wanted else []
+                )
+            else:
+                page = await asyncio.to_thread(self.store.read_items, self.key, wanted)
+                if self._base_seq is None or not self._pending:
+                    self._base_seq = page.next_seq
+                committed = page.items
+                if not self._pending and wanted is not None:
+                    complete = len(page.items) < wanted
+                    self.known = KnownHistory(list(page.items), page.next_seq, complete)
+            texts = committed + self._pending
         return [json.loads(text) for text in texts]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -74,12 +108,14 @@ class ConversationSession:
         await asyncio.to_thread(self.store.append_items, self.key, texts, self.lease)
 
     async def pop_item(self) -> TResponseInputItem | None:
+        self.known = None
         if self._pending:
             return json.loads(self._pending.pop())  # type: ignore[no-any-return]
         text = await asyncio.to_thread(self.store.pop_item, self.key, self.lease)
         return json.loads(text) if text is not None else None
 
     async def clear_session(self) -> None:
+        self.known = None
         self._pending.clear()
         await asyncio.to_thread(self.store.clear_items, self.key, self.lease)
         self._base_seq = None
@@ -97,6 +133,10 @@ class ConversationSession:
 
     def committed(self, next_seq: int) -> None:
         """The store committed the pending items; later appends build on `next_seq`."""
+        if self.known is not None and self.known.next_seq + len(self._pending) == next_seq:
+            self.known = self.known.extended(self._pending, next_seq)
+        else:
+            self.known = None
         self._pending.clear()
         self._base_seq = next_seq
 

@@ -46,7 +46,7 @@ def test_settings_defaults_and_backend_choice(monkeypatch: pytest.MonkeyPatch) -
     assert (settings.backend, settings.data_dir, settings.lease_seconds) == (
         "local",
         Path(".bot-data"),
-        30,
+        15,
     )
     assert settings.state_ttl == timedelta(days=7)
     monkeypatch.setenv("BOT_TABLE", "tbl")
@@ -80,7 +80,7 @@ def test_cli_creates_aws_resources_idempotently(aws_services: dict[str, str]) ->
     second = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     assert "nothing" in second.stdout
     table = boto3.client("dynamodb").describe_table(TableName="cli-table")["Table"]
-    assert table["GlobalSecondaryIndexes"][0]["IndexName"] == "by_status"
+    assert table["GlobalSecondaryIndexes"][0]["IndexName"] == "by_status_shard"
     ttl = boto3.client("dynamodb").describe_time_to_live(TableName="cli-table")
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
     status = subprocess.run(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -168,11 +169,16 @@ def workload(store: Store) -> set[str]:
     lease, _ = store.acquire(KEY, "w", force=True)
     store.drop_checkpoint(lease, status=Status.DISCARDED, release=True)
     store.get(KEY)
-    store.list_by_status(Status.IDLE)
+    store.list_by_status(Status.AWAITING_APPROVAL)
     store.count_by_status()
+    store.keep(KEY, "Ev3", '{"user":"U","text":"more"}', owner="w2")
     store.delete_checkpoint(done.checkpoint)
+    later = store.clock() + store.state_ttl + timedelta(days=1)
+    store.clock = lambda: later  # type: ignore[method-assign]
+    store.enqueue(KEY, "Ev4", '{"user":"U","text":"much later"}')  # expired: made anew
     return {
         "enqueue",
+        "keep",
         "claim_event",
         "acquire",
         "renew",
@@ -284,7 +290,7 @@ def test_stack_deploys_and_storage_runs_on_it(moto_everything: str) -> None:
     assert outputs["BotPolicyArn"].startswith("arn:aws:iam::")
     assert outputs["StateTtl"] == "7d"
     table = boto3.client("dynamodb").describe_table(TableName=outputs["BotTable"])["Table"]
-    assert table["GlobalSecondaryIndexes"][0]["IndexName"] == "by_status"
+    assert table["GlobalSecondaryIndexes"][0]["IndexName"] == "by_status_shard"
 
     store = AwsStore(outputs["BotTable"], outputs["BotBucket"])
     lease, _ = store.acquire(KEY, "smoke", status=Status.RUNNING)

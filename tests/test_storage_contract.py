@@ -141,7 +141,9 @@ def test_drop_checkpoint_removes_pointer_and_blob(store: Store) -> None:
 
 def test_event_ids_are_claimed_once(store: Store) -> None:
     assert store.claim_event("Ev1") is True
-    assert store.claim_event("Ev1") is False
+    # Claims are per conversation (event ids name one thread's message anyway).
+    other = ConversationKey(team=KEY.team, channel=KEY.channel, thread_ts="1700000999.000001")
+    assert store.enqueue(other, "Ev1", '{"text":"elsewhere"}') is True
     assert store.claim_event("Ev2") is True
 
 
@@ -163,7 +165,7 @@ def test_tool_calls_are_recorded_once_and_completed(store: Store) -> None:
     assert claim.created is False and claim.record.output == big_output
 
 
-def test_status_index_lists_idle_conversations_and_counts(store: Store) -> None:
+def test_status_index_lists_paused_conversations_and_counts(store: Store) -> None:
     keys = [ConversationKey(team="T1", channel="C9", thread_ts=f"17000000{i}.0") for i in range(5)]
     for i, key in enumerate(keys):
         lease, _ = store.acquire(key, "w", status=Status.RUNNING)
@@ -178,8 +180,9 @@ def test_status_index_lists_idle_conversations_and_counts(store: Store) -> None:
     assert [c.key for c in paused] == [keys[0], keys[2], keys[4]]  # least recently active first
     assert store.list_by_status(Status.AWAITING_APPROVAL, idle_for=timedelta(hours=1)) == []
     time.sleep(0.3)
-    assert len(store.list_by_status(Status.IDLE, idle_for=timedelta(seconds=0.2))) == 2
+    assert len(store.list_by_status(Status.AWAITING_APPROVAL, idle_for=timedelta(seconds=0.2))) == 3
     assert len(store.list_by_status(Status.AWAITING_APPROVAL, limit=2)) == 2
+    assert store.list_by_status(Status.IDLE) == []  # idle conversations are not indexed
 
 
 def test_inbox_keeps_messages_until_a_commit_consumes_them(store: Store) -> None:
@@ -187,7 +190,9 @@ def test_inbox_keeps_messages_until_a_commit_consumes_them(store: Store) -> None
 
     assert store.enqueue(KEY, "Ev1", '{"text":"first"}') is True
     assert store.enqueue(KEY, "Ev1", '{"text":"first again"}') is False  # a retried delivery
-    assert store.claim_event("Ev1") is False
+    # Claims are per conversation (event ids name one thread's message anyway).
+    other = ConversationKey(team=KEY.team, channel=KEY.channel, thread_ts="1700000999.000001")
+    assert store.enqueue(other, "Ev1", '{"text":"elsewhere"}') is True
     record = store.get(KEY)
     assert record is not None and (record.status, record.inbox_seq) == (Status.RUNNING, 1)
     lease, record = store.acquire(KEY, "w")

@@ -152,7 +152,8 @@ async def _decided(
     approved = envelope.model_copy(
         update={"run_state": state.to_json(), "held": held, "awaiting": [], "decided": decided}
     )
-    await serving.commit(approved, consume=consume, outcomes=outcomes)
+    to_run = [call for call in envelope.humans if verdicts[call.call_id][0]]
+    await serving.commit(approved, consume=consume, outcomes=outcomes, arm=to_run)
     await serving.drive(state, envelope.started_by, held, [])
 
 

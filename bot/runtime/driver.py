@@ -43,9 +43,10 @@ async def drive(
         lease=serving.lease,
         staged=True,
         session_settings=rt.session_settings,
+        known=rt.history.get(serving.record),
     )
     from_checkpoint = isinstance(start, RunState)
-    scope = TurnScope(storage=serving.io, lease=serving.lease)
+    scope = TurnScope(storage=serving.io, lease=serving.lease, armed=serving.armed)
     token = CURRENT_SCOPE.set(scope)
     try:
         while True:
@@ -126,9 +127,12 @@ async def drive(
                 outcomes=outcomes,
                 items=session.pending,
                 base_seq=session.base_seq,
+                arm=[call for call in awaiting if not call.human],  # they run next turn
             )
             if next_seq is not None:
                 session.committed(next_seq)
+                serving.record = serving.record.model_copy(update={"next_seq": next_seq})
+                rt.history.put(serving.record, session.known)
             consume = []
             from_checkpoint = False
             if humans:

@@ -3,7 +3,8 @@
 Every function tool is wrapped. A side-effecting call (any tool not marked `retry_safe`)
 always pauses first, so the runtime checkpoints after the model chose the call and before it
 runs; the runtime then approves it itself unless a person must. While it runs, the ledger
-records it as started, then completed with its output. A call id seen again (after a crash
+records it as started (in the same write as the checkpoint that approved it), then completed
+with its output. A call id seen again (after a crash
 or on another replica) returns the recorded output, or, if it started but never completed,
 an "outcome unknown" result: it is never run twice.
 
@@ -61,6 +62,7 @@ class TurnScope:
 
     storage: StorageCalls
     lease: Lease
+    armed: set[str] = field(default_factory=set)  # started by this serve's own commit
     human_approval: dict[str, bool] = field(default_factory=dict)
     unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
     fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
@@ -130,16 +132,20 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
         scope = CURRENT_SCOPE.get()
         if safe or scope is None:
             return await original(ctx, arguments)
-        try:
-            claim = await _begin(scope, ctx.tool_call_id, tool.name, arguments)
-        except StorageError as fault:
-            scope.fault = fault
-            raise
-        if not claim.created:
-            if claim.record.status is ToolCallStatus.COMPLETED:
-                return claim.record.output
-            scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
-            return UNKNOWN_OUTCOME
+        if ctx.tool_call_id in scope.armed:
+            # This serve recorded it as started with the checkpoint that approved it.
+            scope.armed.discard(ctx.tool_call_id)
+        else:
+            try:
+                claim = await _begin(scope, ctx.tool_call_id, tool.name, arguments)
+            except StorageError as fault:
+                scope.fault = fault
+                raise
+            if not claim.created:
+                if claim.record.status is ToolCallStatus.COMPLETED:
+                    return claim.record.output
+                scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
+                return UNKNOWN_OUTCOME
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
         # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
         # error output by the SDK inside `original`) is a known outcome: it ran and failed.

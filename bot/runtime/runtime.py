@@ -27,6 +27,7 @@ from bot.runtime.delivery import OutcomeSink
 from bot.runtime.envelope import DecisionRequest, UserMessage
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
+from bot.runtime.history_cache import HistoryCache
 from bot.runtime.holder import new_owner, process_identity, provably_dead
 from bot.runtime.outcomes import (
     Duplicate,
@@ -44,6 +45,7 @@ from storage import (
     CheckpointMeta,
     Conversation,
     ConversationKey,
+    Lease,
     LeaseBusy,
     NotFound,
     Status,
@@ -98,7 +100,10 @@ class ConversationRuntime:
         self.process = owner or process_identity()
         self.sink = on_outcome
         self.draining = False
+        self.history = HistoryCache()
         self._serving: set[asyncio.Task[Any]] = set()
+        # Threads taken by the write that kept their message, for `serve` to use at once.
+        self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
         # A provider of our own reads OPENAI_API_KEY / OPENAI_BASE_URL when first used.
         self.run_config = RunConfig(
             model=self.settings.model,
@@ -126,44 +131,70 @@ class ConversationRuntime:
         text: str,
         ts: str | None = None,
         create: bool = True,
+        take: bool = False,
     ) -> Kept:
         """Keep a user's message durably in its thread's inbox (deduplicated by event id).
-        Without `create`, only a thread the bot is already part of takes it."""
+        Without `create`, only a thread the bot is already part of takes it. With `take`,
+        the same write takes the thread when it is free, for `serve` to go on with."""
         payload = UserMessage(user=user, text=clean_text(text), ts=ts).model_dump_json()
+        return await self._keep(key, event_id, payload, create=create, user=user, take=take)
+
+    async def _keep(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool,
+        user: str | None,
+        take: bool,
+    ) -> Kept:
         try:
             kept = await self.io(
-                self.store.enqueue,
+                self.store.keep,
                 key,
                 event_id,
                 payload,
                 create=create,
                 participant=user or None,
+                owner=new_owner(self.process) if take and not self.draining else None,
                 token=uuid.uuid4().hex,
             )
         except NotFound:
             return Kept.NOT_OURS
-        return Kept.KEPT if kept else Kept.DUPLICATE
+        if kept.lease is not None and kept.record is not None:
+            self._taken[key] = (kept.lease, kept.record)
+        return Kept.KEPT if kept.kept else Kept.DUPLICATE
 
     async def serve(self, key: ConversationKey) -> list[Outcome]:
-        """Serve the thread if it is free; if another holder has it, that holder reads the
-        inbox before it lets go (and a dead holder's thread is picked up by `recover`)."""
+        """Serve the thread if it is free (or taken for us when its message was kept); if
+        another holder has it, that holder reads the inbox before it lets go (and a dead
+        holder's thread is picked up by `recover`)."""
+        taken = self._taken.pop(key, None)
         if self.draining:
+            if taken is not None:  # give it up at once: the next process serves it
+                await self.io(self.store.release, taken[0], status=Status.RUNNING, touch=False)
             return []  # kept already; the next process serves it
-        try:
-            lease, record = await self.io(
-                self.store.acquire, key, new_owner(self.process), create=False
-            )
-        except LeaseBusy:
-            return [Notice(key=key, kind=NoticeKind.QUEUED, text="Queued: I'll answer next.")]
-        except NotFound:
-            return []
+        if taken is not None and taken[0].expires_at > self.store.clock():
+            lease, record = taken
+        else:
+            try:
+                lease, record = await self.io(
+                    self.store.acquire, key, new_owner(self.process), create=False
+                )
+            except LeaseBusy:
+                return [Notice(key=key, kind=NoticeKind.QUEUED, text="Queued: I'll answer next.")]
+            except NotFound:
+                return []
         return await self._serve(Serving(self, lease, record))
 
     async def handle_message(
         self, key: ConversationKey, *, event_id: str, user: str, text: str, ts: str | None = None
     ) -> list[Outcome]:
         """Keep, then serve: a user's message in a thread."""
-        kept = await self.keep_message(key, event_id=event_id, user=user, text=text, ts=ts)
+        kept = await self.keep_message(
+            key, event_id=event_id, user=user, text=text, ts=ts, take=True
+        )
         if kept is Kept.DUPLICATE:
             return [Duplicate(key=key, event_id=event_id)]
         return await self.serve(key)
@@ -180,6 +211,7 @@ class ConversationRuntime:
         reason: str | None = None,
         request_message: str | None = None,
         reply_to: str | None = None,
+        take: bool = False,
     ) -> Kept:
         """Keep a click on Approve or Reject durably; it never creates a conversation."""
         payload = DecisionRequest(
@@ -191,13 +223,7 @@ class ConversationRuntime:
             request_message=request_message,
             reply_to=reply_to,
         ).model_dump_json()
-        try:
-            kept = await self.io(
-                self.store.enqueue, key, event_id, payload, create=False, token=uuid.uuid4().hex
-            )
-        except NotFound:
-            return Kept.NOT_OURS
-        return Kept.KEPT if kept else Kept.DUPLICATE
+        return await self._keep(key, event_id, payload, create=False, user=None, take=take)
 
     async def decide(
         self,
@@ -222,6 +248,7 @@ class ConversationRuntime:
             checkpoint_version=checkpoint_version,
             reason=reason,
             request_message=request_message,
+            take=True,
         )
         if kept is Kept.NOT_OURS:
             return [Refused(key=key, text=EXPIRED, user=user)]

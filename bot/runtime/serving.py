@@ -19,6 +19,7 @@ from bot.runtime import approvals, trust
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
 from bot.runtime.envelope import (
+    AwaitingCall,
     DecisionMade,
     DecisionRequest,
     Envelope,
@@ -41,6 +42,8 @@ from storage import (
     LeaseLost,
     Status,
     StorageUnavailable,
+    ToolCallRecord,
+    ToolCallStatus,
 )
 
 if TYPE_CHECKING:
@@ -99,6 +102,7 @@ class Serving:
         self.stopped = False  # stopped for a graceful shutdown: release as `running`
         self.set_aside: Envelope | None = None  # what failing closed left as the checkpoint
         self.decided: dict[str, DecisionMade] = {}  # carried from envelope to envelope
+        self.armed: set[str] = set()  # calls this session recorded as started, to run now
 
     @property
     def lease(self) -> Lease:
@@ -193,7 +197,11 @@ class Serving:
     async def step(self) -> None:
         self.check()
         self.version = self.record.checkpoint_version
-        inbox = await self.io(self.store.read_inbox, self.key, self.record.generation)
+        if self.record.inbox is not None:  # the read that took the thread brought it along
+            inbox = self.record.inbox
+            self.record = self.record.model_copy(update={"inbox": None})
+        else:
+            inbox = await self.io(self.store.read_inbox, self.key, self.record.generation)
         self.more = len(inbox) > CONSUME_LIMIT
         entries = Entries(inbox[:CONSUME_LIMIT])
         current = await trust.current_envelope(self)
@@ -276,13 +284,28 @@ class Serving:
         items: list[str] | None = None,
         base_seq: int | None = None,
         status: Status = Status.RUNNING,
+        arm: list[AwaitingCall] | None = None,
     ) -> int | None:
         """Commit the checkpoint with the turn's session items, consuming inbox entries,
         then deliver its outcomes. The status stays `running` until the release that
-        records their delivery, so a crash in between is found by `recover`.
-        Returns the session's next sequence number."""
+        records their delivery, so a crash in between is found by `recover`. Calls in `arm`
+        (approved by this checkpoint, about to run) are recorded as started in the same
+        write. Returns the session's next sequence number."""
         self.check()
         envelope.outbox = self.outbox.for_commit(self.version + 1, outcomes)
+        now = self.store.clock()
+        armed = [
+            ToolCallRecord(
+                key=self.key,
+                call_id=call.call_id,
+                tool_name=call.tool_name,
+                arguments=call.arguments,
+                status=ToolCallStatus.STARTED,
+                fence=self.lease.fence,
+                started_at=now,
+            )
+            for call in arm or []
+        ]
         done = await self.io(
             self.store.commit,
             self.lease,
@@ -293,8 +316,10 @@ class Serving:
             base_seq=base_seq,
             status=status,
             consume=consume,
+            arm=armed,
         )
         assert done.checkpoint is not None
+        self.armed |= set(done.armed)
         self.outbox.committed()
         self.version = done.checkpoint.version
         self.record = self.record.model_copy(

@@ -1,14 +1,16 @@
-"""The store as the runtime uses it: off the event loop, typed end to end, and with transient
-failures (`StorageUnavailable`) retried with backoff before they reach the caller. Every
-storage operation is safe to repeat: writes carry idempotency tokens or recognise their own
-earlier effect."""
+"""The store as the runtime uses it: off the event loop (on a pool sized for I/O, not for the
+CPU count), typed end to end, and with transient failures (`StorageUnavailable`) retried with
+backoff before they reach the caller. Every storage operation is safe to repeat: writes
+carry idempotency tokens or recognise their own earlier effect."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from storage import StorageUnavailable, Store
@@ -16,6 +18,7 @@ from storage import StorageUnavailable, Store
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
+IO_THREADS = 32
 
 
 class StorageCalls:
@@ -23,14 +26,17 @@ class StorageCalls:
         self.store = store
         self.attempts = attempts
         self.first_delay = first_delay
+        self.pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="storage")
 
     async def __call__(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """`function(*args, **kwargs)` in a worker thread; retried while storage is
         unavailable (boto3 has already retried quickly underneath), then raised."""
+        loop = asyncio.get_running_loop()
+        call = functools.partial(function, *args, **kwargs)
         delay = self.first_delay
         for attempt in range(1, self.attempts + 1):
             try:
-                return await asyncio.to_thread(function, *args, **kwargs)
+                return await loop.run_in_executor(self.pool, call)
             except StorageUnavailable as exc:
                 if attempt == self.attempts:
                     raise
@@ -44,3 +50,6 @@ class StorageCalls:
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay *= 2
         raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)

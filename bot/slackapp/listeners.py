@@ -114,6 +114,7 @@ class Listeners:
             text=text,
             ts=ts,
             create=create,
+            take=True,  # the same write takes the thread when free: served without a read
         )
         context["kept"] = kept.value
         context["kept_key"] = str(key)
@@ -155,6 +156,7 @@ class Listeners:
             checkpoint_version=version,
             request_message=clicked if container.get("message_ts") else None,
             reply_to=body.get("response_url"),
+            take=True,
         )
         context["kept"] = kept.value
         context["kept_key"] = str(key)

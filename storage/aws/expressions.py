@@ -4,6 +4,8 @@ table."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, TypedDict
 
@@ -19,6 +21,7 @@ else:
     Value = dict
 
 Item = dict[str, "Value"]
+_PLAIN = re.compile(r"[A-Za-z0-9_]+")
 
 
 def s(value: str) -> Value:
@@ -53,8 +56,13 @@ class Update:
         self.assigned: set[str] = set()
 
     def name(self, attribute: str) -> str:
-        self.names[f"#{attribute}"] = attribute
-        return f"#{attribute}"
+        """The placeholder for `attribute` (placeholders allow only letters, digits, `_`)."""
+        placeholder = f"#{attribute}"
+        if not _PLAIN.fullmatch(attribute):
+            digest = hashlib.blake2b(attribute.encode(), digest_size=6).hexdigest()
+            placeholder = f"#x{digest}"
+        self.names[placeholder] = attribute
+        return placeholder
 
     def value(self, label: str, value: Value) -> str:
         self.values[f":{label}"] = value
@@ -80,6 +88,7 @@ class Update:
         self.sets.append(f"{name} = if_not_exists({name}, :zero) + :one")
 
     def add_to_set(self, attribute: str, value: Value) -> None:
+        """ADD: a set's members, or a number to a number (a counter)."""
         self.adds.append(f"{self.name(attribute)} {self.value(attribute, value)}")
 
     def remove(self, attribute: str) -> None:

@@ -3,8 +3,21 @@
     pk = CONV#<team:channel:thread_ts>  sk = META                       the conversation record
     pk = CONV#<...>                     sk = ITEM#g<gen>#<seq:012d>     one session item (or batch)
     pk = CONV#<...>                     sk = TOOL#g<gen>#<call id>      tool-call ledger entry
-    pk = CONV#<...>                     sk = INBOX#<µs:018d>#<event id> a queued message
-    pk = EVENT#<event id>               sk = EVENT                      processed Slack event
+    pk = CONV#<...>                     sk = INBOX#<entry id>           a queued message too big
+                                                                        to live in the record
+    pk = COUNT#<shard:03d>              sk = DAY#<yyyymmdd>             conversations by status
+    pk = EVENT#<event id>               sk = EVENT                      a claimed event (global)
+
+Queued messages live in the record itself (`in:<entry id>` attributes) with their event claims
+(`ev:<event id>`, the claim's expiry), so that keeping a message, taking the thread and
+reading what is queued is one write that returns everything. Entry ids start with the
+arrival time in microseconds, so they sort in arrival order.
+
+Index `by_status_shard` (sparse): hash `status_key` = `<status>#<shard:03d>`, range
+`last_activity_ms`; idle conversations are not in it. Counters: the record names the bucket it
+is counted in (`counted` = `<status>#<yyyymmdd of its expiry day>`); a count is the sum of the
+buckets whose day has not passed, so conversations that TTL removed stop counting without
+any code running.
 
 `gen` is the record's generation (its creation time in ms, 13 digits): a record that TTL
 removed and that is created again starts a new generation, so none of the old rows (which
@@ -16,20 +29,70 @@ hash `conv_status`, range `last_activity_ms`. Session items are opaque JSON stri
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime
 
 from storage.aws.expressions import Item, Value, n, s
-from storage.models import CheckpointPointer, Conversation, ConversationKey, Status
+from storage.models import CheckpointPointer, Conversation, ConversationKey, InboxEntry, Status
 
-STATUS_INDEX = "by_status"
+STATUS_INDEX = "by_status_shard"
 META = "META"
 ITEM_PREFIX = "ITEM#"
 TOOL_PREFIX = "TOOL#"
 INBOX_PREFIX = "INBOX#"
+INLINE_INBOX = "in:"  # + entry id: a queued message (its JSON), or ROW_MARK
+ROW_MARK = "row"  # the entry is too big for the record: it lives in an INBOX# row
+ROW_SUFFIX = "#~row"  # ends the id of such an entry, so that consuming it deletes the row
+EVENT_CLAIM = "ev:"  # + event id: the claim's expiry (epoch seconds)
+INDEXED = frozenset(status for status in Status if status is not Status.IDLE)
+# What the status index carries besides its keys: enough for lists and recovery.
+INDEX_ATTRIBUTES = (
+    "pk",
+    "sk",
+    "conv_key",
+    "conv_status",
+    "lease_owner",
+    "lease_expires_ms",
+    "fence",
+    "next_seq",
+    "session_floor",
+    "inbox_seq",
+    "generation",
+    "created_ms",
+    "updated_ms",
+    "expires_at",
+    "delivery_retry_ms",
+    "delivery_attempts",
+    "delivery_error",
+)
 
 
 def conv_pk(key: ConversationKey) -> str:
     return f"CONV#{key}"
+
+
+def shard_of(key: ConversationKey, shards: int) -> int:
+    """A stable shard per conversation (not Python's salted `hash`)."""
+    digest = hashlib.blake2b(str(key).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+def status_key(status: Status, shard: int) -> str:
+    return f"{status.value}#{shard:03d}"
+
+
+def counter_key(shard: int, day: str) -> dict[str, Value]:
+    return {"pk": s(f"COUNT#{shard:03d}"), "sk": s(f"DAY#{day}")}
+
+
+def day_of(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y%m%d")
+
+
+def bucket(status: Status, expires: datetime) -> str:
+    """The counter bucket of a conversation in `status` that expires at `expires`."""
+    return f"{status.value}#{day_of(expires)}"
 
 
 def meta_key(key: ConversationKey) -> dict[str, Value]:
@@ -85,7 +148,20 @@ def _text(item: Item, name: str) -> str | None:
     return value["S"] if value is not None and "S" in value else None
 
 
-def record_from_item(item: Item) -> Conversation:
+def inline_entries(item: Item) -> tuple[list[InboxEntry], bool]:
+    """The queued messages a record holds, oldest first, and whether some live in rows."""
+    entries, in_rows = [], False
+    for name in sorted(a for a in item if a.startswith(INLINE_INBOX)):
+        text = item[name].get("S", "")
+        if text == ROW_MARK:
+            in_rows = True
+        else:
+            entries.append(InboxEntry.model_validate(json.loads(text)))
+    return entries, in_rows
+
+
+def record_from_item(item: Item, *, with_inbox: bool = False) -> Conversation:
+    """The record; with its inline inbox when `with_inbox` and no entry lives in a row."""
     checkpoint = _text(item, "checkpoint")
     lease_expires = item.get("lease_expires_ms")
     retry = item.get("delivery_retry_ms")
@@ -112,6 +188,23 @@ def record_from_item(item: Item) -> Conversation:
         updated_at=from_ms(item["updated_ms"]["N"]),
         last_activity_at=from_ms(item["last_activity_ms"]["N"]),
         expires_at=datetime.fromtimestamp(int(item["expires_at"]["N"]), tz=UTC),
+        counted=_text(item, "counted"),
+        inbox=_inbox(item) if with_inbox else None,
+    )
+
+
+def _inbox(item: Item) -> list[InboxEntry] | None:
+    entries, in_rows = inline_entries(item)
+    return None if in_rows else entries
+
+
+def expired_claims(item: Item, now: datetime) -> tuple[str, ...]:
+    """Event claims whose time is over: the next fenced write removes them."""
+    limit = epoch_seconds(now)
+    return tuple(
+        name
+        for name, value in item.items()
+        if name.startswith(EVENT_CLAIM) and int(value.get("N", "0")) < limit
     )
 
 

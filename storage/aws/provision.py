@@ -7,7 +7,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from storage.aws.layout import STATUS_INDEX
+from storage.aws.layout import INDEX_ATTRIBUTES, STATUS_INDEX
 
 TTL_ATTRIBUTE = "expires_at"
 # The table as the code uses it; infra/template.yaml must declare the same (a test checks).
@@ -15,7 +15,7 @@ TABLE_DEFINITION: dict[str, Any] = {
     "AttributeDefinitions": [
         {"AttributeName": "pk", "AttributeType": "S"},
         {"AttributeName": "sk", "AttributeType": "S"},
-        {"AttributeName": "conv_status", "AttributeType": "S"},
+        {"AttributeName": "status_key", "AttributeType": "S"},
         {"AttributeName": "last_activity_ms", "AttributeType": "N"},
     ],
     "KeySchema": [
@@ -26,10 +26,14 @@ TABLE_DEFINITION: dict[str, Any] = {
         {
             "IndexName": STATUS_INDEX,
             "KeySchema": [
-                {"AttributeName": "conv_status", "KeyType": "HASH"},
+                {"AttributeName": "status_key", "KeyType": "HASH"},
                 {"AttributeName": "last_activity_ms", "KeyType": "RANGE"},
             ],
-            "Projection": {"ProjectionType": "ALL"},
+            # What lists and recovery read; not the inbox, history pointer or participants.
+            "Projection": {
+                "ProjectionType": "INCLUDE",
+                "NonKeyAttributes": [a for a in INDEX_ATTRIBUTES if a not in ("pk", "sk")],
+            },
         }
     ],
 }

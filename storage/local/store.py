@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from storage.base import KEEP, Commit, Committed, SessionPage, Store
+from storage.base import KEEP, Commit, Committed, Kept, SessionPage, Store
 from storage.errors import (
     CheckpointConflict,
     InboxChanged,
@@ -161,8 +161,8 @@ class LocalStore(Store):
                 record = self.new_record(key, now)
             held = record.lease_owner is not None and record.lease_expires_at is not None
             busy = held and record.lease_expires_at >= self.takeover_cutoff(now)  # type: ignore[operator]
-            if takeover_from is not None:
-                busy = held and record.lease_owner != takeover_from
+            if takeover_from is not None and record.lease_owner == takeover_from:
+                busy = False  # its holder is known to be dead
             if busy and not force:
                 raise LeaseBusy(str(key), record.lease_owner, record.lease_expires_at)
             record = record.model_copy(
@@ -175,6 +175,7 @@ class LocalStore(Store):
                 }
             )
             self._save(db, record)
+            inbox = _read_inbox(db, key)
         expires = now + self.lease_duration
         lease = Lease(
             key=key,
@@ -183,7 +184,7 @@ class LocalStore(Store):
             expires_at=expires,
             generation=record.generation,
         )
-        return lease, record
+        return lease, record.model_copy(update={"inbox": inbox})
 
     @translated
     def renew(self, lease: Lease) -> Lease:
@@ -222,6 +223,11 @@ class LocalStore(Store):
                     f"{commit.key}: items staged at seq {commit.base_seq}, now {record.next_seq}"
                 )
             next_seq = record.next_seq
+            armed = []
+            for call in commit.arm:  # calls recorded as started with this checkpoint
+                if _read_tool(db, commit.key, call.call_id) is None:  # else it says more
+                    self._save_tool(db, call)
+                    armed.append(call.call_id)
             for item in commit.items:
                 db.execute(
                     "INSERT INTO items (key, seq, data) VALUES (?, ?, ?)",
@@ -263,6 +269,7 @@ class LocalStore(Store):
             next_seq=record.next_seq if session_known else None,
             checkpoint=record.checkpoint if wrote_pointer else None,
             status=commit.status,
+            armed=tuple(armed),
         )
 
     # -- session ------------------------------------------------------------------------
@@ -312,7 +319,7 @@ class LocalStore(Store):
     # -- inbox --------------------------------------------------------------------------
 
     @translated
-    def enqueue(
+    def keep(
         self,
         key: ConversationKey,
         event_id: str,
@@ -320,8 +327,9 @@ class LocalStore(Store):
         *,
         create: bool = True,
         participant: str | None = None,
+        owner: str | None = None,
         token: str | None = None,
-    ) -> bool:
+    ) -> Kept:
         now = self.clock()
         with self._write() as db:
             record = self._live(db, key, now)
@@ -329,8 +337,8 @@ class LocalStore(Store):
                 if not create:
                     raise NotFound(str(key))
                 record = self.new_record(key, now)
-            if not self._claim(db, event_id, now.timestamp()):
-                return False
+            if not self._claim(db, f"{key}|{event_id}", now.timestamp()):
+                return Kept(kept=False)
             entry = InboxEntry(
                 entry_id=f"{inbox_stamp(now)}#{event_id}",
                 event_id=event_id,
@@ -342,7 +350,7 @@ class LocalStore(Store):
                 (str(key), entry.entry_id, entry.model_dump_json()),
             )
             participants = record.participants | ({participant} if participant else set())
-            update = {
+            update: dict[str, Any] = {
                 "inbox_seq": record.inbox_seq + 1,
                 "status": Status.RUNNING,
                 "participants": participants,
@@ -350,15 +358,32 @@ class LocalStore(Store):
                 "last_activity_at": now,
                 "expires_at": now + self.state_ttl,
             }
-            self._save(db, record.model_copy(update=update))
-        return True
+            held = record.lease_owner is not None and record.lease_expires_at is not None
+            free = not held or record.lease_expires_at < self.takeover_cutoff(now)  # type: ignore[operator]
+            take = owner is not None and free
+            if take:
+                update |= {
+                    "fence": record.fence + 1,
+                    "lease_owner": owner,
+                    "lease_expires_at": now + self.lease_duration,
+                }
+            record = record.model_copy(update=update)
+            self._save(db, record)
+            inbox = _read_inbox(db, key)
+        if not take:
+            return Kept(kept=True)
+        lease = Lease(
+            key=key,
+            owner=record.lease_owner or "",
+            fence=record.fence,
+            expires_at=now + self.lease_duration,
+            generation=record.generation,
+        )
+        return Kept(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))
 
     @translated
     def read_inbox(self, key: ConversationKey, generation: int | None = None) -> list[InboxEntry]:
-        rows = self._connection().execute(
-            "SELECT entry FROM inbox WHERE key = ? ORDER BY entry_id", (str(key),)
-        )
-        return [InboxEntry.model_validate_json(row[0]) for row in rows]
+        return _read_inbox(self._connection(), key)
 
     # -- ledgers ------------------------------------------------------------------------
 
@@ -401,7 +426,7 @@ class LocalStore(Store):
         return ToolCallClaim(record=record, created=True)
 
     @translated
-    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> ToolCallRecord:
+    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> None:
         now = self.clock()
         with self._write() as db:
             _fenced(db, lease)
@@ -412,7 +437,6 @@ class LocalStore(Store):
                 update={"status": ToolCallStatus.COMPLETED, "output": output, "completed_at": now}
             )
             self._save_tool(db, record)
-        return record
 
     @translated
     def get_tool_call(
@@ -435,6 +459,8 @@ class LocalStore(Store):
     def list_by_status(
         self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
     ) -> list[Conversation]:
+        if status is Status.IDLE:
+            return []  # as with the aws backend's index: idle conversations are not listed
         cutoff = (self.clock() - (idle_for or timedelta(0))).timestamp()
         rows = self._connection().execute(
             "SELECT record FROM conversations WHERE status = ? AND last_activity_at <= ?"
@@ -494,6 +520,11 @@ class LocalStore(Store):
                 self.blobs.delete(object_key)
                 removed += 1
         return removed
+
+
+def _read_inbox(db: sqlite3.Connection, key: ConversationKey) -> list[InboxEntry]:
+    rows = db.execute("SELECT entry FROM inbox WHERE key = ? ORDER BY entry_id", (str(key),))
+    return [InboxEntry.model_validate_json(row[0]) for row in rows]
 
 
 def _read_record(db: sqlite3.Connection, key: ConversationKey) -> Conversation | None:

@@ -1,0 +1,106 @@
+"""Operational queries in a bounded number of requests at any table size: lists through the
+sharded status index (one query per shard, merged by activity), counts from the sharded
+counters (one query per shard)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from storage.aws.expressions import Item, n, s
+from storage.aws.layout import STATUS_INDEX, day_of, expired, ms, record_from_item, status_key
+from storage.aws.tables import Tables
+from storage.models import Conversation, Status
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
+
+
+class Queries:
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="status-shards")
+
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None, limit: int
+    ) -> list[Conversation]:
+        """Least recently active first. Idle conversations are not indexed: listing them
+        finds nothing (no operator query needs them)."""
+        if status is Status.IDLE:
+            return []
+        cutoff = ms(self.t.clock() - (idle_for or timedelta(0)))
+        now = self.t.clock()
+        shards = [
+            self._shard(status_key(status, shard), cutoff, limit) for shard in range(self.t.shards)
+        ]
+        merged = heapq.merge(*shards, key=lambda item: int(item["last_activity_ms"]["N"]))
+        records: list[Conversation] = []
+        for item in merged:
+            if not expired(item, now):
+                records.append(record_from_item(item))
+            if len(records) >= limit:
+                break
+        return records
+
+    def _shard(self, key: str, cutoff: int, limit: int) -> Iterator[Item]:
+        """One shard's matches, oldest activity first, fetched a page at a time as merged."""
+        query: QueryInputTypeDef = {
+            "TableName": self.t.table,
+            "IndexName": STATUS_INDEX,
+            "KeyConditionExpression": "status_key = :key AND last_activity_ms <= :cutoff",
+            "ExpressionAttributeValues": {":key": s(key), ":cutoff": n(cutoff)},
+            "ScanIndexForward": True,
+            "Limit": min(limit, 1000),
+        }
+        paginator = self.t.dynamodb.get_paginator("query")
+        for page in paginator.paginate(**query):  # type: ignore[misc]
+            yield from page["Items"]
+
+    def count_by_status(self) -> dict[Status, int]:
+        """From the counters: conversations by the status they last settled in, whose state
+        has not expired (to the day). Running ones are counted from the index (few)."""
+        today = day_of(self.t.clock())
+        counts = dict.fromkeys(Status, 0)
+        for items in self.pool.map(
+            lambda shard: self._counters(shard, today), range(self.t.shards)
+        ):
+            for item in items:
+                for name, value in item.items():
+                    if name.startswith("n_"):
+                        try:
+                            counts[Status(name[2:])] += int(value["N"])
+                        except ValueError:
+                            continue
+        counts[Status.RUNNING] = sum(
+            self.pool.map(
+                lambda shard: self._count(status_key(Status.RUNNING, shard)),
+                range(self.t.shards),
+            )
+        )
+        return {status: max(count, 0) for status, count in counts.items()}
+
+    def _counters(self, shard: int, today: str) -> list[Item]:
+        found = self.t.dynamodb.query(
+            TableName=self.t.table,
+            KeyConditionExpression="pk = :pk AND sk >= :today",
+            ExpressionAttributeValues={":pk": s(f"COUNT#{shard:03d}"), ":today": s(f"DAY#{today}")},
+        )
+        items: list[Item] = found["Items"]
+        return items
+
+    def _count(self, key: str) -> int:
+        query: dict[str, Any] = {
+            "TableName": self.t.table,
+            "IndexName": STATUS_INDEX,
+            "KeyConditionExpression": "status_key = :key",
+            "ExpressionAttributeValues": {":key": s(key)},
+            "Select": "COUNT",
+        }
+        paginator = self.t.dynamodb.get_paginator("query")
+        return sum(page["Count"] for page in paginator.paginate(**query))
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)

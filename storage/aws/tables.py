@@ -1,0 +1,80 @@
+"""What every part of the AWS backend shares: the clients, the names, the clock and the
+policies (TTL, leases), and the pieces of update expressions that recur."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from storage.aws.expressions import Update, n, s
+from storage.aws.layout import INDEXED, epoch_seconds, ms, shard_of, status_key
+from storage.models import ConversationKey, Status
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+
+
+@dataclass
+class Tables:
+    dynamodb: DynamoDBClient
+    s3: S3Client
+    table: str
+    bucket: str
+    clock: Callable[[], datetime]
+    state_ttl: timedelta
+    event_ttl: timedelta
+    lease_duration: timedelta
+    lease_skew: timedelta
+    shards: int
+
+    def expiry(self, now: datetime) -> datetime:
+        return now + self.state_ttl
+
+    def takeover_cutoff(self, now: datetime) -> datetime:
+        return now - self.lease_skew
+
+    def shard(self, key: ConversationKey) -> int:
+        return shard_of(key, self.shards)
+
+    # -- recurring pieces of the record's update expressions ----------------------------
+
+    def touch(self, update: Update, now: datetime) -> None:
+        """Activity: moves `last_activity_ms` and the TTL."""
+        update.set("updated_ms", n(ms(now)))
+        update.set("last_activity_ms", n(ms(now)))
+        update.set("expires_at", n(epoch_seconds(self.expiry(now))))
+
+    def initialise(self, update: Update, key: ConversationKey, now: datetime) -> None:
+        """Fields a new record starts with (left alone on an existing one)."""
+        update.set("conv_key", s(str(key)))
+        update.set_if_missing("conv_status", s(Status.IDLE.value))
+        for counter in ("fence", "next_seq", "session_floor", "inbox_seq"):
+            update.set_if_missing(counter, n(0))
+        update.set_if_missing("generation", n(ms(now)))
+        update.set_if_missing("created_ms", n(ms(now)))
+        update.set_if_missing("last_activity_ms", n(ms(now)))
+        update.set_if_missing("expires_at", n(epoch_seconds(self.expiry(now))))
+
+    def set_status(self, update: Update, key: ConversationKey, status: Status) -> None:
+        """The status, and its place in the sharded status index (idle is not indexed)."""
+        update.set("conv_status", s(status.value))
+        if status in INDEXED:
+            update.set("status_key", s(status_key(status, self.shard(key))))
+        else:
+            update.remove("status_key")
+
+    def live(self, update: Update, now: datetime, *, create: bool) -> str:
+        alive = f"{update.name('expires_at')} >= {update.value('now_s', n(epoch_seconds(now)))}"
+        if create:
+            return f"attribute_not_exists(pk) OR {alive}"
+        return f"attribute_exists(pk) AND {alive}"
+
+    def lease_free(self, update: Update, now: datetime) -> str:
+        cutoff = update.value("cutoff", n(ms(self.takeover_cutoff(now))))
+        return (
+            f"attribute_not_exists(pk) OR attribute_not_exists({update.name('lease_owner')}) OR "
+            f"{update.name('lease_expires_ms')} < {cutoff}"
+        )

@@ -11,6 +11,7 @@ import asyncio
 import os
 import random
 import sys
+from pathlib import Path
 
 from bench.chaos.plan import FAMILIES
 from bench.chaos.report import table, write_summary
@@ -30,6 +31,7 @@ def main() -> int:
     )
     parser.add_argument("--lease", type=float, default=2.0, help="BOT_LEASE_SECONDS (2)")
     parser.add_argument("--transfer-delay", type=float, default=0.8, help="seconds per transfer")
+    parser.add_argument("--out", type=Path, default=None, help="artifacts folder")
     args = parser.parse_args()
     backends = ["local", "aws"] if args.backend in ("both", "all") else args.backend.split(",")
     if any(b not in ("local", "aws") for b in backends):
@@ -48,10 +50,10 @@ def main() -> int:
         lease_seconds=args.lease,
         transfer_delay=args.transfer_delay,
     )
+    if args.out is not None:
+        options.out = args.out
     results, timing = asyncio.run(soak(options))
     print(table(results, timing), flush=True)
-    from pathlib import Path
-
     write_summary(Path(timing["out"]) / "summary.json", results, timing)
     if any(r.error for r in results):
         return 2

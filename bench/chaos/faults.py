@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,13 +162,13 @@ class Injector:
             replica = replicas[min(int(p["slot"]), len(replicas) - 1)]
             if name in ("sigkill", "sigterm"):
                 replica.signal(signal.SIGKILL if name == "sigkill" else signal.SIGTERM)
-                self.later(p["restart_after"], self._restart(replica))
+                self.later(p["restart_after"], lambda: self._restart(replica))
             elif name == "sigstop":
                 replica.signal(signal.SIGSTOP)
-                self.later(p["seconds"], self._cont(replica))
+                self.later(p["seconds"], lambda: self._cont(replica))
             elif name == "restart":
                 replica.signal(signal.SIGTERM)
-                self.later(0.0, self._restart(replica, wait_exit=True))
+                self.later(0.0, lambda: self._restart(replica, wait_exit=True))
         elif family == "storage" and name == "sqlite_lock":
             assert self.data_dir is not None
             lock = SqliteLock(self.data_dir / "state.sqlite3")
@@ -178,7 +178,7 @@ class Injector:
             assert self.data_dir is not None
             held = self.immutable.hold(self.data_dir / "blobs")
             self.note("immutable_dirs", count=held)
-            self.later(p["seconds"], self._mutable())
+            self.later(p["seconds"], self._mutable)
         elif family == "storage":
             proxy = self.proxies[p["service"]]
             proxy.inject(
@@ -202,10 +202,10 @@ class Injector:
                 latency=p.get("latency", 0.0),
             )
 
-    def later(self, seconds: float, action: Any) -> None:
+    def later(self, seconds: float, action: Callable[[], Awaitable[None]]) -> None:
         async def run() -> None:
             await asyncio.sleep(seconds)
-            await action
+            await action()
 
         self.tasks.append(asyncio.create_task(run()))
 

@@ -136,6 +136,9 @@ def _thread(thread: ThreadFacts, messages: list[SentMessage]) -> list[tuple[str,
             pattern = re.compile(rf"#{re.escape(message.tag)}\b")
             if any(pattern.search(p.text) for p in answers):
                 continue
+            asked = f"call_{message.tag}_"
+            if awaiting and any(c.startswith(asked) for p in thread.posts for c in p.what.call_ids):
+                continue  # its call waits for a person: the approval request is the answer
             later = [n.what.notice for n in notices if n.at >= message.sent_at]
             if any(kind in EXPLAINING_NOTICES for kind in later) or (
                 awaiting and "message_kept" in later
@@ -274,7 +277,9 @@ def _session_duplicates(items: list[Any]) -> list[str]:
             continue
         kind = item.get("type") or item.get("role")
         if item.get("role") == "user":
-            seen[f"user message {_text(item.get('content'))[:60]!r}"] += 1
+            text = _text(item.get("content"))
+            if TAG.search(text):  # decision words may legitimately repeat
+                seen[f"user message {text[:60]!r}"] += 1
         elif kind in ("function_call", "function_call_output"):
             seen[f"{kind} {item.get('call_id')}"] += 1
         elif item.get("role") == "assistant":

@@ -225,10 +225,16 @@ class ModelServer:
             items = body.get("input")
             if isinstance(items, str):
                 items = [{"role": "user", "content": items}]
-            output = self.decide([i for i in items or [] if isinstance(i, dict)])
+            items = [i for i in items or [] if isinstance(i, dict)]
+            entry["input"] = [_brief(i) for i in items[-6:]]
+            output = self.decide(items)
             entry["output"] = [o.get("call_id") or _text(o.get("content")) for o in output]
             if body.get("stream"):
-                return await _stream(request, body, output)
+                try:
+                    return await _stream(request, body, output)
+                except ConnectionResetError:  # the bot went away (killed, cancelled)
+                    entry["client_gone"] = True
+                    return web.Response(status=499)
             return web.json_response(_response(body, output, "completed"))
         finally:
             self.in_flight -= 1
@@ -238,6 +244,13 @@ class ModelServer:
 async def _sleep_unless(healed: asyncio.Event, seconds: float | None) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(healed.wait(), seconds)
+
+
+def _brief(item: dict[str, Any]) -> str:
+    """An input item in a few words, for the run's history."""
+    if item.get("type") in ("function_call", "function_call_output"):
+        return f"{item['type']} {item.get('call_id')}"
+    return f"{item.get('role')}: {_text(item.get('content'))[:60]}"
 
 
 def _tag_of_call(call_id: str) -> str:

@@ -116,6 +116,7 @@ class Run:
         self.note("plan", **plan.describe())
         await self.cluster.ensure(plan.replicas)
         posts_from = len(self.slack.posts)
+        self.model_from = len(self.model.log)
         attempts_from = len(self.slack.attempts)
         self.started = time.monotonic()
         self.note("start", replicas=plan.replicas)
@@ -334,6 +335,7 @@ class Run:
             )
             return
         (thread.approved_clicks if decision.approve else thread.rejected_clicks).add(call_id)
+        acked = False
         for _ in range(3):  # a person clicks again when Slack shows an error or "busy"
             acked, answer = await self._click(
                 thread, message, APPROVE if decision.approve else REJECT, decision.by
@@ -352,6 +354,8 @@ class Run:
             if acked and "busy" not in answer:
                 return
             await asyncio.sleep(1.0)
+        if not acked:  # Slack kept failing: the buttons are still there, try again later
+            thread.handled.discard((call_id, version))
 
     async def _click(
         self, thread: ThreadState, message: Message, action_id: str, user: str
@@ -498,6 +502,7 @@ class Run:
             )
         self.note("ledger", effects=facts.effects)
         self.note("model_calls", calls={c: m.__dict__ for c, m in facts.calls.items()})
+        self.note("model_requests", requests=self.model.log[self.model_from :])
         channels = set(self.plan.channels)
         self.note(
             "slack_attempts",

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from bench.chaos.model import ModelServer
 from bench.chaos.plan import FaultPlan
@@ -119,12 +119,21 @@ class SqliteLock:
             self.thread.join(70)
 
 
+class Targets(Protocol):
+    """How the injector finds a replica at a chosen moment (its URL, or None)."""
+
+    async def next_ack(self, within: float) -> str | None: ...
+
+    async def tool_holder(self, within: float) -> str | None: ...
+
+
 class Injector:
     """Applies one run's faults at their moments and heals them all at the end."""
 
     def __init__(
         self,
         *,
+        targets: Targets,
         cluster: Cluster,
         slack: SlackSide,
         model: ModelServer,
@@ -133,6 +142,7 @@ class Injector:
         lease_seconds: float,
         note: Callable[..., None],
     ) -> None:
+        self.targets = targets
         self.cluster = cluster
         self.slack = slack
         self.model = model
@@ -160,6 +170,13 @@ class Injector:
         if family == "process":
             replicas = self.cluster.replicas[: self.cluster.wanted]
             replica = replicas[min(int(p["slot"]), len(replicas) - 1)]
+            moment = p.get("moment", "random")
+            if moment != "random":
+                find = self.targets.next_ack if moment == "after_ack" else self.targets.tool_holder
+                url = await find(5.0)
+                replica = next((r for r in replicas if r.url == url), replica)
+                self.note("target", moment=moment, found=url is not None, slot=replica.slot)
+                await asyncio.sleep(p.get("delay", 0.0))
             if name in ("sigkill", "sigterm"):
                 replica.signal(signal.SIGKILL if name == "sigkill" else signal.SIGTERM)
                 self.later(p["restart_after"], lambda: self._restart(replica))

@@ -67,6 +67,11 @@ class FaultPlan:
     kind: str  # "family:name"
     params: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def label(self) -> str:
+        moment = self.params.get("moment", "random")
+        return self.kind if moment == "random" else f"{self.kind}({moment})"
+
 
 @dataclass
 class RunPlan:
@@ -80,7 +85,7 @@ class RunPlan:
 
     @property
     def fault_kinds(self) -> list[str]:
-        return sorted({fault.kind for fault in self.faults}) or ["none"]
+        return sorted({fault.label for fault in self.faults}) or ["none"]
 
     def describe(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,7 +166,17 @@ def _fault_params(
     slot = rng.randrange(replicas)
     match kind:
         case "process:sigkill" | "process:sigterm":
-            return {"slot": slot, "restart_after": round(rng.uniform(0.2, 3.0), 2)}
+            # At a random moment; while a transfer runs (after its approval, within the
+            # tool's delay); or right after the replica acked a Slack request.
+            moment = rng.choice(("random", "random", "mid_tool", "after_ack"))
+            return {
+                "slot": slot,
+                "restart_after": round(rng.uniform(0.2, 3.0), 2),
+                "moment": moment,
+                "delay": round(
+                    rng.uniform(0.15, 0.5) if moment == "mid_tool" else rng.uniform(0.0, 0.05), 3
+                ),
+            }
         case "process:sigstop":
             return {"slot": slot, "seconds": round(rng.uniform(3.0, 4.5), 2)}
         case "process:restart":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos.classify import classify_post
-from bench.chaos.faults import Cluster, Injector
+from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.invariants import (
     BotPost,
     RunFacts,
@@ -81,7 +81,7 @@ class Run:
         slack: SlackSide,
         model: ModelServer,
         cluster: Cluster,
-        injector_factory: Callable[[Callable[..., None]], Injector],
+        injector_factory: Callable[[Callable[..., None], Targets], Injector],
         store: Store,
         ledger: Path,
         list_blobs: Callable[[ConversationKey], list[str]],
@@ -98,10 +98,10 @@ class Run:
         self.history_path = history
         self.events: list[dict[str, Any]] = []
         self.started = time.monotonic()
-        self.injector = injector_factory(self.note)
         self.deliverer = Deliverer(
             cluster.endpoints, random.Random(plan.seed * 7919 + 1), slack.url
         )
+        self.injector = injector_factory(self.note, self)
         self.threads = [ThreadState(t) for t in plan.threads]
         self.sent: list[SentMessage] = []
         self.deliveries: list[asyncio.Task[None]] = []
@@ -382,6 +382,34 @@ class Run:
                     break
                 await asyncio.sleep(0.1)
         return delivery.acked, answer
+
+    # -- fault targets -------------------------------------------------------------------
+
+    async def next_ack(self, within: float) -> str | None:
+        return await self.deliverer.next_ack(within)
+
+    async def tool_holder(self, within: float) -> str | None:
+        """The replica running a transfer: wait for the next "approved" decision post in
+        this run, then find its thread's lease holder (the owner names the pid)."""
+        channels = set(self.plan.channels)
+        seen = len(self.slack.posts)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            for post in self.slack.posts[seen:]:
+                if post.channel in channels and " approved by " in str(post.args.get("text")):
+                    key = ConversationKey(
+                        team=TEAM, channel=post.channel, thread_ts=post.thread_ts or post.ts
+                    )
+                    record = await asyncio.to_thread(self.store.get, key)
+                    owner = (record.lease_owner or "") if record else ""
+                    pid = owner.split(":")[1] if owner.count(":") >= 2 else ""
+                    for replica in self.cluster.replicas:
+                        if replica.process is not None and str(replica.process.pid) == pid:
+                            return replica.url
+                    return None
+            seen = len(self.slack.posts)
+        return None
 
     # -- quiet --------------------------------------------------------------------------
 

@@ -189,6 +189,19 @@ class Deliverer:
         self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ACK_DEADLINE))
         self.deliveries: list[Delivery] = []
         self.pending = 0
+        self._ack_waiters: list[asyncio.Future[str]] = []
+
+    async def next_ack(self, within: float) -> str | None:
+        """The replica URL that acks the next request (any kind), or None."""
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._ack_waiters.append(waiter)
+        try:
+            return await asyncio.wait_for(waiter, within)
+        except TimeoutError:
+            return None
+        finally:
+            if waiter in self._ack_waiters:
+                self._ack_waiters.remove(waiter)
 
     async def close(self) -> None:
         await self.http.close()
@@ -212,6 +225,10 @@ class Deliverer:
             ) as response:
                 await response.read()
                 attempt["status"] = response.status
+            if 200 <= response.status < 300:
+                for waiter in self._ack_waiters:
+                    if not waiter.done():
+                        waiter.set_result(url)
         except (aiohttp.ClientError, TimeoutError) as exc:
             attempt["error"] = type(exc).__name__
         return attempt

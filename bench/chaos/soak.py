@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 from aiohttp import web
 
-from bench.chaos.faults import Cluster, Injector
+from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.model import ModelServer
 from bench.chaos.plan import FAMILIES, make_plan
 from bench.chaos.processes import ROOT, Replica, bot_environment
@@ -118,8 +118,9 @@ async def _soak_backend(
     list_blobs = _blob_lister(backend)
     results: list[RunResult] = []
 
-    def injector(note: Any) -> Injector:
+    def injector(note: Any, targets: Targets) -> Injector:
         return Injector(
+            targets=targets,
             cluster=cluster,
             slack=slack,
             model=model,

@@ -30,7 +30,8 @@ ONE_ATTEMPT = Config(retries={"mode": "standard", "total_max_attempts": 1})
 def quick_throttling_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """botocore waits up to 1, 2, 4, 8, 16 s between throttled attempts (15 s on average
     for five retries): scale it to 10 ms. The number of attempts is unchanged."""
-    monkeypatch.setitem(ExponentialBackoff._DEFAULT_BACKOFF_CONFIG, "throttling_base_scale", 0.01)
+    config = ExponentialBackoff._DEFAULT_BACKOFF_CONFIG  # type: ignore[attr-defined]
+    monkeypatch.setitem(config, "throttling_base_scale", 0.01)
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ Kinds of violation:
 
   message_unanswered         a delivered user message got no answer quoting its tag and its
                              thread no notice saying why (run failed, discarded, state set
-                             aside; "kept" while the thread still awaits an approval)
+                             aside; an approval request posted since, the thread still
+                             awaiting it)
   effect_duplicated          a side effect ran more than once for one call id
   effect_without_approval    a transfer ran that no allowed person approved
   decision_not_honoured      a call was reported rejected that nobody rejected
@@ -136,13 +137,13 @@ def _thread(thread: ThreadFacts, messages: list[SentMessage]) -> list[tuple[str,
             pattern = re.compile(rf"#{re.escape(message.tag)}\b")
             if any(pattern.search(p.text) for p in answers):
                 continue
-            asked = f"call_{message.tag}_"
-            if awaiting and any(c.startswith(asked) for p in thread.posts for c in p.what.call_ids):
-                continue  # its call waits for a person: the approval request is the answer
-            later = [n.what.notice for n in notices if n.at >= message.sent_at]
-            if any(kind in EXPLAINING_NOTICES for kind in later) or (
-                awaiting and "message_kept" in later
+            if awaiting and any(
+                p.what.kind is PostKind.APPROVAL_REQUEST and p.at >= message.sent_at
+                for p in thread.posts
             ):
+                continue  # the run it joined waits for a person, and the thread says so
+            later = [n.what.notice for n in notices if n.at >= message.sent_at]
+            if any(kind in EXPLAINING_NOTICES for kind in later):
                 continue
             status = record.status.value if record else "no record"
             out.append(

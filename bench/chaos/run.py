@@ -104,6 +104,8 @@ class Run:
         self.injector = injector_factory(self.note, self)
         self.threads = [ThreadState(t) for t in plan.threads]
         self.sent: list[SentMessage] = []
+        self.deciding = 0
+        self.stop_deciding = asyncio.Event()
         self.deliveries: list[asyncio.Task[None]] = []
 
     def note(self, what: str, /, **data: Any) -> None:
@@ -120,7 +122,7 @@ class Run:
         attempts_from = len(self.slack.attempts)
         self.started = time.monotonic()
         self.note("start", replicas=plan.replicas)
-        stop_deciding = asyncio.Event()
+        stop_deciding = self.stop_deciding
         actors = [asyncio.create_task(self._actor(t)) for t in self.threads]
         deciders = [asyncio.create_task(self._decider(t, stop_deciding)) for t in self.threads]
         faults = asyncio.create_task(self.injector.run(plan.faults, self.started))
@@ -305,10 +307,14 @@ class Run:
                     continue
                 thread.handled.add((call_id, version))
                 decision = next(decisions, Decision(True, "button", thread.plan.starter, 0.3))
-                await asyncio.sleep(decision.delay)
-                if stop.is_set():
-                    return
-                await self._decide(thread, message, decision)
+                self.deciding += 1
+                try:
+                    await asyncio.sleep(decision.delay)
+                    if stop.is_set():
+                        return
+                    await self._decide(thread, message, decision)
+                finally:
+                    self.deciding -= 1
 
     async def _decide(self, thread: ThreadState, message: Message, decision: Decision) -> None:
         call_id, version, _ = _buttons(message)[0]
@@ -426,9 +432,27 @@ class Run:
                 continue
             if now - self._last_live_call() < QUIET_SECONDS:
                 continue
+            if self.deciding or self._undecided():
+                continue
             if await asyncio.to_thread(self._any_running):
                 continue
             return True
+        return False
+
+    def _undecided(self) -> bool:
+        """Someone would still click: the newest request for a call shows buttons nobody
+        acted on yet."""
+        if self.stop_deciding.is_set():
+            return False
+        for thread in self.threads:
+            if thread.ts is None or thread.plan.channel in self.injector.dead_channels:
+                continue
+            newest: dict[str, int] = {}
+            for message in self.api.bot_replies(thread.plan.channel, thread.ts):
+                for call_id, version, _ in _buttons(message):
+                    newest[call_id] = max(newest.get(call_id, 0), version)
+            if any((c, v) not in thread.handled for c, v in newest.items()):
+                return True
         return False
 
     def _last_live_call(self) -> float:

@@ -87,6 +87,10 @@ class RunPlan:
     def fault_kinds(self) -> list[str]:
         return sorted({fault.label for fault in self.faults}) or ["none"]
 
+    @property
+    def discards(self) -> bool:
+        return any(step.kind == "discard" for t in self.threads for step in t.steps)
+
     def describe(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -46,6 +46,11 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
                 lambda b, c=count: sum(r.replicas == c and r.backend == b for r in results),
             )
         )
+    lines.append(
+        row(
+            "(with an admin discard)", lambda b: sum(r.discards and r.backend == b for r in results)
+        )
+    )
     lines += ["", f"{'invariant violations':{width}}" + head[width:]]
     for kind in KINDS:
         lines.append(
@@ -84,7 +89,9 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
         for result in bad:
             lines.append(
                 f"  seed {result.seed} {result.backend} replicas {result.replicas} "
-                f"faults {','.join(result.fault_kinds)}  ({result.history})"
+                f"faults {','.join(result.fault_kinds)}"
+                + (" + admin discard" if result.discards else "")
+                + f"  ({result.history})"
             )
             if result.error:
                 lines.append(f"      harness error: {result.error}")
@@ -121,6 +128,7 @@ def write_summary(path: Path, results: list[RunResult], timing: dict[str, Any]) 
                 "seconds": round(r.seconds, 2),
                 "quiet": r.quiet,
                 "undelivered": r.undelivered,
+                "discards": r.discards,
                 "error": r.error,
                 "history": r.history,
                 "violations": [v.__dict__ for v in r.violations],

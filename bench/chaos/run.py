@@ -52,6 +52,7 @@ class RunResult:
     history: str
     undelivered: int = 0
     error: str | None = None
+    discards: bool = False  # the workload had an admin discard a thread
 
 
 @dataclass
@@ -176,6 +177,7 @@ class Run:
             history=str(self.history_path),
             undelivered=sum(1 for m in self.sent if not m.acked and not m.decision),
             error=error,
+            discards=plan.discards,
         )
 
     # -- people -------------------------------------------------------------------------

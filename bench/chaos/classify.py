@@ -52,7 +52,7 @@ _KIND_NAMES = {
 
 def classify_post(args: dict[str, Any]) -> Classified:
     """Classify one `chat.postMessage` by its arguments (`text`, `blocks`, `metadata`)."""
-    buttons = _approval_buttons(args.get("blocks"))
+    buttons = approval_buttons(args.get("blocks"))
     metadata = _json(args.get("metadata"))
     if isinstance(metadata, dict) and isinstance(metadata.get("event_payload"), dict):
         payload: dict[str, Any] = metadata["event_payload"]
@@ -100,7 +100,7 @@ def _json(value: Any) -> Any:
     return value
 
 
-def _approval_buttons(blocks: Any) -> list[tuple[str, int]]:
+def approval_buttons(blocks: Any) -> list[tuple[str, int]]:
     """(call id, checkpoint version) of each Approve button in the blocks."""
     found: list[tuple[str, int]] = []
     for block in _json(blocks) or []:

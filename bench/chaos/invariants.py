@@ -26,7 +26,6 @@ Kinds of violation:
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from bench.chaos.classify import Classified, PostKind
-from bench.chaos.model import ANSWER, CALL_FATE, TAG, CallMade, output_fate
+from bench.chaos.model import ANSWER, CALL_FATE, TAG, CallMade, content_text, output_fate
 from storage import Conversation, ConversationKey, Status, ToolCallRecord, ToolCallStatus
 from storage.models import utcnow
 
@@ -200,7 +199,7 @@ def _calls(
     outputs: dict[str, str] = {}
     for item in thread.items:
         if isinstance(item, dict) and item.get("type") == "function_call_output":
-            outputs[str(item.get("call_id"))] = _text(item.get("output"))
+            outputs[str(item.get("call_id"))] = content_text(item.get("output"))
     unknown_notices = " ".join(
         p.text for p in thread.posts if p.what.notice == "tool_outcome_unknown"
     )
@@ -278,13 +277,13 @@ def _session_duplicates(items: list[Any]) -> list[str]:
             continue
         kind = item.get("type") or item.get("role")
         if item.get("role") == "user":
-            text = _text(item.get("content"))
+            text = content_text(item.get("content"))
             if TAG.search(text):  # decision words may legitimately repeat
                 seen[f"user message {text[:60]!r}"] += 1
         elif kind in ("function_call", "function_call_output"):
             seen[f"{kind} {item.get('call_id')}"] += 1
         elif item.get("role") == "assistant":
-            seen[f"answer {_text(item.get('content'))[:60]!r}"] += 1
+            seen[f"answer {content_text(item.get('content'))[:60]!r}"] += 1
     return [f"{what} stored {n}x" for what, n in seen.items() if n > 1]
 
 
@@ -309,11 +308,3 @@ def thread_of_tag(tag: str) -> int | None:
     """Tags are `s<seed>t<thread>m<message>`."""
     match = THREAD_TAG.match(tag)
     return int(match.group(1)) if match else None
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return json.dumps(content)

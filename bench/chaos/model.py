@@ -58,7 +58,8 @@ def output_fate(output: str) -> str:
     return "other"
 
 
-def _text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """The text of a message's content or a call's output (a string or a list of parts)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -141,7 +142,7 @@ class ModelServer:
             if item.get("role") == "assistant":
                 start = index + 1
         stretch = items[start:]
-        texts = [_text(i.get("content")) for i in stretch if i.get("role") == "user"]
+        texts = [content_text(i.get("content")) for i in stretch if i.get("role") == "user"]
         called = {
             _tag_of_call(str(i.get("call_id", "")))
             for i in stretch
@@ -161,7 +162,7 @@ class ModelServer:
         if calls:
             return calls
         outputs = {
-            str(i.get("call_id")): _text(i.get("output"))
+            str(i.get("call_id")): content_text(i.get("output"))
             for i in stretch
             if i.get("type") == "function_call_output"
         }
@@ -228,7 +229,7 @@ class ModelServer:
             items = [i for i in items or [] if isinstance(i, dict)]
             entry["input"] = [_brief(i) for i in items[-6:]]
             output = self.decide(items)
-            entry["output"] = [o.get("call_id") or _text(o.get("content")) for o in output]
+            entry["output"] = [o.get("call_id") or content_text(o.get("content")) for o in output]
             if body.get("stream"):
                 try:
                     return await _stream(request, body, output)
@@ -250,7 +251,7 @@ def _brief(item: dict[str, Any]) -> str:
     """An input item in a few words, for the run's history."""
     if item.get("type") in ("function_call", "function_call_output"):
         return f"{item['type']} {item.get('call_id')}"
-    return f"{item.get('role')}: {_text(item.get('content'))[:60]}"
+    return f"{item.get('role')}: {content_text(item.get('content'))[:60]}"
 
 
 def _tag_of_call(call_id: str) -> str:

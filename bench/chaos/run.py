@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.classify import classify_post
+from bench.chaos.classify import approval_buttons, classify_post
 from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.invariants import (
     BotPost,
@@ -25,7 +25,7 @@ from bench.chaos.invariants import (
     check,
     thread_of_tag,
 )
-from bench.chaos.model import ModelServer
+from bench.chaos.model import ModelServer, content_text
 from bench.chaos.plan import STRANGER, Decision, RunPlan, Step, ThreadPlan
 from bench.chaos.slack import TEAM, Deliverer, SlackSide
 from bot.permalink import permalink
@@ -297,14 +297,14 @@ class Run:
             asked = [
                 (m, buttons)
                 for m in self.api.bot_replies(thread.plan.channel, thread.ts)
-                if (buttons := _buttons(m))
+                if (buttons := approval_buttons(m.blocks))
             ]
             newest: dict[str, int] = {}
             for _, buttons in asked:
-                for call_id, version, _ in buttons:
+                for call_id, version in buttons:
                     newest[call_id] = max(newest.get(call_id, 0), version)
             for message, buttons in asked:
-                call_id, version, _ = buttons[0]
+                call_id, version = buttons[0]
                 if (call_id, version) in thread.handled or version < newest[call_id]:
                     continue
                 thread.handled.add((call_id, version))
@@ -319,7 +319,7 @@ class Run:
                     self.deciding -= 1
 
     async def _decide(self, thread: ThreadState, message: Message, decision: Decision) -> None:
-        call_id, version, _ = _buttons(message)[0]
+        call_id, version = approval_buttons(message.blocks)[0]
         if decision.stranger_first:
             await self._click(thread, message, APPROVE, STRANGER)
         if decision.via == "reply":
@@ -451,7 +451,7 @@ class Run:
                 continue
             newest: dict[str, int] = {}
             for message in self.api.bot_replies(thread.plan.channel, thread.ts):
-                for call_id, version, _ in _buttons(message):
+                for call_id, version in approval_buttons(message.blocks):
                     newest[call_id] = max(newest.get(call_id, 0), version)
             if any((c, v) not in thread.handled for c, v in newest.items()):
                 return True
@@ -574,18 +574,6 @@ class Run:
                 handle.write(json.dumps(event, default=str) + "\n")
 
 
-def _buttons(message: Message) -> list[tuple[str, int, str]]:
-    """(call id, version, raw value) of the Approve button, when the message still has one."""
-    for block in message.blocks or []:
-        if block.get("type") != "actions":
-            continue
-        for element in block.get("elements", []):
-            if element.get("action_id") == APPROVE:
-                value = json.loads(element["value"])
-                return [(str(value["c"]), int(value["v"]), str(element["value"]))]
-    return []
-
-
 def _button_value(message: Message, action_id: str) -> str | None:
     for block in message.blocks or []:
         for element in block.get("elements", []) if block.get("type") == "actions" else []:
@@ -602,7 +590,4 @@ def _short(item: Any) -> Any:
         return {"call": item.get("call_id"), "name": item.get("name")}
     if kind == "function_call_output":
         return {"output": item.get("call_id"), "text": str(item.get("output"))[:100]}
-    content = item.get("content")
-    if isinstance(content, list):
-        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return {kind or "item": str(content)[:120]}
+    return {kind or "item": content_text(item.get("content"))[:120]}

@@ -39,6 +39,7 @@ class Cluster:
         self.wanted = 1
         self.lock = asyncio.Lock()
         self.start_seconds: list[float] = []
+        self.exit_seconds: list[float] = []  # waits for SIGTERMed replicas to exit
 
     def endpoints(self) -> list[str]:
         """Where the load balancer may send: every wanted replica whose process exists (a
@@ -46,7 +47,15 @@ class Cluster:
         return [r.url for r in self.replicas[: self.wanted] if r.alive]
 
     async def start(self, replica: Replica) -> bool:
+        """Start the replica unless it runs; one that was SIGTERMed is waited for first (and
+        killed if it has not exited within 20 s: a shutdown that long is noted)."""
         async with self.lock:
+            if replica.alive and replica.terminating:
+                began = time.monotonic()
+                if not await replica.wait_exit(20):
+                    replica.signal(signal.SIGKILL)
+                    await replica.wait_exit(5)
+                self.exit_seconds.append(time.monotonic() - began)
             if replica.alive:
                 return True
             began = time.monotonic()
@@ -185,7 +194,7 @@ class Injector:
                 self.later(p["seconds"], lambda: self._cont(replica))
             elif name == "restart":
                 replica.signal(signal.SIGTERM)
-                self.later(0.0, lambda: self._restart(replica, wait_exit=True))
+                self.later(0.0, lambda: self._restart(replica))
         elif family == "storage" and name == "sqlite_lock":
             assert self.data_dir is not None
             lock = SqliteLock(self.data_dir / "state.sqlite3")
@@ -226,11 +235,7 @@ class Injector:
 
         self.tasks.append(asyncio.create_task(run()))
 
-    async def _restart(self, replica: Replica, *, wait_exit: bool = False) -> None:
-        if wait_exit and not await replica.wait_exit(20):
-            replica.signal(signal.SIGKILL)
-            await replica.wait_exit(5)
-        await replica.wait_exit(5)
+    async def _restart(self, replica: Replica) -> None:
         self.note("restart", slot=replica.slot)
         await self.cluster.start(replica)
 

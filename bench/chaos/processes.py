@@ -27,6 +27,7 @@ class Replica:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     stopped: bool = False  # SIGSTOPped, not yet SIGCONTed
+    terminating: bool = False  # SIGTERMed, maybe still shutting down
     starts: int = 0
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -52,6 +53,7 @@ class Replica:
             stderr=self._log,
         )
         self.stopped = False
+        self.terminating = False
         self.starts += 1
 
     def signal(self, number: signal.Signals) -> None:
@@ -60,6 +62,8 @@ class Replica:
             self.process.send_signal(number)
             if number is signal.SIGSTOP:
                 self.stopped = True
+            elif number is signal.SIGTERM:
+                self.terminating = True
             elif number is signal.SIGCONT:
                 self.stopped = False
 

@@ -107,6 +107,12 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
         f"max {max(quiet_seconds):.1f} s; bot start to healthy p50 {_p(starts, 50):.1f} s "
         f"({len(timing.get('replica_starts') or [])} starts)",
     ]
+    exits = timing.get("replica_exits") or []
+    if exits:
+        lines.append(
+            f"        SIGTERM to exit, when a restart waited for it: p50 {_p(exits, 50):.1f} s, "
+            f"max {max(exits):.1f} s ({len(exits)} waits)"
+        )
     return "\n".join(lines)
 
 

@@ -295,33 +295,34 @@ class Run:
             if thread.ts is None:
                 continue
             asked = [
-                (m, buttons)
+                Asked(m, *buttons[0], _button_value(m) or "", json.dumps(m.blocks))
                 for m in self.api.bot_replies(thread.plan.channel, thread.ts)
                 if (buttons := approval_buttons(m.blocks))
             ]
             newest: dict[str, int] = {}
-            for _, buttons in asked:
-                for call_id, version in buttons:
-                    newest[call_id] = max(newest.get(call_id, 0), version)
-            for message, buttons in asked:
-                call_id, version = buttons[0]
-                if (call_id, version) in thread.handled or version < newest[call_id]:
+            for request in asked:
+                newest[request.call_id] = max(newest.get(request.call_id, 0), request.version)
+            for request in asked:
+                key = (request.call_id, request.version)
+                if key in thread.handled or request.version < newest[request.call_id]:
                     continue
-                thread.handled.add((call_id, version))
+                thread.handled.add(key)
                 decision = next(decisions, Decision(True, "button", thread.plan.starter, 0.3))
                 self.deciding += 1
                 try:
                     await asyncio.sleep(decision.delay)
                     if stop.is_set():
                         return
-                    await self._decide(thread, message, decision)
+                    await self._decide(thread, request, decision)
+                except Exception as exc:  # a harness slip must not stop the deciding
+                    self.note("decider_error", thread=thread.plan.index, error=repr(exc))
                 finally:
                     self.deciding -= 1
 
-    async def _decide(self, thread: ThreadState, message: Message, decision: Decision) -> None:
-        call_id, version = approval_buttons(message.blocks)[0]
+    async def _decide(self, thread: ThreadState, request: Asked, decision: Decision) -> None:
+        what = {"thread": thread.plan.index, "call": request.call_id, "version": request.version}
         if decision.stranger_first:
-            await self._click(thread, message, APPROVE, STRANGER)
+            await self._click(request, APPROVE, STRANGER)
         if decision.via == "reply":
             word = "approve" if decision.approve else "reject"
             assert thread.ts is not None
@@ -332,27 +333,17 @@ class Run:
             step = Step("say", 0, text=word, user=decision.by)
             sent = self._sent(thread, step, reply)
             self._deliver(sent, [self._event(reply, "message")])
-            self.note(
-                "decide",
-                thread=thread.plan.index,
-                call=call_id,
-                version=version,
-                via="reply",
-                approve=decision.approve,
-                by=decision.by,
-            )
+            self.note("decide", **what, via="reply", approve=decision.approve, by=decision.by)
             return
-        (thread.approved_clicks if decision.approve else thread.rejected_clicks).add(call_id)
+        clicks = thread.approved_clicks if decision.approve else thread.rejected_clicks
+        clicks.add(request.call_id)
         acked = False
         for _ in range(3):  # a person clicks again when Slack shows an error or "busy"
-            acked, answer = await self._click(
-                thread, message, APPROVE if decision.approve else REJECT, decision.by
-            )
+            action = APPROVE if decision.approve else REJECT
+            acked, answer = await self._click(request, action, decision.by)
             self.note(
                 "decide",
-                thread=thread.plan.index,
-                call=call_id,
-                version=version,
+                **what,
                 via="button",
                 approve=decision.approve,
                 by=decision.by,
@@ -363,21 +354,19 @@ class Run:
                 return
             await asyncio.sleep(1.0)
         if not acked:  # Slack kept failing: the buttons are still there, try again later
-            thread.handled.discard((call_id, version))
+            thread.handled.discard((request.call_id, request.version))
 
-    async def _click(
-        self, thread: ThreadState, message: Message, action_id: str, user: str
-    ) -> tuple[bool, str]:
-        value = _button_value(message, action_id)
-        assert value is not None
+    async def _click(self, request: Asked, action_id: str, user: str) -> tuple[bool, str]:
+        """Click a button of the request as it looked when it was seen."""
+        message = request.message
         url, token = self.deliverer.response_url()
         body = requests.block_actions(
             team=TEAM,
             user=user,
             channel=message.channel,
-            message={"ts": message.ts, "text": message.text, "blocks": message.blocks},
+            message={"ts": message.ts, "text": message.text, "blocks": json.loads(request.blocks)},
             action_id=action_id,
-            value=value,
+            value=request.value,
             response_url=url,
         )
         delivery = await self.deliverer.once("click", body, f"{action_id} by {user}")
@@ -574,10 +563,21 @@ class Run:
                 handle.write(json.dumps(event, default=str) + "\n")
 
 
-def _button_value(message: Message, action_id: str) -> str | None:
+@dataclass
+class Asked:
+    """An approval request as seen: its buttons may be replaced while someone decides."""
+
+    message: Message
+    call_id: str
+    version: int
+    value: str  # the buttons' value (Approve and Reject carry the same)
+    blocks: str  # JSON of the blocks when seen
+
+
+def _button_value(message: Message) -> str | None:
     for block in message.blocks or []:
         for element in block.get("elements", []) if block.get("type") == "actions" else []:
-            if element.get("action_id") == action_id:
+            if element.get("action_id") == APPROVE:
                 return str(element["value"])
     return None
 

@@ -54,7 +54,7 @@ async def soak(options: SoakOptions) -> tuple[list[RunResult], dict[str, Any]]:
     out = options.out / stamp
     out.mkdir(parents=True, exist_ok=True)
     results: list[RunResult] = []
-    timing: dict[str, Any] = {"replica_starts": []}
+    timing: dict[str, Any] = {"replica_starts": [], "replica_exits": []}
     began = time.monotonic()
     with contextlib.ExitStack() as stack:
         proxies: dict[str, FaultProxy] = {}
@@ -163,6 +163,7 @@ async def _soak_backend(
         await cluster.shutdown()
         store.close()
         timing["replica_starts"] += cluster.start_seconds
+        timing["replica_exits"] += cluster.exit_seconds
     return results
 
 

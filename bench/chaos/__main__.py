@@ -29,7 +29,12 @@ def main() -> int:
         default=",".join(FAMILIES),
         help=f"fault families to draw from (default {','.join(FAMILIES)})",
     )
-    parser.add_argument("--lease", type=float, default=2.0, help="BOT_LEASE_SECONDS (2)")
+    parser.add_argument(
+        "--lease",
+        type=float,
+        default=2.0,
+        help="BOT_LEASE_SECONDS (2); SIGSTOP lasts 3-4.5 s, past the default lease",
+    )
     parser.add_argument("--transfer-delay", type=float, default=0.8, help="seconds per transfer")
     parser.add_argument("--out", type=Path, default=None, help="artifacts folder")
     args = parser.parse_args()

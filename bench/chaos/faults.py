@@ -148,7 +148,6 @@ class Injector:
         model: ModelServer,
         proxies: dict[str, FaultProxy],
         data_dir: Path | None,
-        lease_seconds: float,
         note: Callable[..., None],
     ) -> None:
         self.targets = targets
@@ -157,7 +156,6 @@ class Injector:
         self.model = model
         self.proxies = proxies
         self.data_dir = data_dir
-        self.lease_seconds = lease_seconds
         self.note = note
         self.tasks: list[asyncio.Task[None]] = []
         self.locks: list[SqliteLock] = []

@@ -126,7 +126,6 @@ async def _soak_backend(
             model=model,
             proxies=proxies if backend.name == "aws" else {},
             data_dir=backend.data_dir,
-            lease_seconds=options.lease_seconds,
             note=note,
         )
 
@@ -173,7 +172,7 @@ def _backend(name: str, out: Path, proxies: dict[str, FaultProxy]) -> Backend:
         return Backend(
             name,
             {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(data_dir)},
-            StorageSettings(storage="local", data_dir=data_dir, lease_seconds=2),
+            StorageSettings(storage="local", data_dir=data_dir),
             data_dir,
         )
     suffix = uuid.uuid4().hex[:8]

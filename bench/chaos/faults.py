@@ -5,6 +5,7 @@ stand-in's fault layer) and the model server."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import signal
@@ -91,6 +92,8 @@ class ImmutableDirs:
             os.path.join(top, name) for top, dirs, _ in os.walk(root) for name in dirs
         ]
         if subprocess.run(["chattr", "+i", *paths], capture_output=True).returncode == 0:
+            if not self.paths:
+                atexit.register(self.release)  # also when the soak is interrupted
             self.paths += paths
             return len(paths)
         return 0
@@ -99,6 +102,7 @@ class ImmutableDirs:
         if self.paths:
             subprocess.run(["chattr", "-i", *self.paths], capture_output=True)
             self.paths = []
+            atexit.unregister(self.release)
 
 
 class SqliteLock:

@@ -1,0 +1,310 @@
+"""The promises checked after each run, once faults are healed and the system is quiet, from
+what is visible outside the bot: the stand-in's recorded posts, the side-effect ledger file,
+and the storage (records, session items, inbox, tool ledger, checkpoint blob keys).
+
+Kinds of violation:
+
+  message_unanswered         a delivered user message got no answer quoting its tag and its
+                             thread no notice saying why (run failed, discarded, state set
+                             aside; an approval request posted since, the thread still
+                             awaiting it)
+  effect_duplicated          a side effect ran more than once for one call id
+  effect_without_approval    a transfer ran that no allowed person approved
+  decision_not_honoured      a call was reported rejected that nobody rejected
+  notice_contradicts_ledger  a post says a call ran / failed / was not run, and the effect
+                             ledger says otherwise
+  record_contradicts_ledger  the stored history or tool ledger says so (what the model sees,
+                             and what a later replay returns)
+  unknown_outcome_unannounced a call ended "outcome unknown" without a notice naming it
+  answer_posted_twice        one answer posted twice, or one message answered by two runs
+  approval_posted_twice      one approval request (call, checkpoint version) posted twice
+  thread_left_running        a thread still `running` once quiet (e.g. a delivery retried for
+                             ever)
+  thread_left_leased         a thread still holding an unexpired lease once quiet
+  session_turn_duplicated    the session holds a message, call, output or answer twice
+  stale_fence_checkpoint     a checkpoint committed after a newer fence had committed one"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bench.chaos.classify import Classified, PostKind
+from bench.chaos.model import ANSWER, CALL_FATE, TAG, CallMade, content_text, output_fate
+from storage import Conversation, ConversationKey, Status, ToolCallRecord, ToolCallStatus
+from storage.models import utcnow
+
+EXPLAINING_NOTICES = frozenset(
+    {"run_failed", "discarded", "state_expired", "state_incompatible", "state_damaged"}
+)
+THREAD_TAG = re.compile(r"s\d+t(\d+)m\d+$")
+BLOB = re.compile(r"/v(\d+)-f(\d+)-[0-9a-f]+\.json\.gz$")
+KINDS = (
+    "message_unanswered",
+    "effect_duplicated",
+    "effect_without_approval",
+    "decision_not_honoured",
+    "notice_contradicts_ledger",
+    "record_contradicts_ledger",
+    "unknown_outcome_unannounced",
+    "answer_posted_twice",
+    "approval_posted_twice",
+    "thread_left_running",
+    "thread_left_leased",
+    "session_turn_duplicated",
+    "stale_fence_checkpoint",
+)
+
+
+@dataclass
+class Violation:
+    kind: str
+    thread: str
+    detail: str
+
+
+@dataclass
+class SentMessage:
+    tag: str
+    thread: int
+    text: str
+    user: str
+    sent_at: float
+    acked: bool = False
+    decision: bool = False
+
+
+@dataclass
+class BotPost:
+    at: float
+    text: str
+    what: Classified
+
+
+@dataclass
+class ThreadFacts:
+    index: int
+    key: ConversationKey
+    dead_channel: bool = False
+    posts: list[BotPost] = field(default_factory=list)
+    record: Conversation | None = None
+    items: list[Any] = field(default_factory=list)
+    inbox: int = 0
+    tool_records: dict[str, ToolCallRecord] = field(default_factory=dict)
+    blobs: list[str] = field(default_factory=list)
+    approved_clicks: set[str] = field(default_factory=set)
+    rejected_clicks: set[str] = field(default_factory=set)
+    approve_replies: list[float] = field(default_factory=list)
+    reject_replies: list[float] = field(default_factory=list)
+
+
+@dataclass
+class RunFacts:
+    threads: list[ThreadFacts]
+    messages: list[SentMessage]
+    calls: dict[str, CallMade]  # every call id the model invented for this run
+    effects: list[dict[str, Any]]  # the ledger lines of this run
+    now: datetime
+
+
+def check(facts: RunFacts) -> list[Violation]:
+    effects = Counter(str(line["call_id"]) for line in facts.effects)
+    found: list[Violation] = []
+    for thread in facts.threads:
+        where = str(thread.key)
+        messages = [m for m in facts.messages if m.thread == thread.index]
+        found += [Violation(kind, where, detail) for kind, detail in _thread(thread, messages)]
+        found += [
+            Violation(kind, where, detail) for kind, detail in _calls(thread, facts.calls, effects)
+        ]
+    return found
+
+
+def _thread(thread: ThreadFacts, messages: list[SentMessage]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    answers = [p for p in thread.posts if p.what.kind is PostKind.ANSWER]
+    notices = [p for p in thread.posts if p.what.kind is PostKind.NOTICE]
+    record = thread.record
+    awaiting = record is not None and record.status is Status.AWAITING_APPROVAL
+    if not thread.dead_channel:
+        for message in messages:
+            if message.decision or not message.acked:
+                continue
+            pattern = re.compile(rf"#{re.escape(message.tag)}\b")
+            if any(pattern.search(p.text) for p in answers):
+                continue
+            if awaiting and any(
+                p.what.kind is PostKind.APPROVAL_REQUEST and p.at >= message.sent_at
+                for p in thread.posts
+            ):
+                continue  # the run it joined waits for a person, and the thread says so
+            later = [n.what.notice for n in notices if n.at >= message.sent_at]
+            if any(kind in EXPLAINING_NOTICES for kind in later):
+                continue
+            status = record.status.value if record else "no record"
+            out.append(
+                (
+                    "message_unanswered",
+                    f"#{message.tag} {message.text!r} (thread {status}, inbox {thread.inbox})",
+                )
+            )
+    # Posted twice: by outbox id when the bot sends one, else by content.
+    outbox = Counter(p.what.outbox_id for p in thread.posts if p.what.outbox_id)
+    out += [("answer_posted_twice", f"outbox {o} posted {n}x") for o, n in outbox.items() if n > 1]
+    responses = Counter(m.group(1) for p in answers if (m := ANSWER.search(p.text)))
+    out += [
+        ("answer_posted_twice", f"answer [resp {r}] posted {n}x")
+        for r, n in responses.items()
+        if n > 1
+    ]
+    by_tag: dict[str, set[str]] = defaultdict(set)
+    for post in answers:
+        response = ANSWER.search(post.text)
+        for tag in TAG.findall(post.text):
+            by_tag[tag].add(response.group(1) if response else post.text)
+    out += [
+        ("answer_posted_twice", f"#{tag} answered by {len(r)} runs: {sorted(r)}")
+        for tag, r in by_tag.items()
+        if len(r) > 1
+    ]
+    requests = Counter(
+        (p.what.call_ids, p.what.version)
+        for p in thread.posts
+        if p.what.kind is PostKind.APPROVAL_REQUEST and not p.what.reminder
+    )
+    out += [
+        ("approval_posted_twice", f"approval request {calls} v{version} posted {n}x")
+        for (calls, version), n in requests.items()
+        if n > 1
+    ]
+    if record is not None:
+        if record.status is Status.RUNNING:
+            why = " (its channel fails permanently)" if thread.dead_channel else ""
+            out.append(("thread_left_running", f"status running, inbox {thread.inbox}{why}"))
+        if record.lease_owner and record.lease_expires_at and record.lease_expires_at > utcnow():
+            out.append(("thread_left_leased", f"leased by {record.lease_owner}"))
+    out += [("session_turn_duplicated", d) for d in _session_duplicates(thread.items)]
+    out += [("stale_fence_checkpoint", d) for d in _fence_regressions(thread.blobs)]
+    return out
+
+
+def _calls(
+    thread: ThreadFacts, calls: dict[str, CallMade], effects: Counter[str]
+) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    mine = {c: made for c, made in calls.items() if thread_of_tag(made.tag) == thread.index}
+    outputs: dict[str, str] = {}
+    for item in thread.items:
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            outputs[str(item.get("call_id"))] = content_text(item.get("output"))
+    unknown_notices = " ".join(
+        p.text for p in thread.posts if p.what.notice == "tool_outcome_unknown"
+    )
+    for call_id, made in mine.items():
+        ran = effects.get(call_id, 0)
+        if made.tool == "lookup":
+            continue
+        if ran > 1:
+            out.append(("effect_duplicated", f"{made.tool} {call_id} ran {ran}x"))
+        if made.tool == "transfer":
+            approved = call_id in thread.approved_clicks or any(
+                t > made.at for t in thread.approve_replies
+            )
+            rejected = call_id in thread.rejected_clicks or any(
+                t > made.at for t in thread.reject_replies
+            )
+            if ran and not approved:
+                out.append(("effect_without_approval", f"transfer {call_id} ran, never approved"))
+        else:
+            rejected = False
+        said = outputs.get(call_id)
+        if said is not None:
+            fate = output_fate(said)
+            if fate == "rejected" and not rejected:
+                out.append(("decision_not_honoured", f"{call_id} reported rejected"))
+            if (fate == "ran" and not ran) or (fate in ("failed", "rejected", "not_run") and ran):
+                out.append(
+                    (
+                        "record_contradicts_ledger",
+                        f"history says {call_id} {fate}; it ran {ran}x: {said[:80]!r}",
+                    )
+                )
+            if fate == "unknown" and call_id not in unknown_notices:
+                out.append(("unknown_outcome_unannounced", f"{call_id} ended outcome unknown"))
+            if fate == "not_run" and ran:
+                for post in thread.posts:
+                    if post.what.notice in EXPLAINING_NOTICES and made.tool in post.text:
+                        out.append(
+                            (
+                                "notice_contradicts_ledger",
+                                f"notice says `{made.tool}` was not run; {call_id} ran: "
+                                f"{post.text[:100]!r}",
+                            )
+                        )
+        record = thread.tool_records.get(call_id)
+        if record is not None and record.status is ToolCallStatus.COMPLETED:
+            recorded = output_fate(record.output or "")
+            if (recorded == "ran" and not ran) or (recorded == "failed" and ran):
+                out.append(
+                    (
+                        "record_contradicts_ledger",
+                        f"tool ledger says {call_id} {recorded}; it ran {ran}x: "
+                        f"{(record.output or '')[:80]!r}",
+                    )
+                )
+    for post in thread.posts:
+        if post.what.kind is not PostKind.ANSWER:
+            continue
+        for call_id, fate in CALL_FATE.findall(post.text):
+            ran = effects.get(call_id, 0)
+            if (fate == "ran" and not ran) or (fate in ("failed", "rejected", "not_run") and ran):
+                out.append(
+                    (
+                        "notice_contradicts_ledger",
+                        f"answer says {call_id} {fate}; it ran {ran}x",
+                    )
+                )
+    return out
+
+
+def _session_duplicates(items: list[Any]) -> list[str]:
+    seen: Counter[str] = Counter()
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type") or item.get("role")
+        if item.get("role") == "user":
+            text = content_text(item.get("content"))
+            if TAG.search(text):  # decision words may legitimately repeat
+                seen[f"user message {text[:60]!r}"] += 1
+        elif kind in ("function_call", "function_call_output"):
+            seen[f"{kind} {item.get('call_id')}"] += 1
+        elif item.get("role") == "assistant":
+            seen[f"answer {content_text(item.get('content'))[:60]!r}"] += 1
+    return [f"{what} stored {n}x" for what, n in seen.items() if n > 1]
+
+
+def _fence_regressions(blobs: list[str]) -> list[str]:
+    """Committed versions are written under non-decreasing fences. Blob keys name
+    `v<version>-f<fence>`; orphans blur which blob of a version was committed, so flag only a
+    certain regression: every blob of version v-1 has a higher fence than every blob of v."""
+    fences: dict[int, set[int]] = defaultdict(set)
+    for key in blobs:
+        match = BLOB.search(key)
+        if match:
+            fences[int(match.group(1))].add(int(match.group(2)))
+    return [
+        f"v{version} written by fence {sorted(fences[version])} after v{version - 1} by "
+        f"fence {sorted(fences[version - 1])}"
+        for version in sorted(fences)
+        if version - 1 in fences and min(fences[version - 1]) > max(fences[version])
+    ]
+
+
+def thread_of_tag(tag: str) -> int | None:
+    """Tags are `s<seed>t<thread>m<message>`."""
+    match = THREAD_TAG.match(tag)
+    return int(match.group(1)) if match else None

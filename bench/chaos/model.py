@@ -1,0 +1,303 @@
+"""A rule-based stand-in for OpenAI's `POST /v1/responses` (JSON, or server-sent events with
+`stream: true`), served on loopback for the real `OpenAIResponsesModel`. It answers from the
+request's input items alone, so any replica, before or after a crash, gets the same kind of
+answer:
+
+- the conversation since the last assistant message holds tool requests without a call yet
+  (`transfer 5 to bob #tag`, `note some text #tag`, `lookup topic #tag`): one function call
+  per request, each with a fresh call id (`call_<tag>_<n>`), as real models invent new ids;
+- otherwise: the final answer, quoting every `#tag` of that stretch, each call's fate as its
+  output tells it (ran, failed, unknown, rejected, not_run), and a response id of its own.
+
+Faults: HTTP 500 for the next requests, latency, a hang until healed (or for a while), and a
+connection dropped after a delay (what a client timeout looks like)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aiohttp import web
+
+TAG = re.compile(r"#([a-z0-9]+)")
+REQUESTS = (
+    ("transfer", re.compile(r"\btransfer (\d+) to (\w+)")),
+    ("send_note", re.compile(r"\bnote (.+?) #")),
+    ("lookup", re.compile(r"\blookup (\w+)")),
+)
+ANSWER = re.compile(r"\[resp (\d+)\]")
+CALL_FATE = re.compile(r"(call_[a-z0-9]+_\d+)=(\w+)")
+USAGE = {
+    "input_tokens": 10,
+    "output_tokens": 5,
+    "total_tokens": 15,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens_details": {"reasoning_tokens": 0},
+}
+ModelFaultKind = Literal["error500", "delay", "hang", "drop"]
+
+
+def output_fate(output: str) -> str:
+    """What a function_call_output says happened to the call."""
+    if output.startswith("ok:"):
+        return "ran"
+    if "outcome of this call is unknown" in output:
+        return "unknown"
+    if "not approved" in output:
+        return "rejected"
+    if output.startswith("Not run"):
+        return "not_run"
+    if "error" in output.lower():
+        return "failed"
+    return "other"
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content or a call's output (a string or a list of parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+@dataclass
+class ModelFault:
+    kind: ModelFaultKind
+    times: int | None = None
+    until: float | None = None  # time.monotonic() deadline
+    latency: float = 0.0
+    hits: int = 0
+
+    def live(self, now: float) -> bool:
+        return (self.times is None or self.hits < self.times) and (
+            self.until is None or now < self.until
+        )
+
+
+@dataclass
+class CallMade:
+    call_id: str
+    tool: str
+    tag: str
+    arguments: dict[str, Any]
+    at: float
+
+
+@dataclass
+class ModelServer:
+    """Decides, records and misbehaves. `calls` maps every call id it invented to its tool,
+    tag and arguments; `log` is one entry per request."""
+
+    faults: list[ModelFault] = field(default_factory=list)
+    calls: dict[str, CallMade] = field(default_factory=dict)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    last_request: float = 0.0
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _healed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # -- faults -------------------------------------------------------------------------
+
+    def inject(
+        self,
+        kind: ModelFaultKind,
+        *,
+        times: int | None = None,
+        seconds: float | None = None,
+        latency: float = 0.0,
+    ) -> ModelFault:
+        fault = ModelFault(
+            kind, times, None if seconds is None else time.monotonic() + seconds, latency
+        )
+        self._healed.clear()
+        self.faults.append(fault)
+        return fault
+
+    def heal(self) -> None:
+        """No more faults, and every hung request is answered now."""
+        self.faults.clear()
+        self._healed.set()
+
+    def _choose(self) -> ModelFault | None:
+        now = time.monotonic()
+        self.faults = [f for f in self.faults if f.live(now)]
+        for fault in self.faults:
+            fault.hits += 1
+            return fault
+        return None
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def decide(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The output items for an input: function calls, or the final answer."""
+        start = 0
+        for index, item in enumerate(items):
+            if item.get("role") == "assistant":
+                start = index + 1
+        stretch = items[start:]
+        texts = [content_text(i.get("content")) for i in stretch if i.get("role") == "user"]
+        called = {
+            _tag_of_call(str(i.get("call_id", "")))
+            for i in stretch
+            if i.get("type") == "function_call"
+        }
+        calls: list[dict[str, Any]] = []
+        for text in texts:
+            tags = TAG.findall(text)
+            if not tags or tags[0] in called:
+                continue
+            for tool, pattern in REQUESTS:
+                match = pattern.search(text)
+                if match:
+                    calls.append(self._call(tool, tags[0], match.groups()))
+                    called.add(tags[0])
+                    break
+        if calls:
+            return calls
+        outputs = {
+            str(i.get("call_id")): content_text(i.get("output"))
+            for i in stretch
+            if i.get("type") == "function_call_output"
+        }
+        fates = [
+            f"{i['call_id']}={output_fate(outputs.get(str(i['call_id']), ''))}"
+            for i in stretch
+            if i.get("type") == "function_call"
+        ]
+        tags = [f"#{tag}" for text in texts for tag in TAG.findall(text)]
+        words = " ".join(tags) or "(no tag)"
+        detail = f" | {' '.join(fates)}" if fates else ""
+        return [_message(f"answer {words}{detail} [resp {next(self._ids)}]")]
+
+    def _call(self, tool: str, tag: str, groups: tuple[str | Any, ...]) -> dict[str, Any]:
+        call_id = f"call_{tag}_{next(self._ids)}"
+        if tool == "transfer":
+            arguments: dict[str, Any] = {"amount": int(groups[0]), "to": groups[1]}
+        elif tool == "send_note":
+            arguments = {"text": groups[0]}
+        else:
+            arguments = {"topic": groups[0]}
+        self.calls[call_id] = CallMade(call_id, tool, tag, arguments, time.time())
+        return {
+            "type": "function_call",
+            "id": f"fc_{call_id}",
+            "call_id": call_id,
+            "name": tool,
+            "arguments": json.dumps(arguments),
+            "status": "completed",
+        }
+
+    # -- serving ------------------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/v1/responses", self._responses)]
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.in_flight += 1
+        self.last_request = time.monotonic()
+        entry: dict[str, Any] = {"at": time.time(), "stream": bool(body.get("stream"))}
+        self.log.append(entry)
+        try:
+            fault = self._choose()
+            if fault is not None:
+                entry["fault"] = fault.kind
+                if fault.latency > 0:
+                    await _sleep_unless(self._healed, fault.latency)
+                if fault.kind == "error500":
+                    return web.json_response(
+                        {"error": {"message": "chaos: server error", "type": "server_error"}},
+                        status=500,
+                    )
+                if fault.kind == "drop":
+                    if request.transport is not None:
+                        request.transport.close()
+                    return web.Response(status=500)
+                if fault.kind == "hang":
+                    left = None if fault.until is None else fault.until - time.monotonic()
+                    await _sleep_unless(self._healed, left)
+            items = body.get("input")
+            if isinstance(items, str):
+                items = [{"role": "user", "content": items}]
+            items = [i for i in items or [] if isinstance(i, dict)]
+            entry["input"] = [_brief(i) for i in items[-6:]]
+            output = self.decide(items)
+            entry["output"] = [o.get("call_id") or content_text(o.get("content")) for o in output]
+            if body.get("stream"):
+                try:
+                    return await _stream(request, body, output)
+                except ConnectionResetError:  # the bot went away (killed, cancelled)
+                    entry["client_gone"] = True
+                    return web.Response(status=499)
+            return web.json_response(_response(body, output, "completed"))
+        finally:
+            self.in_flight -= 1
+            self.last_request = time.monotonic()
+
+
+async def _sleep_unless(healed: asyncio.Event, seconds: float | None) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(healed.wait(), seconds)
+
+
+def _brief(item: dict[str, Any]) -> str:
+    """An input item in a few words, for the run's history."""
+    if item.get("type") in ("function_call", "function_call_output"):
+        return f"{item['type']} {item.get('call_id')}"
+    return f"{item.get('role')}: {content_text(item.get('content'))[:60]}"
+
+
+def _tag_of_call(call_id: str) -> str:
+    parts = call_id.split("_")
+    return parts[1] if len(parts) == 3 and parts[0] == "call" else ""
+
+
+def _message(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{abs(hash(text)) % 10**12}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _response(request: dict[str, Any], output: list[dict[str, Any]], status: str) -> dict[str, Any]:
+    return {
+        "id": f"resp_{time.monotonic_ns()}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": request.get("model", "chaos"),
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": USAGE if status == "completed" else None,
+    }
+
+
+async def _stream(
+    request: web.Request, body: dict[str, Any], output: list[dict[str, Any]]
+) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": _response(body, [], "in_progress")}
+    ]
+    for index, item in enumerate(output):
+        events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": _response(body, output, "completed")})
+    for number, event in enumerate(events):
+        event["sequence_number"] = number
+        await response.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+    await response.write_eof()
+    return response

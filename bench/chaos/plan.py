@@ -1,0 +1,248 @@
+"""One run's workload and fault schedule, drawn from `random.Random(seed)` alone, so that a
+seed replays the same run (the same threads, messages, decisions, and faults at the same
+moments; what the processes make of them still depends on timing)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+PROCESS_FAULTS = ("process:sigkill", "process:sigterm", "process:sigstop", "process:restart")
+SLACK_FAULTS = ("slack:429", "slack:5xx", "slack:channel_error", "slack:slow")
+MODEL_FAULTS = ("model:500", "model:slow", "model:hang", "model:drop")
+STORAGE_FAULTS = {
+    "aws": (
+        "storage:throttle",
+        "storage:5xx",
+        "storage:drop_before",
+        "storage:drop_after",
+        "storage:slow",
+    ),
+    # A lock held on the sqlite database (writers wait), or the blob directories made
+    # immutable (chattr +i: writing a checkpoint fails). Making the database files immutable
+    # is not one of them: sqlite's mmapped -shm then kills the process with SIGBUS.
+    "local": ("storage:sqlite_lock", "storage:sqlite_lock", "storage:blobs_readonly"),
+}
+FAMILIES = ("process", "storage", "slack", "model")
+STARTERS = ("UALICE", "UBOB")
+APPROVER = "UCAROL"
+ADMIN = "UADMIN"
+STRANGER = "UMALLORY"
+WORDS = ("apple", "pear", "kiwi", "plum", "fig", "lime", "date", "yuzu")
+PEOPLE = ("bob", "ana", "eve", "joe")
+
+
+@dataclass
+class Step:
+    kind: Literal["say", "resume", "discard"]
+    pause: float  # seconds after the previous step
+    text: str = ""
+    tag: str = ""
+    user: str = ""
+    mention: bool = False  # a reply that also mentions the bot (app_mention + message)
+
+
+@dataclass
+class Decision:
+    approve: bool
+    via: Literal["button", "reply"]
+    by: str
+    delay: float
+    stranger_first: bool = False  # someone not allowed clicks before
+
+
+@dataclass
+class ThreadPlan:
+    index: int
+    channel: str
+    starter: str
+    steps: list[Step]
+    decisions: list[Decision]
+
+
+@dataclass
+class FaultPlan:
+    at: float  # seconds after the run started
+    kind: str  # "family:name"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        moment = self.params.get("moment", "random")
+        return self.kind if moment == "random" else f"{self.kind}({moment})"
+
+
+@dataclass
+class RunPlan:
+    seed: int
+    backend: str
+    replicas: int
+    channels: list[str]
+    threads: list[ThreadPlan]
+    faults: list[FaultPlan]
+    window: float  # seconds of workload and faults before everything is healed
+
+    @property
+    def fault_kinds(self) -> list[str]:
+        return sorted({fault.label for fault in self.faults}) or ["none"]
+
+    @property
+    def discards(self) -> bool:
+        return any(step.kind == "discard" for t in self.threads for step in t.steps)
+
+    def describe(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_plan(
+    seed: int, backend: str, *, replicas: str = "auto", families: tuple[str, ...] = FAMILIES
+) -> RunPlan:
+    rng = random.Random(seed)
+    count = rng.choice((1, 2, 2)) if replicas == "auto" else int(replicas)
+    channels = [f"CS{seed}A", f"CS{seed}B"]
+    threads = [
+        _thread(rng, seed, index, rng.choice(channels)) for index in range(rng.randint(2, 4))
+    ]
+    if rng.random() < 0.2:  # now and then an admin discards one thread
+        victim = rng.choice(threads)
+        victim.steps.append(Step("discard", rng.uniform(0.5, 2.5), user=ADMIN))
+    window = 7.0
+    faults: list[FaultPlan] = []
+    if rng.random() >= 0.08:  # a few runs have no fault: the baseline
+        for _ in range(rng.choice((1, 1, 2, 2, 3))):
+            family = rng.choice(families)
+            kinds = {
+                "process": PROCESS_FAULTS,
+                "storage": STORAGE_FAULTS[backend],
+                "slack": SLACK_FAULTS,
+                "model": MODEL_FAULTS,
+            }[family]
+            kind = rng.choice(kinds)
+            faults.append(FaultPlan(round(rng.uniform(0.3, 5.5), 2), kind))
+    for fault in faults:
+        fault.params = _fault_params(rng, fault.kind, count, channels)
+    faults.sort(key=lambda f: f.at)
+    return RunPlan(seed, backend, count, channels, threads, faults, window)
+
+
+def _thread(rng: random.Random, seed: int, index: int, channel: str) -> ThreadPlan:
+    starter = rng.choice(STARTERS)
+    steps = [Step("say", rng.uniform(0.0, 1.0), user=starter, mention=True)]
+    for _ in range(rng.randint(1, 3)):
+        roll = rng.random()
+        if roll < 0.9:
+            user = starter if rng.random() < 0.8 else APPROVER
+            steps.append(Step("say", rng.uniform(0.3, 2.0), user=user, mention=rng.random() < 0.3))
+        else:
+            steps.append(Step("resume", rng.uniform(0.3, 2.0), user=starter))
+    for number, step in enumerate(s for s in steps if s.kind == "say"):
+        step.tag = f"s{seed}t{index}m{number}"
+        step.text = _request(rng, step.tag, first=number == 0)
+    decisions = [
+        Decision(
+            approve=rng.random() < 0.8,
+            via="button" if rng.random() < 0.65 else "reply",
+            by=starter if rng.random() < 0.85 else APPROVER,
+            delay=rng.uniform(0.2, 1.5),
+            stranger_first=rng.random() < 0.1,
+        )
+        for _ in range(6)
+    ]
+    return ThreadPlan(index, channel, starter, steps, decisions)
+
+
+def _request(rng: random.Random, tag: str, *, first: bool) -> str:
+    roll = rng.random()
+    word = rng.choice(WORDS)
+    if roll < 0.35:
+        return f"transfer {rng.randint(1, 99)} to {rng.choice(PEOPLE)} #{tag}"
+    if roll < 0.55:
+        return f"note {word} #{tag}"
+    if roll < 0.62:
+        return f"lookup {word} #{tag}"
+    return f"{'hello' if first else 'and'} {word}? #{tag}"
+
+
+def _fault_params(
+    rng: random.Random, kind: str, replicas: int, channels: list[str]
+) -> dict[str, Any]:
+    slot = rng.randrange(replicas)
+    match kind:
+        case "process:sigkill" | "process:sigterm":
+            # At a random moment; while a transfer runs (after its approval, within the
+            # tool's delay); or right after the replica acked a Slack request.
+            moment = rng.choice(("random", "random", "mid_tool", "after_ack"))
+            return {
+                "slot": slot,
+                "restart_after": round(rng.uniform(0.2, 3.0), 2),
+                "moment": moment,
+                "delay": round(
+                    rng.uniform(0.15, 0.5) if moment == "mid_tool" else rng.uniform(0.0, 0.05), 3
+                ),
+            }
+        case "process:sigstop":
+            return {"slot": slot, "seconds": round(rng.uniform(3.0, 4.5), 2)}
+        case "process:restart":
+            return {"slot": slot}
+        case "storage:throttle" | "storage:5xx" | "storage:drop_before" | "storage:drop_after":
+            return _storage_params(rng)
+        case "storage:slow":
+            return {**_storage_params(rng), "latency": round(rng.uniform(0.2, 1.2), 2)}
+        case "storage:sqlite_lock":
+            return {"seconds": round(rng.uniform(0.5, 4.0), 2)}
+        case "storage:blobs_readonly":
+            return {"seconds": round(rng.uniform(1.0, 3.0), 2)}
+        case "slack:429":
+            return {
+                "methods": rng.choice((["chat.postMessage"], None)),
+                "times": rng.randint(1, 4),
+                "retry_after": 1,
+            }
+        case "slack:5xx":
+            return {
+                "methods": rng.choice((["chat.postMessage"], None)),
+                "times": rng.randint(1, 4),
+                "status": rng.choice((500, 503)),
+            }
+        case "slack:channel_error":
+            return {
+                "channel": rng.choice(channels),
+                "error": rng.choice(("not_in_channel", "channel_not_found")),
+            }
+        case "slack:slow":
+            return {
+                "seconds": round(rng.uniform(2.0, 4.0), 2),
+                "latency": round(rng.uniform(0.5, 2.5), 2),
+            }
+        case "model:500":
+            return {"times": rng.randint(1, 4)}
+        case "model:slow":
+            return {
+                "seconds": round(rng.uniform(2.0, 4.0), 2),
+                "latency": round(rng.uniform(1.0, 3.0), 2),
+            }
+        case "model:hang":
+            return {"seconds": round(rng.uniform(3.0, 5.0), 2)}
+        case "model:drop":
+            return {"times": rng.randint(1, 3), "latency": round(rng.uniform(0.5, 2.0), 2)}
+    raise ValueError(kind)
+
+
+def _storage_params(rng: random.Random) -> dict[str, Any]:
+    service = "s3" if rng.random() < 0.3 else "dynamodb"
+    operations = (
+        ("PutObject", "GetObject")
+        if service == "s3"
+        else ("TransactWriteItems", "UpdateItem", "PutItem", "GetItem", "Query")
+    )
+    params: dict[str, Any] = {
+        "service": service,
+        "operation": rng.choice(operations) if rng.random() < 0.5 else None,
+        "probability": rng.choice((1.0, 1.0, 0.5)),
+    }
+    if rng.random() < 0.5:
+        params["times"] = rng.randint(1, 3)  # for a moment
+    else:
+        params["seconds"] = round(rng.uniform(1.0, 4.0), 2)  # for a while
+    return params

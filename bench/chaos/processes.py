@@ -1,0 +1,140 @@
+"""Bot replicas: real `python -m bot serve` processes in HTTP mode, started, signalled
+(SIGKILL, SIGTERM, SIGSTOP/SIGCONT) and restarted by the soak. Each slot keeps its port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Replica:
+    slot: int
+    port: int
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    stopped: bool = False  # SIGSTOPped, not yet SIGCONTed
+    terminating: bool = False  # SIGTERMed, maybe still shutting down
+    starts: int = 0
+    _log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        assert not self.alive
+        if self._log is None:
+            self._log = self.log_path.open("ab")
+        self._log.write(f"--- start {time.strftime('%H:%M:%S')} ---\n".encode())
+        self._log.flush()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bot", "serve"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=self._log,
+        )
+        self.stopped = False
+        self.terminating = False
+        self.starts += 1
+
+    def signal(self, number: signal.Signals) -> None:
+        if self.alive:
+            assert self.process is not None
+            self.process.send_signal(number)
+            if number is signal.SIGSTOP:
+                self.stopped = True
+            elif number is signal.SIGTERM:
+                self.terminating = True
+            elif number is signal.SIGCONT:
+                self.stopped = False
+
+    async def wait_healthy(self, within: float = 60) -> bool:
+        deadline = time.monotonic() + within
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while time.monotonic() < deadline:
+                if not self.alive:
+                    return False
+                try:
+                    async with http.get(f"{self.url}/healthz") as response:
+                        if response.status == 200:
+                            return True
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.1)
+        return False
+
+    async def stop(self, grace: float = 15) -> None:
+        """SIGCONT (if stopped), SIGTERM, then SIGKILL after `grace` seconds."""
+        if self.alive:
+            assert self.process is not None
+            if self.stopped:
+                self.signal(signal.SIGCONT)
+            self.process.send_signal(signal.SIGTERM)
+            if not await self.wait_exit(grace):
+                self.process.kill()
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    async def wait_exit(self, within: float) -> bool:
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(self.process.wait, within)
+        return not self.alive
+
+
+def bot_environment(
+    *,
+    port: int,
+    slack_url: str,
+    model_url: str,
+    storage: dict[str, str],
+    ledger: Path,
+    transfer_delay: float,
+    lease_seconds: float,
+) -> dict[str, str]:
+    env = {
+        **os.environ,
+        **storage,
+        "PYTHONPATH": str(ROOT),
+        "SLACK_BOT_TOKEN": "xoxb-chaos",
+        "SLACK_SIGNING_SECRET": "chaos-signing-secret",
+        "SLACK_API_URL": f"{slack_url}/api/",
+        "PORT": str(port),
+        "HOST": "127.0.0.1",
+        "OPENAI_API_KEY": "sk-test",
+        "OPENAI_BASE_URL": f"{model_url}/v1",
+        "BOT_MODEL": "chaos-scripted",
+        "BOT_AGENT": "bench.chaos.agent:build_agent",
+        "BOT_LEASE_SECONDS": str(lease_seconds),
+        "BOT_LEASE_SKEW_SECONDS": "0",
+        "BOT_STATE_TTL": "1h",
+        "BOT_ADMINS": "UADMIN",
+        "BOT_APPROVERS": "UCAROL",
+        "OPENAI_AGENTS_DISABLE_TRACING": "1",
+        "CHAOS_LEDGER": str(ledger),
+        "CHAOS_TRANSFER_DELAY": str(transfer_delay),
+        "LOG_LEVEL": "INFO",
+    }
+    env.pop("SLACK_APP_TOKEN", None)
+    return env

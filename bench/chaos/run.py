@@ -1,0 +1,593 @@
+"""One run: play the plan's workload against the replicas while its faults strike, heal, wait
+until the system is quiet, then gather what is visible and check the invariants. Everything
+that happened is written to the run's history file (JSON lines)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.chaos.classify import approval_buttons, classify_post
+from bench.chaos.faults import Cluster, Injector, Targets
+from bench.chaos.invariants import (
+    BotPost,
+    RunFacts,
+    SentMessage,
+    ThreadFacts,
+    Violation,
+    check,
+    thread_of_tag,
+)
+from bench.chaos.model import ModelServer, content_text
+from bench.chaos.plan import STRANGER, Decision, RunPlan, Step, ThreadPlan
+from bench.chaos.slack import TEAM, Deliverer, SlackSide
+from bot.permalink import permalink
+from bot.slackapp.blocks import APPROVE, REJECT
+from bot.standin import requests
+from bot.standin.slack_api import Message
+from storage import ConversationKey, Status, Store
+from storage.models import utcnow
+
+QUIET_SECONDS = 3.0  # > the lease: a recovery sweep would have shown itself
+QUIET_TIMEOUT = 45.0
+
+
+@dataclass
+class RunResult:
+    seed: int
+    backend: str
+    replicas: int
+    fault_kinds: list[str]
+    violations: list[Violation]
+    seconds: float
+    quiet_seconds: float
+    quiet: bool
+    history: str
+    undelivered: int = 0
+    error: str | None = None
+    discards: bool = False  # the workload had an admin discard a thread
+
+
+@dataclass
+class ThreadState:
+    plan: ThreadPlan
+    ts: str | None = None
+    handled: set[tuple[str, int]] = field(default_factory=set)
+    approved_clicks: set[str] = field(default_factory=set)
+    rejected_clicks: set[str] = field(default_factory=set)
+    approve_replies: list[float] = field(default_factory=list)
+    reject_replies: list[float] = field(default_factory=list)
+
+    @property
+    def key(self) -> ConversationKey | None:
+        return (
+            ConversationKey(team=TEAM, channel=self.plan.channel, thread_ts=self.ts)
+            if self.ts
+            else None
+        )
+
+
+class Run:
+    def __init__(
+        self,
+        plan: RunPlan,
+        *,
+        slack: SlackSide,
+        model: ModelServer,
+        cluster: Cluster,
+        injector_factory: Callable[[Callable[..., None], Targets], Injector],
+        store: Store,
+        ledger: Path,
+        list_blobs: Callable[[ConversationKey], list[str]],
+        history: Path,
+    ) -> None:
+        self.plan = plan
+        self.slack = slack
+        self.api = slack.api
+        self.model = model
+        self.cluster = cluster
+        self.store = store
+        self.ledger = ledger
+        self.list_blobs = list_blobs
+        self.history_path = history
+        self.events: list[dict[str, Any]] = []
+        self.started = time.monotonic()
+        self.deliverer = Deliverer(
+            cluster.endpoints, random.Random(plan.seed * 7919 + 1), slack.url
+        )
+        self.injector = injector_factory(self.note, self)
+        self.threads = [ThreadState(t) for t in plan.threads]
+        self.sent: list[SentMessage] = []
+        self.deciding = 0
+        self.stop_deciding = asyncio.Event()
+        self.deliveries: list[asyncio.Task[None]] = []
+
+    def note(self, what: str, /, **data: Any) -> None:
+        self.events.append({"t": round(time.monotonic() - self.started, 3), "type": what, **data})
+
+    # -- the run ------------------------------------------------------------------------
+
+    async def execute(self) -> RunResult:
+        plan = self.plan
+        self.note("plan", **plan.describe())
+        await self.cluster.ensure(plan.replicas)
+        posts_from = len(self.slack.posts)
+        self.model_from = len(self.model.log)
+        attempts_from = len(self.slack.attempts)
+        self.started = time.monotonic()
+        self.note("start", replicas=plan.replicas)
+        stop_deciding = self.stop_deciding
+        actors = [asyncio.create_task(self._actor(t)) for t in self.threads]
+        deciders = [asyncio.create_task(self._decider(t, stop_deciding)) for t in self.threads]
+        faults = asyncio.create_task(self.injector.run(plan.faults, self.started))
+        error = None
+        quiet = False
+        quiet_seconds = 0.0
+        try:
+            await asyncio.wait_for(asyncio.gather(faults, *actors), plan.window + 30)
+            await asyncio.sleep(max(0.0, self.started + plan.window - time.monotonic()))
+            await self.injector.heal(plan.replicas)
+            began = time.monotonic()
+            # People still decide what is asked meanwhile; then nothing more may happen.
+            quiet = await self._wait_quiet(QUIET_TIMEOUT)
+            stop_deciding.set()
+            quiet = await self._wait_quiet(10) and quiet
+            quiet_seconds = time.monotonic() - began
+            self.note("quiet" if quiet else "not_quiet", seconds=round(quiet_seconds, 2))
+        except Exception as exc:
+            error = repr(exc)
+            self.note("harness_error", error=error)
+        finally:
+            stop_deciding.set()
+            for task in [*actors, *deciders, faults]:
+                task.cancel()
+            for task in [*actors, *deciders, faults, *self.deliveries]:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        violations: list[Violation] = []
+        try:
+            facts = await self._facts(posts_from)
+            violations = check(facts)
+            self._record_facts(facts, attempts_from)
+        except Exception as exc:
+            error = error or repr(exc)
+            self.note("harness_error", error=repr(exc))
+        finally:
+            self.injector.heal_channels()
+            await self.deliverer.close()
+        for violation in violations:
+            self.note("violation", **violation.__dict__)
+        self._write_history()
+        return RunResult(
+            seed=plan.seed,
+            backend=plan.backend,
+            replicas=plan.replicas,
+            fault_kinds=plan.fault_kinds,
+            violations=violations,
+            seconds=time.monotonic() - self.started,
+            quiet_seconds=quiet_seconds,
+            quiet=quiet,
+            history=str(self.history_path),
+            undelivered=sum(1 for m in self.sent if not m.acked and not m.decision),
+            error=error,
+            discards=plan.discards,
+        )
+
+    # -- people -------------------------------------------------------------------------
+
+    async def _actor(self, thread: ThreadState) -> None:
+        plan = thread.plan
+        for step in plan.steps:
+            await asyncio.sleep(step.pause)
+            if step.kind == "say" and thread.ts is None:
+                message = self.api.add_user_message(
+                    plan.channel, step.user, f"<@{self.api.bot_user}> {step.text}"
+                )
+                thread.ts = message.ts
+                sent = self._sent(thread, step, message)
+                event = self._event(message, "app_mention")
+                delivery = await self.deliverer.event(event, step.tag)
+                sent.acked = delivery.acked
+                self.note(
+                    "delivered", tag=step.tag, acked=delivery.acked, attempts=delivery.attempts
+                )
+                if not delivery.acked:
+                    self.note("thread_abandoned", thread=plan.index, why="mention never acked")
+                    return
+            elif step.kind == "say":
+                assert thread.ts is not None
+                text = f"<@{self.api.bot_user}> {step.text}" if step.mention else step.text
+                message = self.api.add_user_message(plan.channel, step.user, text, thread.ts)
+                sent = self._sent(thread, step, message)
+                kinds = ["message", "app_mention"] if step.mention else ["message"]
+                self._deliver(sent, [self._event(message, kind) for kind in kinds])
+            elif step.kind in ("resume", "discard") and thread.ts is not None:
+                await self._command(thread, step)
+
+    def _sent(self, thread: ThreadState, step: Step, message: Message) -> SentMessage:
+        sent = SentMessage(
+            tag=step.tag,
+            thread=thread.plan.index,
+            text=step.text,
+            user=step.user,
+            sent_at=time.time(),
+            decision=not step.tag,
+        )
+        self.sent.append(sent)
+        self.note(
+            "say",
+            thread=thread.plan.index,
+            tag=step.tag,
+            user=step.user,
+            text=message.text,
+            ts=message.ts,
+        )
+        return sent
+
+    def _event(self, message: Message, kind: str) -> dict[str, Any]:
+        event: dict[str, Any] = {
+            "type": kind,
+            "user": message.user,
+            "text": message.text,
+            "ts": message.ts,
+            "channel": message.channel,
+            "event_ts": message.ts,
+            "team": TEAM,
+        }
+        if message.thread_ts:
+            event["thread_ts"] = message.thread_ts
+        if kind == "message":
+            event["channel_type"] = "channel"
+        return event
+
+    def _deliver(self, sent: SentMessage, events: list[dict[str, Any]]) -> None:
+        async def one(event: dict[str, Any]) -> None:
+            delivery = await self.deliverer.event(event, sent.tag or sent.text)
+            sent.acked = sent.acked or delivery.acked
+            self.note(
+                "delivered",
+                tag=sent.tag or sent.text,
+                event=event["type"],
+                acked=delivery.acked,
+                attempts=delivery.attempts,
+            )
+
+        self.deliveries += [asyncio.create_task(one(event)) for event in events]
+
+    async def _command(self, thread: ThreadState, step: Step) -> None:
+        assert thread.key is not None
+        link = permalink(thread.key)
+        command, text = (
+            ("/resume", link) if step.kind == "resume" else ("/agent-admin", f"discard {link}")
+        )
+        url, token = self.deliverer.response_url()
+        body = requests.slash_command(
+            team=TEAM,
+            channel=thread.plan.channel,
+            user=step.user,
+            command=command,
+            text=text,
+            response_url=url,
+        )
+        delivery = await self.deliverer.once("command", body, f"{command} {text}")
+        self.note(
+            "command",
+            thread=thread.plan.index,
+            command=command,
+            user=step.user,
+            acked=delivery.acked,
+            token=token,
+            attempts=delivery.attempts,
+        )
+
+    async def _decider(self, thread: ThreadState, stop: asyncio.Event) -> None:
+        """Decide each approval request that shows buttons, by the plan's next decision."""
+        decisions = iter(thread.plan.decisions)
+        while not stop.is_set():
+            await asyncio.sleep(0.2)
+            if thread.ts is None:
+                continue
+            asked = [
+                Asked(m, *buttons[0], _button_value(m) or "", json.dumps(m.blocks))
+                for m in self.api.bot_replies(thread.plan.channel, thread.ts)
+                if (buttons := approval_buttons(m.blocks))
+            ]
+            newest: dict[str, int] = {}
+            for request in asked:
+                newest[request.call_id] = max(newest.get(request.call_id, 0), request.version)
+            for request in asked:
+                key = (request.call_id, request.version)
+                if key in thread.handled or request.version < newest[request.call_id]:
+                    continue
+                thread.handled.add(key)
+                decision = next(decisions, Decision(True, "button", thread.plan.starter, 0.3))
+                self.deciding += 1
+                try:
+                    await asyncio.sleep(decision.delay)
+                    if stop.is_set():
+                        return
+                    await self._decide(thread, request, decision)
+                except Exception as exc:  # a harness slip must not stop the deciding
+                    self.note("decider_error", thread=thread.plan.index, error=repr(exc))
+                finally:
+                    self.deciding -= 1
+
+    async def _decide(self, thread: ThreadState, request: Asked, decision: Decision) -> None:
+        what = {"thread": thread.plan.index, "call": request.call_id, "version": request.version}
+        if decision.stranger_first:
+            await self._click(request, APPROVE, STRANGER)
+        if decision.via == "reply":
+            word = "approve" if decision.approve else "reject"
+            assert thread.ts is not None
+            reply = self.api.add_user_message(thread.plan.channel, decision.by, word, thread.ts)
+            (thread.approve_replies if decision.approve else thread.reject_replies).append(
+                time.time()
+            )
+            step = Step("say", 0, text=word, user=decision.by)
+            sent = self._sent(thread, step, reply)
+            self._deliver(sent, [self._event(reply, "message")])
+            self.note("decide", **what, via="reply", approve=decision.approve, by=decision.by)
+            return
+        clicks = thread.approved_clicks if decision.approve else thread.rejected_clicks
+        clicks.add(request.call_id)
+        acked = False
+        for _ in range(3):  # a person clicks again when Slack shows an error or "busy"
+            action = APPROVE if decision.approve else REJECT
+            acked, answer = await self._click(request, action, decision.by)
+            self.note(
+                "decide",
+                **what,
+                via="button",
+                approve=decision.approve,
+                by=decision.by,
+                acked=acked,
+                answer=answer,
+            )
+            if acked and "busy" not in answer:
+                return
+            await asyncio.sleep(1.0)
+        if not acked:  # Slack kept failing: the buttons are still there, try again later
+            thread.handled.discard((request.call_id, request.version))
+
+    async def _click(self, request: Asked, action_id: str, user: str) -> tuple[bool, str]:
+        """Click a button of the request as it looked when it was seen."""
+        message = request.message
+        url, token = self.deliverer.response_url()
+        body = requests.block_actions(
+            team=TEAM,
+            user=user,
+            channel=message.channel,
+            message={"ts": message.ts, "text": message.text, "blocks": json.loads(request.blocks)},
+            action_id=action_id,
+            value=request.value,
+            response_url=url,
+        )
+        delivery = await self.deliverer.once("click", body, f"{action_id} by {user}")
+        answer = ""
+        if delivery.acked:
+            for _ in range(10):  # a refusal comes back to the response_url at once
+                found = [r for r in self.api.responses if r.get("_token") == token]
+                if found:
+                    answer = str(found[0].get("text", ""))
+                    break
+                await asyncio.sleep(0.1)
+        return delivery.acked, answer
+
+    # -- fault targets -------------------------------------------------------------------
+
+    async def next_ack(self, within: float) -> str | None:
+        return await self.deliverer.next_ack(within)
+
+    async def tool_holder(self, within: float) -> str | None:
+        """The replica running a transfer: wait for the next "approved" decision post in
+        this run, then find its thread's lease holder (the owner names the pid)."""
+        channels = set(self.plan.channels)
+        seen = len(self.slack.posts)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            for post in self.slack.posts[seen:]:
+                if post.channel in channels and " approved by " in str(post.args.get("text")):
+                    key = ConversationKey(
+                        team=TEAM, channel=post.channel, thread_ts=post.thread_ts or post.ts
+                    )
+                    record = await asyncio.to_thread(self.store.get, key)
+                    owner = (record.lease_owner or "") if record else ""
+                    pid = owner.split(":")[1] if owner.count(":") >= 2 else ""
+                    for replica in self.cluster.replicas:
+                        if replica.process is not None and str(replica.process.pid) == pid:
+                            return replica.url
+                    return None
+            seen = len(self.slack.posts)
+        return None
+
+    # -- quiet --------------------------------------------------------------------------
+
+    async def _wait_quiet(self, within: float) -> bool:
+        """Quiet: no delivery in flight, no model request and no Slack call (other than to a
+        permanently failing channel) for QUIET_SECONDS, no thread of this run `running`."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            if self.deliverer.pending or self.model.in_flight:
+                continue
+            if now - self.model.last_request < QUIET_SECONDS:
+                continue
+            if now - self._last_live_call() < QUIET_SECONDS:
+                continue
+            if self.deciding or self._undecided():
+                continue
+            if await asyncio.to_thread(self._any_running):
+                continue
+            return True
+        return False
+
+    def _undecided(self) -> bool:
+        """Someone would still click: the newest request for a call shows buttons nobody
+        acted on yet."""
+        if self.stop_deciding.is_set():
+            return False
+        for thread in self.threads:
+            if thread.ts is None or thread.plan.channel in self.injector.dead_channels:
+                continue
+            newest: dict[str, int] = {}
+            for message in self.api.bot_replies(thread.plan.channel, thread.ts):
+                for call_id, version in approval_buttons(message.blocks):
+                    newest[call_id] = max(newest.get(call_id, 0), version)
+            if any((c, v) not in thread.handled for c, v in newest.items()):
+                return True
+        return False
+
+    def _last_live_call(self) -> float:
+        dead = self.injector.dead_channels
+        for attempt in reversed(self.slack.attempts):
+            if attempt.get("channel") not in dead:
+                return float(attempt["mono"])
+        return 0.0
+
+    def _any_running(self) -> bool:
+        dead = self.injector.dead_channels
+        for thread in self.threads:
+            key = thread.key
+            if key is None or key.channel in dead:
+                continue
+            record = self.store.get(key)
+            if record is not None and record.status is Status.RUNNING:
+                return True
+        return False
+
+    # -- what is visible afterwards -----------------------------------------------------
+
+    async def _facts(self, posts_from: int) -> RunFacts:
+        calls = {
+            c: made
+            for c, made in self.model.calls.items()
+            if made.tag.startswith(f"s{self.plan.seed}t")
+        }
+        effects = []
+        if self.ledger.exists():
+            for line in self.ledger.read_text().splitlines():
+                entry = json.loads(line)
+                if str(entry.get("call_id", "")).startswith(f"call_s{self.plan.seed}t"):
+                    effects.append(entry)
+        threads = []
+        posts = self.slack.posts[posts_from:]
+        for thread in self.threads:
+            key = thread.key
+            if key is None:
+                continue
+            facts = ThreadFacts(
+                index=thread.plan.index,
+                key=key,
+                dead_channel=key.channel in self.injector.dead_channels,
+                approved_clicks=thread.approved_clicks,
+                rejected_clicks=thread.rejected_clicks,
+                approve_replies=thread.approve_replies,
+                reject_replies=thread.reject_replies,
+            )
+            facts.posts = [
+                BotPost(at=p.at, text=str(p.args.get("text") or ""), what=classify_post(p.args))
+                for p in posts
+                if p.channel == key.channel and (p.thread_ts or p.ts) == key.thread_ts
+            ]
+            mine = [c for c, made in calls.items() if thread_of_tag(made.tag) == thread.plan.index]
+            await asyncio.to_thread(self._read_storage, facts, mine)
+            threads.append(facts)
+        return RunFacts(
+            threads=threads, messages=self.sent, calls=calls, effects=effects, now=utcnow()
+        )
+
+    def _read_storage(self, facts: ThreadFacts, calls: list[str]) -> None:
+        facts.record = self.store.get(facts.key)
+        facts.items = [json.loads(text) for text in self.store.read_items(facts.key).items]
+        facts.inbox = len(self.store.read_inbox(facts.key))
+        for call_id in calls:
+            record = self.store.get_tool_call(facts.key, call_id)
+            if record is not None:
+                facts.tool_records[call_id] = record
+        facts.blobs = self.list_blobs(facts.key)
+
+    def _record_facts(self, facts: RunFacts, attempts_from: int) -> None:
+        for thread in facts.threads:
+            record = thread.record
+            self.note(
+                "thread",
+                index=thread.index,
+                key=str(thread.key),
+                status=record.status.value if record else None,
+                lease_owner=record.lease_owner if record else None,
+                fence=record.fence if record else None,
+                checkpoint=record.checkpoint.object_key if record and record.checkpoint else None,
+                inbox=thread.inbox,
+                dead_channel=thread.dead_channel,
+                posts=[
+                    {"kind": p.what.kind.value, "notice": p.what.notice, "text": p.text[:300]}
+                    for p in thread.posts
+                ],
+                session=[_short(item) for item in thread.items],
+                tool_records={
+                    c: {
+                        "status": r.status.value,
+                        "output": (r.output or "")[:120],
+                        "fence": r.fence,
+                    }
+                    for c, r in thread.tool_records.items()
+                },
+                blobs=thread.blobs,
+            )
+        self.note("ledger", effects=facts.effects)
+        self.note("model_calls", calls={c: m.__dict__ for c, m in facts.calls.items()})
+        self.note("model_requests", requests=self.model.log[self.model_from :])
+        channels = set(self.plan.channels)
+        self.note(
+            "slack_attempts",
+            attempts=[
+                a
+                for a in self.slack.attempts[attempts_from:]
+                if a.get("channel") in channels or a.get("fault")
+            ],
+        )
+
+    def _write_history(self) -> None:
+        self.history_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.history_path.open("w") as handle:
+            for event in self.events:
+                handle.write(json.dumps(event, default=str) + "\n")
+
+
+@dataclass
+class Asked:
+    """An approval request as seen: its buttons may be replaced while someone decides."""
+
+    message: Message
+    call_id: str
+    version: int
+    value: str  # the buttons' value (Approve and Reject carry the same)
+    blocks: str  # JSON of the blocks when seen
+
+
+def _button_value(message: Message) -> str | None:
+    for block in message.blocks or []:
+        for element in block.get("elements", []) if block.get("type") == "actions" else []:
+            if element.get("action_id") == APPROVE:
+                return str(element["value"])
+    return None
+
+
+def _short(item: Any) -> Any:
+    if not isinstance(item, dict):
+        return item
+    kind = item.get("type") or item.get("role")
+    if kind == "function_call":
+        return {"call": item.get("call_id"), "name": item.get("name")}
+    if kind == "function_call_output":
+        return {"output": item.get("call_id"), "text": str(item.get("output"))[:100]}
+    return {kind or "item": content_text(item.get("content"))[:120]}

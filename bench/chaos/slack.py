@@ -1,0 +1,273 @@
+"""The Slack side of the soak: the recording Web API stand-in (`bot.standin.slack_api`) behind
+a fault layer, and a deliverer that sends signed events, commands and clicks to the bot
+replicas the way Slack does (events retried with `X-Slack-Retry-Num` when no 2xx comes within
+3 s, up to 3 retries; commands and clicks once), to a randomly chosen live replica."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import parse_qsl
+
+import aiohttp
+from aiohttp import web
+
+from bot.standin import requests
+from bot.standin.slack_api import SlackWebApi
+
+TEAM = "T0CHAOS"
+SECRET = "chaos-signing-secret"
+ACK_DEADLINE = 3.0
+EVENT_RETRY_PAUSES = (0.3, 1.0, 2.0)  # Slack waits ~1 min and 5 min; compressed here
+SlackFaultKind = Literal["ratelimit", "error5xx", "channel_error", "slow"]
+
+
+@dataclass
+class SlackFault:
+    kind: SlackFaultKind
+    methods: frozenset[str] | None = None  # None: every method
+    channel: str | None = None
+    times: int | None = None
+    until: float | None = None  # time.monotonic() deadline
+    latency: float = 0.0
+    retry_after: int = 1
+    error: str = "not_in_channel"
+    status: int = 503
+    hits: int = 0
+
+    def live(self, now: float) -> bool:
+        return (self.times is None or self.hits < self.times) and (
+            self.until is None or now < self.until
+        )
+
+    def matches(self, method: str, channel: str | None) -> bool:
+        return (self.methods is None or method in self.methods) and (
+            self.channel is None or self.channel == channel
+        )
+
+
+@dataclass
+class Post:
+    """A message the bot posted (chat.postMessage that reached the stand-in and succeeded)."""
+
+    channel: str
+    ts: str
+    thread_ts: str | None
+    args: dict[str, Any]
+    at: float
+
+
+@dataclass
+class SlackSide:
+    api: SlackWebApi = field(default_factory=lambda: SlackWebApi(team=TEAM))
+    faults: list[SlackFault] = field(default_factory=list)
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # every Web API request
+    posts: list[Post] = field(default_factory=list)
+    last_call: float = 0.0
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    def inject(self, fault: SlackFault) -> SlackFault:
+        self.faults.append(fault)
+        return fault
+
+    def heal(self, *, keep: Callable[[SlackFault], bool] = lambda f: False) -> None:
+        self.faults = [f for f in self.faults if keep(f)]
+
+    def _choose(self, method: str, channel: str | None) -> SlackFault | None:
+        now = time.monotonic()
+        self.faults = [f for f in self.faults if f.live(now)]
+        for fault in self.faults:
+            if fault.matches(method, channel):
+                fault.hits += 1
+                return fault
+        return None
+
+    async def start(self, port: int) -> str:
+        app = web.Application(middlewares=[self._middleware])
+        app.add_routes(self.api.routes())
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @web.middleware
+    async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if not request.path.startswith("/api/"):
+            return await handler(request)
+        method = request.path.rsplit("/", 1)[1]
+        args = await _args(request)
+        channel = args.get("channel")
+        self.last_call = time.monotonic()
+        fault = self._choose(method, channel if isinstance(channel, str) else None)
+        attempt: dict[str, Any] = {
+            "at": time.time(),
+            "mono": time.monotonic(),
+            "method": method,
+            "channel": channel,
+        }
+        if method in ("chat.postMessage", "chat.update"):
+            attempt["text"] = str(args.get("text", ""))[:200]
+        self.attempts.append(attempt)
+        if fault is not None:
+            attempt["fault"] = fault.kind
+            if fault.latency > 0:
+                await asyncio.sleep(fault.latency)
+            if fault.kind == "ratelimit":
+                return web.json_response(
+                    {"ok": False, "error": "ratelimited"},
+                    status=429,
+                    headers={"Retry-After": str(fault.retry_after)},
+                )
+            if fault.kind == "error5xx":
+                return web.Response(status=fault.status, text="chaos: Slack is having trouble")
+            if fault.kind == "channel_error":
+                return web.json_response({"ok": False, "error": fault.error})
+        response = await handler(request)
+        self.last_call = time.monotonic()
+        if method == "chat.postMessage" and isinstance(response, web.Response) and response.body:
+            result = json.loads(bytes(response.body))  # type: ignore[arg-type]
+            if result.get("ok"):
+                self.posts.append(
+                    Post(
+                        channel=str(args["channel"]),
+                        ts=str(result["ts"]),
+                        thread_ts=args.get("thread_ts"),
+                        args=args,
+                        at=time.time(),
+                    )
+                )
+        attempt["ok"] = getattr(response, "status", 0) == 200
+        return response
+
+
+async def _args(request: web.Request) -> dict[str, Any]:
+    """Query, JSON or form arguments (slack_sdk uses all three); the body stays readable."""
+    args: dict[str, Any] = dict(request.query)
+    raw = await request.read()
+    if not raw:
+        return args
+    if request.content_type == "application/json":
+        body = json.loads(raw)
+        if isinstance(body, dict):
+            args.update(body)
+    else:
+        args.update(parse_qsl(raw.decode(), keep_blank_values=True))
+    return args
+
+
+@dataclass
+class Delivery:
+    kind: str  # event | command | click
+    what: str
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    acked: bool = False
+
+
+class Deliverer:
+    """Slack's side of the HTTP conversation with the bot; the load balancer too."""
+
+    def __init__(
+        self, endpoints: Callable[[], list[str]], rng: random.Random, slack_url: str
+    ) -> None:
+        self.endpoints = endpoints
+        self.rng = rng
+        self.slack_url = slack_url
+        self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=ACK_DEADLINE))
+        self.deliveries: list[Delivery] = []
+        self.pending = 0
+        self._ack_waiters: list[asyncio.Future[str]] = []
+
+    async def next_ack(self, within: float) -> str | None:
+        """The replica URL that acks the next request (any kind), or None."""
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._ack_waiters.append(waiter)
+        try:
+            return await asyncio.wait_for(waiter, within)
+        except TimeoutError:
+            return None
+        finally:
+            if waiter in self._ack_waiters:
+                self._ack_waiters.remove(waiter)
+
+    async def close(self) -> None:
+        await self.http.close()
+
+    async def _post(self, body: str, content_type: str, extra: dict[str, str]) -> dict[str, Any]:
+        live = self.endpoints()
+        attempt: dict[str, Any] = {"at": time.time()}
+        if not live:
+            attempt["error"] = "no replica up"
+            return attempt
+        url = self.rng.choice(live)
+        attempt["to"] = url
+        headers = {
+            "Content-Type": content_type,
+            **requests.signed_headers(body, SECRET),
+            **extra,
+        }
+        try:
+            async with self.http.post(
+                f"{url}/slack/events", data=body.encode(), headers=headers
+            ) as response:
+                await response.read()
+                attempt["status"] = response.status
+            if 200 <= response.status < 300:
+                for waiter in self._ack_waiters:
+                    if not waiter.done():
+                        waiter.set_result(url)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            attempt["error"] = type(exc).__name__
+        return attempt
+
+    async def event(self, event: dict[str, Any], what: str) -> Delivery:
+        """An Events API delivery: retried up to 3 times, same event id, like Slack."""
+        delivery = Delivery("event", what)
+        self.deliveries.append(delivery)
+        body = requests.event_callback(TEAM, event, f"Ev{uuid.uuid4().hex[:12].upper()}")
+        self.pending += 1
+        try:
+            for number in range(1 + len(EVENT_RETRY_PAUSES)):
+                extra = {}
+                if number:
+                    extra = {"X-Slack-Retry-Num": str(number), "X-Slack-Retry-Reason": "timeout"}
+                attempt = await self._post(body, "application/json", extra)
+                delivery.attempts.append(attempt)
+                if 200 <= attempt.get("status", 0) < 300:
+                    delivery.acked = True
+                    break
+                if number < len(EVENT_RETRY_PAUSES):
+                    await asyncio.sleep(EVENT_RETRY_PAUSES[number])
+        finally:
+            self.pending -= 1
+        return delivery
+
+    async def once(self, kind: str, body: str, what: str) -> Delivery:
+        """A slash command or a click: Slack does not retry these."""
+        delivery = Delivery(kind, what)
+        self.deliveries.append(delivery)
+        self.pending += 1
+        try:
+            attempt = await self._post(body, requests.FORM, {})
+        finally:
+            self.pending -= 1
+        delivery.attempts.append(attempt)
+        delivery.acked = 200 <= attempt.get("status", 0) < 300
+        return delivery
+
+    def response_url(self) -> tuple[str, str]:
+        token = uuid.uuid4().hex[:10]
+        return f"{self.slack_url}/respond/{token}", token

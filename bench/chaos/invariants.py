@@ -144,6 +144,8 @@ def _thread(thread: ThreadFacts, messages: list[SentMessage]) -> list[tuple[str,
             later = [n.what.notice for n in notices if n.at >= message.sent_at]
             if any(kind in EXPLAINING_NOTICES for kind in later):
                 continue
+            if awaiting and "message_kept" in later:
+                continue  # kept for after the pending approval, and the thread says so
             status = record.status.value if record else "no record"
             out.append(
                 (

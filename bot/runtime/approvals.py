@@ -10,6 +10,7 @@ decision are ordinary messages."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agents import RunState
@@ -70,7 +71,8 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
     verdicts: dict[str, Verdict] = {}
     clicked: dict[str, str | None] = {}
     held = list(envelope.held)
-    for item in entries.items:
+    asked = {call.call_id: call.asked_at for call in envelope.humans}
+    for item, arrived in zip(entries.items, entries.arrived, strict=True):
         if isinstance(item, DecisionRequest):
             if item.call_id not in awaiting or item.call_id in verdicts:
                 await serving.refuse(item, late_decision(envelope, item))
@@ -83,10 +85,21 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
                 clicked[item.call_id] = item.request_message
             continue
         verdict = parse_decision(item.text)
+        # A reply decides only requests that were in the thread when it was written.
+        answered = [c for c in awaiting if _asked_before(asked.get(c), arrived)]
         if verdict is None:
             held.append(HeldMessage(user=item.user, text=item.text))
+        elif not answered:
+            await serving.emit_now(
+                Refused(
+                    key=serving.key,
+                    user=item.user,
+                    text="Your reply came before the current approval request; decide that "
+                    "one with its buttons, or reply again.",
+                )
+            )
         elif allowed(serving, envelope, item.user):
-            for call_id in awaiting:
+            for call_id in answered:
                 verdicts.setdefault(call_id, (verdict, item.user, None))
         else:
             await serving.emit_now(
@@ -197,6 +210,10 @@ async def _keep(
             )
         )
     await serving.commit(kept, consume=consume, outcomes=outcomes, status=Status.RUNNING)
+
+
+def _asked_before(asked: datetime | None, arrived: datetime) -> bool:
+    return asked is None or asked <= arrived
 
 
 def apply_decisions(state: RunState[Any], verdicts: dict[str, Verdict]) -> None:

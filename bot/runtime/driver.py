@@ -101,6 +101,7 @@ async def drive(
                     tool_name=item.name or "",
                     arguments=item.arguments or "",
                     human=scope.human_approval.get(item.call_id or "", True),
+                    asked_at=serving.store.clock(),
                 )
                 for item in result.interruptions
             ]

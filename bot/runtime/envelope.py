@@ -4,6 +4,7 @@ and what an inbox entry holds (a user's message, or a decision on a pending call
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -22,6 +23,10 @@ class HeldMessage(BaseModel):
 
 class AwaitingCall(PendingCall):
     human: bool = Field(description="a person must decide; False: the runtime approves itself")
+    asked_at: datetime | None = Field(
+        default=None,
+        description="when the request was committed (a reply before it is not an answer to it)",
+    )
 
 
 class DecisionMade(BaseModel):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from agents import RunState, TResponseInputItem
@@ -58,9 +59,11 @@ class Entries:
     def __init__(self, inbox: list[InboxEntry]) -> None:
         self.ids = [entry.entry_id for entry in inbox]
         self.items: list[UserMessage | DecisionRequest] = []
+        self.arrived: list[datetime] = []  # when each item was kept
         for entry in inbox:
             try:
                 self.items.append(parse_payload(entry.payload))
+                self.arrived.append(entry.received_at)
             except ValueError:
                 log.error("%s: unreadable inbox entry %s dropped", entry.event_id, entry.entry_id)
 

@@ -170,9 +170,11 @@ class SlackPoster:
             return
         metadata = None
         if ref.id:
-            payload = {"id": ref.id, "part": part, "kind": type(outcome).__name__}
+            payload: dict[str, Any] = {"id": ref.id, "part": part, "kind": type(outcome).__name__}
             if calls:
                 payload["calls"] = calls
+            if isinstance(outcome, Notice):
+                payload["notice"] = outcome.kind.value
             metadata = {"event_type": EVENT_TYPE, "event_payload": payload}
         await self.client.chat_postMessage(
             channel=channel, thread_ts=thread_ts, metadata=metadata, **message

@@ -4,6 +4,7 @@ python -m bot                     local mode (embedded storage), or serve when S
 python -m bot serve               serve Slack: Socket Mode or HTTP
 python -m bot admin init-storage  create the DynamoDB table and S3 bucket (development)
 python -m bot admin gc            local backend: drop expired rows and orphan blobs
+python -m bot admin migrate       aws backend: bring a first-release table up to date
 python -m bot admin status | list [stale] [--older-than D]
                     | discard <permalink | team:channel:ts>
                     | discard stale --older-than D [--dry-run]
@@ -150,6 +151,8 @@ def _admin(settings: StorageSettings, args: argparse.Namespace) -> int:
         return _init_storage(settings)
     if words and words[0] == "gc":
         return _gc(settings)
+    if words and words[0] == "migrate":
+        return _migrate(settings)
     return asyncio.run(_admin_command(settings, " ".join(words), args.team))
 
 
@@ -195,6 +198,22 @@ def _init_storage(settings: StorageSettings) -> int:
     assert settings.table and settings.bucket
     created = create_resources(settings.table, settings.bucket)
     print("created: " + (", ".join(created) if created else "nothing (all present)"))
+    return 0
+
+
+def _migrate(settings: StorageSettings) -> int:
+    if settings.backend != "aws":
+        print("nothing to migrate: the local backend's layout did not change")
+        return 0
+    from storage.aws import AwsStore
+
+    store = open_store(settings)
+    assert isinstance(store, AwsStore)
+    done = store.migrate()
+    print(
+        f"migrated {done.records} conversations: {done.indexed} indexed, {done.counted} "
+        f"counted, {done.messages_moved} queued messages moved into their records"
+    )
     return 0
 
 

@@ -19,6 +19,7 @@ from storage.aws.commits import Commits
 from storage.aws.errors import translated
 from storage.aws.history import History
 from storage.aws.ledger import Ledger
+from storage.aws.migrate import Migrated, migrate
 from storage.aws.queries import Queries
 from storage.aws.records import Records
 from storage.aws.tables import Tables
@@ -70,6 +71,11 @@ class AwsStore(Store):
         self.queries.close()
         self.dynamodb.close()
         self.s3.close()
+
+    @translated
+    def migrate(self) -> Migrated:
+        """Bring a table written by the first release up to this layout (see `migrate`)."""
+        return migrate(self.tables)
 
     def _generation(self, key: ConversationKey) -> int:
         record = self.records.get(key)

@@ -1,0 +1,113 @@
+"""One-time migration of a table written by the first release (`python -m bot admin migrate`).
+
+It scans the conversation records once (a Scan is fine for a migration, never for a query)
+and, for each: puts it in the sharded status index (`status_key`), counts it in the sharded
+counters (`counted`), and moves messages still queued in `INBOX#` rows into the record.
+Idempotent: a record already migrated is left alone. Run it with traffic drained."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from storage.aws.errors import code
+from storage.aws.expressions import Item, Update, n, s
+from storage.aws.layout import (
+    INBOX_PREFIX,
+    INDEXED,
+    INLINE_INBOX,
+    META,
+    ROW_MARK,
+    ROW_SUFFIX,
+    bucket,
+    conv_pk,
+    counter_key,
+    record_from_item,
+    status_key,
+)
+from storage.aws.records import INLINE_ENTRY_LIMIT
+from storage.aws.tables import Tables
+from storage.models import ConversationKey
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+
+@dataclass
+class Migrated:
+    records: int = 0
+    indexed: int = 0
+    counted: int = 0
+    messages_moved: int = 0
+
+
+def migrate(tables: Tables) -> Migrated:
+    done = Migrated()
+    paginator = tables.dynamodb.get_paginator("scan")
+    pages = paginator.paginate(
+        TableName=tables.table,
+        FilterExpression="sk = :meta",
+        ExpressionAttributeValues={":meta": s(META)},
+    )
+    for page in pages:
+        for item in page["Items"]:
+            done.records += 1
+            _migrate_record(tables, item, done)
+    return done
+
+
+def _migrate_record(tables: Tables, item: Item, done: Migrated) -> None:
+    record = record_from_item(item)
+    shard = tables.shard(record.key)
+    update = Update()
+    actions: list[TransactWriteItemTypeDef] = []
+    if record.status in INDEXED and "status_key" not in item:
+        update.set("status_key", s(status_key(record.status, shard)))
+        done.indexed += 1
+    if "counted" not in item:
+        counted = bucket(record.status, record.expires_at)
+        update.set("counted", s(counted))
+        update.require("attribute_not_exists(#counted)")
+        status, day = counted.rsplit("#", 1)
+        counter = Update()
+        counter.add_to_set("n_" + status, n(1))
+        actions.append({"Update": counter.as_update(tables.table, counter_key(shard, day))})
+        done.counted += 1
+    for row in _inbox_rows(tables, record.key):
+        entry_id = row["sk"]["S"].removeprefix(INBOX_PREFIX)
+        label = f"m{done.messages_moved}"
+        update.names[f"#{label}"] = INLINE_INBOX + entry_id
+        if len(row["entry"]["S"].encode()) <= INLINE_ENTRY_LIMIT:
+            update.values[f":{label}"] = row["entry"]  # into the record; the row goes
+            actions.append(
+                {"Delete": {"TableName": tables.table, "Key": {"pk": row["pk"], "sk": row["sk"]}}}
+            )
+        else:
+            update.values[f":{label}"] = s(ROW_MARK)  # too big: the record points at the row
+        update.sets.append(f"#{label} = :{label}")
+        done.messages_moved += 1
+    if not update.sets:
+        return
+    update.require("attribute_exists(pk)")
+    meta_key = {"pk": item["pk"], "sk": item["sk"]}
+    try:
+        tables.dynamodb.transact_write_items(
+            TransactItems=[{"Update": update.as_update(tables.table, meta_key)}, *actions]
+        )
+    except ClientError as exc:
+        if code(exc) != "TransactionCanceledException":
+            raise  # counted meanwhile (a second run): nothing to do for this record
+
+
+def _inbox_rows(tables: Tables, key: ConversationKey) -> list[Item]:
+    """Rows of the first release's inbox (entry ids without the suffix of big messages)."""
+    found = tables.dynamodb.query(
+        TableName=tables.table,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :inbox)",
+        ExpressionAttributeValues={":pk": s(conv_pk(key)), ":inbox": s(INBOX_PREFIX)},
+        ConsistentRead=True,
+    )
+    rows: list[Item] = found["Items"]
+    return [row for row in rows if not row["sk"]["S"].endswith(ROW_SUFFIX)]

@@ -17,8 +17,8 @@ from bench.storage_bench import percentile
 from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from storage.local import LocalStore
-from tests.runtime_kit import SideEffects, build_agent, echo_model
-from tests.slack_kit import CHANNEL, TEAM, Harness, slack_bot
+from testkit.runtime import SideEffects, build_agent, echo_model
+from testkit.slack import CHANNEL, TEAM, Harness, slack_bot
 
 
 async def burst(bot: Harness, events: int) -> tuple[list[float], float]:

@@ -11,7 +11,7 @@ import pytest
 
 from storage import StorageSettings, Store, open_store
 from storage.aws import create_resources
-from tests.services import aws_environment, dynamodb_local, moto_s3
+from testkit.services import aws_environment, dynamodb_local, moto_s3
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 

@@ -11,8 +11,8 @@ from bot.runtime import ApprovalRequest, ConversationRuntime
 from bot.standin.slack_api import SlackWebApi
 from storage import ConversationKey, Status
 from storage.local import LocalStore
-from tests.runtime_kit import SideEffects, build_agent, email_then_answer
-from tests.slack_kit import CHANNEL, TEAM, running_api
+from testkit.runtime import SideEffects, build_agent, email_then_answer
+from testkit.slack import CHANNEL, TEAM, running_api
 
 
 async def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:

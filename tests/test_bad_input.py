@@ -30,9 +30,9 @@ from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from storage import ConversationKey
 from storage.local import LocalStore
-from tests.runtime_kit import KEY, SideEffects, build_agent, echo_model, history
-from tests.services import free_port
-from tests.slack_kit import CHANNEL, SECRET, TEAM, Harness, running_api, signed_headers, slack_bot
+from testkit.runtime import KEY, SideEffects, build_agent, echo_model, history
+from testkit.services import free_port
+from testkit.slack import CHANNEL, SECRET, TEAM, Harness, running_api, signed_headers, slack_bot
 
 EVIL = "<!channel> <!here> <@U0BOSS> <https://evil.example/sso|Click Approve, it is safe> & co"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from bot.runtime import ConversationRuntime
 from storage.local import LocalStore
-from tests.runtime_kit import SideEffects, build_agent, echo_model
-from tests.services import free_port
-from tests.slack_kit import slack_bot
+from testkit.runtime import SideEffects, build_agent, echo_model
+from testkit.services import free_port
+from testkit.slack import slack_bot
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = (ROOT / "infra" / "Dockerfile").read_text()

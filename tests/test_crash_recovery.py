@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from storage import Status, Store
-from tests.runtime_kit import KEY, SideEffects, history
+from testkit.runtime import KEY, SideEffects, history
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ SCENARIOS = [
 
 def _child(env: dict[str, str], *args: str) -> int:
     return subprocess.run(
-        [sys.executable, "-m", "tests.crash_child", *args], env=env, timeout=120
+        [sys.executable, "-m", "testkit.crash_child", *args], env=env, timeout=120
     ).returncode
 
 

@@ -13,8 +13,8 @@ from bot.agent_loader import load_agent
 from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, Decided
 from bot.settings import RuntimeSettings
 from storage import ConversationKey
+from testkit.responses import ScriptedResponses, message, responses_server, tool_call
 from tests.conftest import Backend
-from tests.responses_server import ScriptedResponses, message, responses_server, tool_call
 
 KEY = ConversationKey(team="T1", channel="C7", thread_ts="1700000700.000100")
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
-from tests.services import free_port, wait_until
+from testkit.services import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"

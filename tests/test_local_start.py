@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import free_port
+from testkit.services import free_port
 
 
 @contextmanager

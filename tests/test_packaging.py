@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import free_port, wait_until
+from testkit.services import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DATA = ("storage/local/schema.sql", "bot/standin/page.html")
@@ -26,13 +26,14 @@ pytestmark = pytest.mark.slow
 
 
 def build_wheel(tmp_path: Path) -> Path:
-    """Build from a copy of what the Dockerfile copies, so the build leaves nothing in the
-    repository. Without build isolation: offline, with the test environment's setuptools."""
+    """Build from a copy of what the Dockerfile copies (and of `testkit/`, a package beside
+    them that must not be shipped), so the build leaves nothing in the repository. Without
+    build isolation: offline, with the test environment's setuptools."""
     source = tmp_path / "source"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, source / name)
-    for package in ("bot", "storage"):
+    for package in ("bot", "storage", "testkit"):
         shutil.copytree(
             ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__")
         )
@@ -83,6 +84,9 @@ def test_wheel_installs_and_runs_local_mode_elsewhere(tmp_path: Path) -> None:
     shipped = set(zipfile.ZipFile(wheel).namelist())
     missing = [name for name in PACKAGE_DATA if name not in shipped]
     assert not missing, f"the wheel leaves out {missing}"
+    top_level = {name.split("/", 1)[0] for name in shipped}
+    packages = {name for name in top_level if not name.endswith(".dist-info")}
+    assert packages == {"bot", "storage"}, f"the wheel ships {packages}"
 
     venv = fresh_venv(tmp_path, wheel)
     python = str(venv / "bin" / "python")

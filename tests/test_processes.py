@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def _spawn(env: dict[str, str], *args: str, **popen: object) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.procs", *args],
+        [sys.executable, "-m", "testkit.procs", *args],
         env=env,
         text=True,
         **popen,  # type: ignore[call-overload]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from storage import ConversationKey, Status, Store
-from tests.runtime_kit import history
+from testkit.runtime import history
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def test_two_replicas_same_events(
             [
                 sys.executable,
                 "-m",
-                "tests.procs",
+                "testkit.procs",
                 "serve_events",
                 str(events_file),
                 str(log),

@@ -18,9 +18,9 @@ import pytest
 
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
-from tests.responses_server import ScriptedResponses, message, responses_server, tool_call
-from tests.services import free_port, wait_until
-from tests.slack_kit import CHANNEL, SECRET, TEAM, running_api, signed_headers
+from testkit.responses import ScriptedResponses, message, responses_server, tool_call
+from testkit.services import free_port, wait_until
+from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers
 
 pytestmark = pytest.mark.slow
 

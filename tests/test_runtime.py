@@ -20,7 +20,7 @@ from bot.runtime import (
 )
 from bot.settings import RuntimeSettings
 from storage import Status, Store
-from tests.runtime_kit import KEY, SideEffects, build_agent, email_then_answer, history, kinds
+from testkit.runtime import KEY, SideEffects, build_agent, email_then_answer, history, kinds
 
 
 @pytest.fixture

@@ -26,8 +26,7 @@ from bot.runtime.closing import NOT_RUN
 from bot.runtime.guard import UNKNOWN_OUTCOME
 from storage import CheckpointMeta, ConversationKey, Status, Store
 from storage.models import utcnow
-from tests.conftest import Backend
-from tests.runtime_kit import (
+from testkit.runtime import (
     KEY,
     SideEffects,
     build_agent,
@@ -36,6 +35,7 @@ from tests.runtime_kit import (
     history,
     kinds,
 )
+from tests.conftest import Backend
 
 
 @pytest.fixture

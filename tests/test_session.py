@@ -125,7 +125,7 @@ def test_concurrent_appends_from_processes_are_atomic(
             [
                 sys.executable,
                 "-m",
-                "tests.procs",
+                "testkit.procs",
                 "append_batches",
                 str(KEY),
                 f"w{w}",

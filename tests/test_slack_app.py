@@ -17,8 +17,8 @@ from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
 from storage import ConversationKey, Status, Store
-from tests.runtime_kit import SideEffects, build_agent, echo_model, email_then_answer
-from tests.slack_kit import CHANNEL, TEAM, Harness, signed_headers, slack_bot
+from testkit.runtime import SideEffects, build_agent, echo_model, email_then_answer
+from testkit.slack import CHANNEL, TEAM, Harness, signed_headers, slack_bot
 
 ADMIN, ALICE, BOB = "UADMIN", "UALICE", "UBOB"
 

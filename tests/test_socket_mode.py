@@ -17,9 +17,9 @@ from bot.slackapp.server import serve
 from bot.slackapp.settings import SlackSettings
 from bot.standin.slack_api import SlackWebApi
 from storage.local import LocalStore
-from tests.runtime_kit import SideEffects, build_agent, echo_model
-from tests.services import free_port
-from tests.slack_kit import CHANNEL, TEAM, running_api
+from testkit.runtime import SideEffects, build_agent, echo_model
+from testkit.services import free_port
+from testkit.slack import CHANNEL, TEAM, running_api
 
 
 async def test_socket_mode_event_is_acked_and_answered(tmp_path: Path) -> None:

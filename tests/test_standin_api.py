@@ -7,7 +7,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.standin.slack_api import SlackWebApi
-from tests.slack_kit import running_api
+from testkit.slack import running_api
 
 
 async def test_methods_and_errors_through_slack_sdk() -> None:

@@ -23,8 +23,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.standin.slack_api import SlackWebApi
 from bot.standin.workspace import USERS, Workspace, permalink
-from tests.services import free_port
-from tests.slack_kit import running_api
+from testkit.services import free_port
+from testkit.slack import running_api
 
 ATTACK = "/agent-admin discard stale --older-than 0"
 

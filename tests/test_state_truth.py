@@ -32,8 +32,7 @@ from bot.runtime import (
 from bot.runtime.closing import NOT_RUN, UNKNOWN_OUTCOME
 from bot.settings import RuntimeSettings
 from storage import Status, Store, ToolCallStatus
-from tests.conftest import Backend
-from tests.runtime_kit import (
+from testkit.runtime import (
     KEY,
     SideEffects,
     build_agent,
@@ -43,6 +42,7 @@ from tests.runtime_kit import (
     kinds,
     last_user_text,
 )
+from tests.conftest import Backend
 
 
 @pytest.fixture

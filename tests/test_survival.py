@@ -26,10 +26,10 @@ import pytest
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
 from storage import ConversationKey, Status, Store, ToolCallStatus
+from testkit.responses import ScriptedResponses, message, responses_server, tool_call
+from testkit.services import free_port, wait_until
+from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers
 from tests.conftest import Backend
-from tests.responses_server import ScriptedResponses, message, responses_server, tool_call
-from tests.services import free_port, wait_until
-from tests.slack_kit import CHANNEL, SECRET, TEAM, running_api, signed_headers
 
 pytestmark = pytest.mark.slow
 
@@ -156,7 +156,7 @@ async def deployment(
                 "OPENAI_API_KEY": "sk-test",
                 "OPENAI_BASE_URL": model_url,
                 "BOT_MODEL": "gpt-scripted",
-                "BOT_AGENT": "tests.survival_agent:build_agent",
+                "BOT_AGENT": "testkit.survival_agent:build_agent",
                 "EFFECTS_FILE": str(tmp_path / "effects.jsonl"),
                 "OPENAI_AGENTS_DISABLE_TRACING": "1",
                 **env,

@@ -1,4 +1,4 @@
-"""An agent for process-level tests (`BOT_AGENT=tests.survival_agent:build_agent`): `transfer`
+"""An agent for process-level tests (`BOT_AGENT=testkit.survival_agent:build_agent`): `transfer`
 is a side effect a person approves; it records each execution in `$EFFECTS_FILE` (outside
 every process) and then takes `$TRANSFER_SECONDS` to finish, so a signal can land mid-tool;
 `balance` is read-only."""

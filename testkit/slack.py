@@ -18,7 +18,7 @@ from bot.slackapp.settings import SlackSettings
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
 from storage import ConversationKey, Status, Store
-from tests.services import free_port
+from testkit.services import free_port
 
 SECRET = "test-signing-secret"
 TEAM = "T0LOCAL"

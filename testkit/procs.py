@@ -1,4 +1,4 @@
-"""Child-process programs for multi-process tests: `python -m tests.procs NAME ARGS...`.
+"""Child-process programs for multi-process tests: `python -m testkit.procs NAME ARGS...`.
 Each opens the store configured by its environment (`BOT_*`, `AWS_*`), as the bot does."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def serve_events(events_file: str, log: str, out: str) -> None:
     from agents.testing import ModelStep, ScriptedModel, assistant_message
 
     from bot.runtime import ConversationRuntime
-    from tests.runtime_kit import SideEffects, build_agent, last_user_text
+    from testkit.runtime import SideEffects, build_agent, last_user_text
 
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 

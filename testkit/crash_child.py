@@ -1,7 +1,7 @@
 """A bot runtime in a child process that kills itself (SIGKILL) at a chosen boundary.
 
-    python -m tests.crash_child run BOUNDARY N EFFECTS OUT   handle "email Ana", die at N-th hit
-    python -m tests.crash_child recover - 0 EFFECTS OUT      recover, write outcomes to OUT
+    python -m testkit.crash_child run BOUNDARY N EFFECTS OUT   handle "email Ana", die at N-th hit
+    python -m testkit.crash_child recover - 0 EFFECTS OUT      recover, write outcomes to OUT
 
 The model is deterministic in what it does (lookup, then send_email, then answer) but invents
 fresh call ids on every call, as a real model does; so only the runtime's pre-call
@@ -25,7 +25,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from bot.runtime import ConversationRuntime, retry_safe
 from bot.settings import RuntimeSettings
 from storage import Store, open_store
-from tests.runtime_kit import KEY, SideEffects
+from testkit.runtime import KEY, SideEffects
 
 BOUNDARIES = (
     "after_model_response",

@@ -23,9 +23,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
-from testkit.services import free_port, wait_until
+from testkit.services import ROOT, free_port, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [

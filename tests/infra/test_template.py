@@ -18,8 +18,8 @@ from storage import CheckpointMeta, ConversationKey, Status, Store
 from storage.aws import AwsStore
 from storage.aws.provision import TABLE_DEFINITION, TTL_ATTRIBUTE, create_resources
 from storage.base import Commit
+from testkit.services import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE_PATH = ROOT / "infra" / "template.yaml"
 TEMPLATE = cfn_yaml.load(str(TEMPLATE_PATH))
 RESOURCES = TEMPLATE["Resources"]

@@ -12,10 +12,9 @@ from pathlib import Path
 from bot.runtime import ConversationRuntime
 from storage.local import LocalStore
 from testkit.runtime import SideEffects, build_agent, echo_model
-from testkit.services import free_port
+from testkit.services import ROOT, free_port
 from testkit.slack import slack_bot
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = (ROOT / "infra" / "Dockerfile").read_text()
 
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import yaml
 
 from bot.slackapp.settings import SlackSettings
+from testkit.services import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = yaml.safe_load((ROOT / "slack-app-manifest.yaml").read_text())
 
 # Web API methods -> the bot scope each needs (api.slack.com/methods).

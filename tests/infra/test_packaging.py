@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.services import free_port, wait_until
+from testkit.services import ROOT, free_port, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DATA = ("storage/local/schema.sql", "bot/standin/page.html")
 PAGE_TITLE = "<title>Local Slack · #general</title>"
 pytestmark = pytest.mark.slow

@@ -25,6 +25,11 @@ TEAM = "T0LOCAL"
 CHANNEL = "C0GENERAL"
 
 
+def thread_key(thread_ts: str, channel: str = CHANNEL) -> ConversationKey:
+    """The conversation of a thread in the harness's workspace."""
+    return ConversationKey(team=TEAM, channel=channel, thread_ts=thread_ts)
+
+
 def signed_headers(
     body: str, *, secret: str = SECRET, timestamp: int | None = None
 ) -> dict[str, str]:
@@ -173,7 +178,7 @@ class Harness:
 
     async def settled(self, thread_ts: str, status: Status, *, channel: str = CHANNEL) -> None:
         """Wait until the thread's run has released its lease in `status`."""
-        key = ConversationKey(team=TEAM, channel=channel, thread_ts=thread_ts)
+        key = thread_key(thread_ts, channel)
         for _ in range(300):
             record = self.runtime.store.get(key)
             if record is not None and record.status is status and record.lease_owner is None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from bot.runtime import ApprovalRequest, ConversationRuntime
 from bot.standin.slack_api import SlackWebApi
-from storage import ConversationKey, Status
+from storage import Status
 from storage.local import LocalStore
 from testkit.runtime import SideEffects, build_agent, email_then_answer
-from testkit.slack import CHANNEL, TEAM, running_api
+from testkit.slack import CHANNEL, TEAM, running_api, thread_key
 
 
 async def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
@@ -30,12 +30,12 @@ async def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
     return process.returncode or 0, out.decode()
 
 
-async def test_cli_lists_and_discards_and_notifies_the_thread(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "data")
-    key = ConversationKey(team=TEAM, channel=CHANNEL, thread_ts="1700000000.000100")
-    runtime = ConversationRuntime(
-        store, build_agent(email_then_answer(), SideEffects(tmp_path / "fx"))
-    )
+async def test_cli_lists_and_discards_and_notifies_the_thread(
+    local_store: LocalStore, effects: SideEffects, tmp_path: Path
+) -> None:
+    store = local_store
+    key = thread_key("1700000000.000100")
+    runtime = ConversationRuntime(store, build_agent(email_then_answer(), effects))
     [request] = await runtime.handle_message(key, event_id="E1", user="UALICE", text="email Ana")
     assert isinstance(request, ApprovalRequest)
 

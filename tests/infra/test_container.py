@@ -7,7 +7,6 @@ import asyncio
 import os
 import re
 import sys
-from pathlib import Path
 
 from bot.runtime import ConversationRuntime
 from storage.local import LocalStore
@@ -48,10 +47,11 @@ async def run_healthcheck(port: int) -> int:
     return await process.wait()
 
 
-async def test_healthcheck_against_a_running_bot(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "data")
-    runtime = ConversationRuntime(store, build_agent(echo_model(), SideEffects(tmp_path / "fx")))
-    async with slack_bot(store, runtime) as bot:
+async def test_healthcheck_against_a_running_bot(
+    local_store: LocalStore, effects: SideEffects
+) -> None:
+    runtime = ConversationRuntime(local_store, build_agent(echo_model(), effects))
+    async with slack_bot(local_store, runtime) as bot:
         port = int(bot.bot_url.rsplit(":", 1)[1])
         assert await run_healthcheck(port) == 0
     assert await run_healthcheck(port) == 1  # stopped: unhealthy

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import (
@@ -21,11 +18,6 @@ from bot.runtime import (
 from bot.settings import RuntimeSettings
 from storage import Status, Store
 from testkit.runtime import KEY, SideEffects, build_agent, email_then_answer, history, kinds
-
-
-@pytest.fixture
-def effects(tmp_path: Path) -> SideEffects:
-    return SideEffects(tmp_path / "effects.jsonl")
 
 
 def runtime(

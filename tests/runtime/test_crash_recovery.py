@@ -47,8 +47,8 @@ def test_kill_at_boundary_then_recover(
     store: Store,
     child_env: Callable[..., dict[str, str]],
     tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
-    effects = SideEffects(tmp_path / "effects.jsonl")
     env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0")
     first_out, recovery_out = tmp_path / "first.jsonl", tmp_path / "recovery.jsonl"
     code = _child(env, "run", boundary, str(nth), str(effects.path), str(first_out))
@@ -104,10 +104,10 @@ def test_killed_while_pausing_for_a_person(
     store: Store,
     child_env: Callable[..., dict[str, str]],
     tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
     """Killed around the commit that pauses for approval: after recovery the question is
     (re)asked, and approving it runs the tool once."""
-    effects = SideEffects(tmp_path / "effects.jsonl")
     env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0")
     out = tmp_path / "out.jsonl"
     assert _child(env, "run-human", boundary, str(nth), str(effects.path), str(out)) == -9
@@ -135,10 +135,10 @@ def test_killed_after_a_person_approved(
     store: Store,
     child_env: Callable[..., dict[str, str]],
     tmp_path: Path,
+    effects: SideEffects,
 ) -> None:
     """The decision is durable: killed after approving (during the tool, or after the next
     model call), recovery continues the approved run instead of asking again."""
-    effects = SideEffects(tmp_path / "effects.jsonl")
     env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0")
     out = tmp_path / "out.jsonl"
     assert _child(env, "run-human", "none", "0", str(effects.path), str(out)) == 0

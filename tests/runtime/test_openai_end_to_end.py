@@ -12,11 +12,9 @@ import pytest
 from bot.agent_loader import load_agent
 from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, Decided
 from bot.settings import RuntimeSettings
-from storage import ConversationKey
 from testkit.responses import ScriptedResponses, message, responses_server, tool_call
+from testkit.runtime import KEY
 from tests.conftest import Backend
-
-KEY = ConversationKey(team="T1", channel="C7", thread_ts="1700000700.000100")
 
 
 async def test_demo_agent_over_http(

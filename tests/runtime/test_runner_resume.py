@@ -9,10 +9,10 @@ import json
 from agents import Agent, Runner, RunState, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from storage import CheckpointMeta, ConversationKey, ConversationSession, Status
+from storage import CheckpointMeta, ConversationSession, Status
+from testkit.runtime import KEY
 from tests.conftest import Backend
 
-KEY = ConversationKey(team="T1", channel="C5", thread_ts="1700000004.000500")
 META = CheckpointMeta(schema_version="1.21", agent_fingerprint="demo-v1")
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
 from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 
@@ -36,11 +34,6 @@ from testkit.runtime import (
     kinds,
 )
 from tests.conftest import Backend
-
-
-@pytest.fixture
-def effects(tmp_path: Path) -> SideEffects:
-    return SideEffects(tmp_path / "effects.jsonl")
 
 
 async def paused(store: Store, effects: SideEffects) -> tuple[ConversationRuntime, ApprovalRequest]:

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,12 +42,6 @@ from testkit.runtime import (
     last_user_text,
 )
 from tests.conftest import Backend
-
-
-@pytest.fixture
-def effects(tmp_path: Path) -> SideEffects:
-    return SideEffects(tmp_path / "effects.jsonl")
-
 
 # -- faults from outside the application ----------------------------------------------------
 
@@ -246,11 +239,12 @@ async def test_discard_mid_tool_says_the_outcome_is_unknown(
 # -- 3. TTL forgets the whole conversation -------------------------------------------------
 
 
-async def test_history_rows_expire_with_their_conversation(backend: Backend) -> None:
+async def test_history_rows_expire_with_their_conversation(
+    backend: Backend, effects: SideEffects
+) -> None:
     if backend.name != "aws":
         pytest.skip("the local backend deletes an expired conversation's rows with it")
     store = backend.open()
-    effects = SideEffects(Path("/dev/null"))
     rt = ConversationRuntime(store, build_agent(echo_model(4), effects))
     await rt.handle_message(KEY, event_id="E1", user="U1", text="my secret is 42")
     rows = store.dynamodb.query(  # type: ignore[attr-defined]
@@ -281,11 +275,12 @@ async def test_history_rows_expire_with_their_conversation(backend: Backend) -> 
     assert kinds(store) == ["user", "message"]
 
 
-async def test_a_missing_offloaded_item_is_a_gap_not_a_wedge(backend: Backend) -> None:
+async def test_a_missing_offloaded_item_is_a_gap_not_a_wedge(
+    backend: Backend, effects: SideEffects
+) -> None:
     if backend.name != "aws":
         pytest.skip("only the aws backend offloads items to S3")
     store = backend.open()
-    effects = SideEffects(Path("/dev/null"))
     rt = ConversationRuntime(store, build_agent(echo_model(6), effects))
     posted: list[str] = []
 
@@ -313,7 +308,7 @@ async def test_a_missing_offloaded_item_is_a_gap_not_a_wedge(backend: Backend) -
 
 
 async def test_a_backlog_of_250_messages_is_consumed_within_transaction_limits(
-    backend: Backend,
+    backend: Backend, effects: SideEffects
 ) -> None:
     store = backend.open(lease_seconds=60)
     actions: list[int] = []
@@ -333,9 +328,7 @@ async def test_a_backlog_of_250_messages_is_consumed_within_transaction_limits(
         return [assistant_message(f"answered {last_user_text(call)}")]
 
     model = ScriptedModel([ModelStep.respond(respond) for _ in range(20)])
-    rt = ConversationRuntime(
-        store, build_agent(model, SideEffects(Path("/dev/null"))), RuntimeSettings()
-    )
+    rt = ConversationRuntime(store, build_agent(model, effects), RuntimeSettings())
     lease, _ = store.acquire(KEY, "a-long-run")  # a long run holds the thread...
     for i in range(250):  # ...while users keep writing (a model outage, say)
         kept = await rt.keep_message(KEY, event_id=f"E{i}", user="U1", text=f"message {i}")

@@ -28,17 +28,21 @@ from bot.slackapp.blocks import approval_blocks
 from bot.slackapp.text import escape, split_text
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
-from storage import ConversationKey
 from storage.local import LocalStore
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, history
 from testkit.services import free_port
-from testkit.slack import CHANNEL, SECRET, TEAM, Harness, running_api, signed_headers, slack_bot
+from testkit.slack import (
+    CHANNEL,
+    SECRET,
+    TEAM,
+    Harness,
+    running_api,
+    signed_headers,
+    slack_bot,
+    thread_key,
+)
 
 EVIL = "<!channel> <!here> <@U0BOSS> <https://evil.example/sso|Click Approve, it is safe> & co"
-
-
-def key_of(ts: str, channel: str = CHANNEL) -> ConversationKey:
-    return ConversationKey(team=TEAM, channel=channel, thread_ts=ts)
 
 
 # -- escaping --------------------------------------------------------------------------------
@@ -65,11 +69,10 @@ def test_approval_cards_escape_the_tool_arguments() -> None:
     assert "<@U1>" in text  # the mention the bot means to make still works
 
 
-async def test_model_text_is_posted_escaped(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "data")
+async def test_model_text_is_posted_escaped(local_store: LocalStore, effects: SideEffects) -> None:
     model = ScriptedModel([[assistant_message(f"Sure. {EVIL}")]])
-    runtime = ConversationRuntime(store, build_agent(model, SideEffects(tmp_path / "fx")))
-    async with slack_bot(store, runtime) as bot:
+    runtime = ConversationRuntime(local_store, build_agent(model, effects))
+    async with slack_bot(local_store, runtime) as bot:
         top = await bot.mention("UALICE", "say something nasty")
         [answer] = await bot.bot_replies(top.ts, 1)
     assert answer.text == f"Sure. {escape(EVIL)}"
@@ -78,13 +81,14 @@ async def test_model_text_is_posted_escaped(tmp_path: Path) -> None:
 # -- who may resume ----------------------------------------------------------------------------
 
 
-async def test_resume_and_buttons_never_enrol_the_bot(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "data")
-    runtime = ConversationRuntime(store, build_agent(echo_model(10), SideEffects(tmp_path / "f")))
-    async with slack_bot(store, runtime) as bot:
+async def test_resume_and_buttons_never_enrol_the_bot(
+    local_store: LocalStore, effects: SideEffects
+) -> None:
+    runtime = ConversationRuntime(local_store, build_agent(echo_model(10), effects))
+    async with slack_bot(local_store, runtime) as bot:
         top = bot.api.add_user_message("C0PRIVATE", "UCAROL", "salary review for Dave")
         await bot.reply("UCAROL", "private follow-up 1", top.ts, channel="C0PRIVATE")
-        link = permalink(key_of(top.ts, "C0PRIVATE"))
+        link = permalink(thread_key(top.ts, "C0PRIVATE"))
         _, token = await bot.command("/resume", link, "UMALLORY")
         [reply] = await bot.responses_for(token)
         assert "can't resume" in reply["text"]
@@ -98,7 +102,7 @@ async def test_resume_and_buttons_never_enrol_the_bot(tmp_path: Path) -> None:
                         "type": "button",
                         "action_id": "approval_approve",
                         "value": json.dumps(
-                            {"k": str(key_of(top.ts, "C0PRIVATE")), "c": "x", "v": 1}
+                            {"k": str(thread_key(top.ts, "C0PRIVATE")), "c": "x", "v": 1}
                         ),
                     }
                 ],
@@ -106,7 +110,7 @@ async def test_resume_and_buttons_never_enrol_the_bot(tmp_path: Path) -> None:
         ]
         assert await bot.click(fake, "approval_approve", "UMALLORY") == 200
         await bot.api.wait_for(lambda: len(bot.api.responses) >= 2)
-        assert store.get(key_of(top.ts, "C0PRIVATE")) is None  # no record was created
+        assert local_store.get(thread_key(top.ts, "C0PRIVATE")) is None  # no record was created
         await bot.reply("UCAROL", "private follow-up 2", top.ts, channel="C0PRIVATE")
         await asyncio.sleep(0.5)
         assert bot.api.bot_replies("C0PRIVATE", top.ts) == []
@@ -115,8 +119,9 @@ async def test_resume_and_buttons_never_enrol_the_bot(tmp_path: Path) -> None:
 # -- users see plain reasons ---------------------------------------------------------------------
 
 
-async def test_a_failed_run_shows_a_reason_and_a_reference_not_internals(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "data")
+async def test_a_failed_run_shows_a_reason_and_a_reference_not_internals(
+    local_store: LocalStore, effects: SideEffects
+) -> None:
     model = ScriptedModel(
         [
             RuntimeError(
@@ -124,8 +129,8 @@ async def test_a_failed_run_shows_a_reason_and_a_reference_not_internals(tmp_pat
             )
         ]
     )
-    runtime = ConversationRuntime(store, build_agent(model, SideEffects(tmp_path / "fx")))
-    async with slack_bot(store, runtime) as bot:
+    runtime = ConversationRuntime(local_store, build_agent(model, effects))
+    async with slack_bot(local_store, runtime) as bot:
         top = await bot.mention("UALICE", "hi")
         [notice] = await bot.bot_replies(top.ts, 1)
         async with bot.http.get(f"{bot.bot_url}/healthz") as response:
@@ -151,10 +156,11 @@ async def post_raw(bot: Harness, body: str, content_type: str, headers: dict[str
         return response.status
 
 
-async def test_malformed_requests_get_a_4xx_and_change_nothing(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "data")
-    runtime = ConversationRuntime(store, build_agent(echo_model(5), SideEffects(tmp_path / "f")))
-    async with slack_bot(store, runtime) as bot:
+async def test_malformed_requests_get_a_4xx_and_change_nothing(
+    local_store: LocalStore, effects: SideEffects, tmp_path: Path
+) -> None:
+    runtime = ConversationRuntime(local_store, build_agent(echo_model(5), effects))
+    async with slack_bot(local_store, runtime) as bot:
         broken = "{not json"
         assert await post_raw(bot, broken, "application/json", signed_headers(broken)) == 400
         payload = "payload=%7Bbroken"
@@ -181,18 +187,18 @@ async def test_malformed_requests_get_a_4xx_and_change_nothing(tmp_path: Path) -
     assert rows.fetchone()[0] == 0
 
 
-async def test_a_lone_surrogate_is_replaced_not_dropped(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "data")
-    runtime = ConversationRuntime(store, build_agent(echo_model(3), SideEffects(tmp_path / "f")))
+async def test_a_lone_surrogate_is_replaced_not_dropped(
+    local_store: LocalStore, effects: SideEffects
+) -> None:
+    runtime = ConversationRuntime(local_store, build_agent(echo_model(3), effects))
     text = json.loads('"bad \\ud83d surrogate"')
     outcomes = await runtime.handle_message(KEY, event_id="E1", user="U1", text=text)
     assert [getattr(o, "text", "") for o in outcomes] == ["echo: bad \ufffd surrogate"]
-    assert history(store)[0]["content"] == "bad \ufffd surrogate"
+    assert history(local_store)[0]["content"] == "bad \ufffd surrogate"
 
 
-async def test_admin_arguments_are_validated(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path / "data")
-    runtime = ConversationRuntime(store, build_agent(echo_model(1), SideEffects(tmp_path / "f")))
+async def test_admin_arguments_are_validated(local_store: LocalStore, effects: SideEffects) -> None:
+    runtime = ConversationRuntime(local_store, build_agent(echo_model(1), effects))
     admin = AdminCommands(runtime, permalink)
     huge = await admin.run("discard stale --older-than 99999999999d", team=TEAM, by="UADMIN")
     assert not huge.ok and "too long" in huge.text
@@ -202,12 +208,13 @@ async def test_admin_arguments_are_validated(tmp_path: Path) -> None:
     assert not quote.ok
 
 
-async def test_serve_listens_where_it_is_told(tmp_path: Path) -> None:
+async def test_serve_listens_where_it_is_told(
+    local_store: LocalStore, effects: SideEffects
+) -> None:
     from bot.slackapp.server import serve
     from bot.slackapp.settings import SlackSettings
 
-    store = LocalStore(tmp_path / "data")
-    runtime = ConversationRuntime(store, build_agent(echo_model(1), SideEffects(tmp_path / "f")))
+    runtime = ConversationRuntime(local_store, build_agent(echo_model(1), effects))
     api = SlackWebApi(team=TEAM)
     async with running_api(api) as api_url:
         port = free_port()

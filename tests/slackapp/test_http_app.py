@@ -8,7 +8,6 @@ import copy
 import json
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from agents.testing import ScriptedModel
@@ -16,16 +15,11 @@ from agents.testing import ScriptedModel
 from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
-from storage import ConversationKey, Status, Store
+from storage import Status, Store
 from testkit.runtime import SideEffects, build_agent, echo_model, email_then_answer
-from testkit.slack import CHANNEL, TEAM, Harness, signed_headers, slack_bot
+from testkit.slack import CHANNEL, TEAM, Harness, signed_headers, slack_bot, thread_key
 
 ADMIN, ALICE, BOB = "UADMIN", "UALICE", "UBOB"
-
-
-@pytest.fixture
-def effects(tmp_path: Path) -> SideEffects:
-    return SideEffects(tmp_path / "effects.jsonl")
 
 
 def make_runtime(store: Store, model: ScriptedModel, effects: SideEffects) -> ConversationRuntime:
@@ -34,24 +28,13 @@ def make_runtime(store: Store, model: ScriptedModel, effects: SideEffects) -> Co
 
 @pytest.fixture
 async def bot(
-    backend_local: Store, effects: SideEffects, request: pytest.FixtureRequest
+    local_store: Store, effects: SideEffects, request: pytest.FixtureRequest
 ) -> AsyncIterator[Harness]:
     model = getattr(request, "param", None) or echo_model(60)
     async with slack_bot(
-        backend_local, make_runtime(backend_local, model, effects), admins=frozenset({ADMIN})
+        local_store, make_runtime(local_store, model, effects), admins=frozenset({ADMIN})
     ) as harness:
         yield harness
-
-
-@pytest.fixture
-def backend_local(tmp_path: Path) -> Store:
-    from storage.local import LocalStore
-
-    return LocalStore(tmp_path / "data")
-
-
-def key_of(ts: str) -> ConversationKey:
-    return ConversationKey(team=TEAM, channel=CHANNEL, thread_ts=ts)
 
 
 async def test_mention_then_reply_in_thread(bot: Harness) -> None:
@@ -162,7 +145,7 @@ async def test_forged_and_stale_requests_get_401_and_do_nothing(bot: Harness) ->
             assert response.status == 401
     await asyncio.sleep(0.3)
     assert bot.api.called("chat.postMessage") == []
-    assert bot.runtime.store.get(key_of(message.ts)) is None
+    assert bot.runtime.store.get(thread_key(message.ts)) is None
 
 
 @pytest.mark.parametrize("bot", [email_then_answer()], indirect=True)
@@ -281,7 +264,7 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
     _, token = await bot.command("/agent-admin", f"discard {link}", BOB)  # not an admin
     [refusal] = await bot.responses_for(token)
     assert "Only bot admins" in refusal["text"]
-    assert bot.runtime.store.get(key_of(top.ts)).status is Status.AWAITING_APPROVAL  # type: ignore[union-attr]
+    assert bot.runtime.store.get(thread_key(top.ts)).status is Status.AWAITING_APPROVAL  # type: ignore[union-attr]
 
     _, token = await bot.command("/agent-admin", "status", ADMIN)
     [status] = await bot.responses_for(token)
@@ -292,7 +275,7 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
     assert "removed its checkpoint" in summary["text"] and "send_email" in summary["text"]
     replies = await bot.bot_replies(top.ts, 2)
     assert "discarded" in replies[1].text
-    assert bot.runtime.store.get(key_of(top.ts)).status is Status.DISCARDED  # type: ignore[union-attr]
+    assert bot.runtime.store.get(thread_key(top.ts)).status is Status.DISCARDED  # type: ignore[union-attr]
     assert await bot.click(approval, APPROVE, ALICE) == 200
     await bot.api.wait_for(lambda: len(bot.api.responses) >= 4)
     assert effects.calls() == []

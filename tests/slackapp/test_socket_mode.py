@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,7 +21,9 @@ from testkit.services import free_port
 from testkit.slack import CHANNEL, TEAM, running_api
 
 
-async def test_socket_mode_event_is_acked_and_answered(tmp_path: Path) -> None:
+async def test_socket_mode_event_is_acked_and_answered(
+    local_store: LocalStore, effects: SideEffects
+) -> None:
     acks: list[dict[str, Any]] = []
     connected = asyncio.Event()
     api = SlackWebApi(team=TEAM)
@@ -62,9 +63,8 @@ async def test_socket_mode_event_is_acked_and_answered(tmp_path: Path) -> None:
         ws_port = ws_server.sockets[0].getsockname()[1]
         api.socket_url = f"ws://127.0.0.1:{ws_port}/link"
         async with running_api(api) as api_url:
-            store = LocalStore(tmp_path / "data")
             runtime = ConversationRuntime(
-                store, build_agent(echo_model(), SideEffects(tmp_path / "fx")), RuntimeSettings()
+                local_store, build_agent(echo_model(), effects), RuntimeSettings()
             )
             settings = SlackSettings(
                 SLACK_BOT_TOKEN="xoxb-test",

@@ -16,13 +16,12 @@ from storage import (
     CheckpointMissing,
     CheckpointPointer,
     CheckpointTruncated,
-    ConversationKey,
     Store,
 )
 from storage.aws import AwsStore
 from storage.local import LocalStore
+from tests.storage.conftest import KEY
 
-KEY = ConversationKey(team="T1", channel="C2", thread_ts="1700000001.000200")
 STATE = {"$schemaVersion": "1.21", "turns": ["x" * 50 for _ in range(200)]}
 
 

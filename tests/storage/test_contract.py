@@ -17,8 +17,8 @@ from storage import (
     Store,
 )
 from tests.conftest import Backend
+from tests.storage.conftest import KEY
 
-KEY = ConversationKey(team="T1", channel="C1", thread_ts="1700000000.000100")
 META = CheckpointMeta(schema_version="1.21", agent_fingerprint="fp-1")
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from storage import ConversationKey, Store
+from storage import Store
 from tests.conftest import Backend
+from tests.storage.conftest import KEY
 
-KEY = ConversationKey(team="T1", channel="C4", thread_ts="1700000003.000400")
 pytestmark = pytest.mark.slow
 
 

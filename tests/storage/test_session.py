@@ -13,9 +13,8 @@ from agents import Agent, Runner, function_tool
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from storage import ConversationKey, ConversationSession, Store
-
-KEY = ConversationKey(team="T1", channel="C3", thread_ts="1700000002.000300")
+from storage import ConversationSession, Store
+from tests.storage.conftest import KEY
 
 
 def digest(items: list[Any]) -> list[str]:

@@ -91,36 +91,20 @@ class Harness:
         message = self.api.add_user_message(
             channel, user, f"<@{self.api.bot_user}> {text}", thread_ts
         )
-        event = {
-            "type": "app_mention",
-            "user": user,
-            "text": message.text,
-            "ts": message.ts,
-            "channel": channel,
-            "event_ts": message.ts,
-            "team": TEAM,
-        }
+        said = {"user": user, "text": message.text, "ts": message.ts, "channel": channel}
+        mention = requests.app_mention(**said, thread_ts=thread_ts, team=TEAM)
+        assert await self.send_event(mention) == 200
         if thread_ts:
-            event["thread_ts"] = thread_ts
-        assert await self.send_event(event) == 200
-        if thread_ts:
-            await self.send_event({**event, "type": "message", "channel_type": "channel"})
+            await self.send_event(requests.message(**said, thread_ts=thread_ts, team=TEAM))
         return message
 
     async def reply(
         self, user: str, text: str, thread_ts: str, *, channel: str = CHANNEL
     ) -> Message:
         message = self.api.add_user_message(channel, user, text, thread_ts)
-        event = {
-            "type": "message",
-            "channel_type": "channel",
-            "user": user,
-            "text": text,
-            "ts": message.ts,
-            "thread_ts": thread_ts,
-            "channel": channel,
-            "team": TEAM,
-        }
+        event = requests.message(
+            user=user, text=text, ts=message.ts, channel=channel, thread_ts=thread_ts, team=TEAM
+        )
         assert await self.send_event(event) == 200
         return message
 

@@ -166,13 +166,7 @@ async def test_malformed_requests_get_a_4xx_and_change_nothing(
         payload = "payload=%7Bbroken"
         assert await post_raw(bot, payload, requests.FORM, signed_headers(payload)) == 400
         for event in (
-            {
-                "type": "app_mention",
-                "user": "U1",
-                "text": "x",
-                "ts": "../../etc",
-                "channel": "C/../..",
-            },
+            requests.app_mention(user="U1", text="x", ts="../../etc", channel="C/../.."),
             {"type": "app_mention", "user": "U1", "text": "x", "channel": CHANNEL},
             {"type": "app_mention", "user": 7, "text": ["x"], "ts": "1.2", "channel": {"a": 1}},
         ):
@@ -306,7 +300,7 @@ def garbage(rng: random.Random) -> tuple[str, str, dict[str, str]]:
         return urlencode(form, errors="surrogatepass"), requests.FORM, {}
     if kind == 6:  # a mutated copy of a real event (still signed)
         good = requests.event_callback(
-            TEAM, {"type": "app_mention", "user": "U1", "text": "hi", "ts": "1.2", "channel": "C1"}
+            TEAM, requests.app_mention(user="U1", text="hi", ts="1.2", channel="C1")
         )
         position = rng.randrange(len(good))
         body = good[:position] + junk(rng.randrange(1, 5)) + good[position + 1 :]

@@ -15,6 +15,7 @@ from agents.testing import ScriptedModel
 from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
+from bot.standin import requests
 from storage import Status, Store
 from testkit.runtime import SideEffects, build_agent, echo_model, email_then_answer
 from testkit.slack import CHANNEL, TEAM, Harness, signed_headers, slack_bot, thread_key
@@ -56,30 +57,18 @@ async def test_mention_then_reply_in_thread(bot: Harness) -> None:
 async def test_edits_bots_and_own_messages_are_ignored(bot: Harness) -> None:
     top = await bot.mention(ALICE, "start")
     await bot.bot_replies(top.ts, 1)
-    base = {"channel": CHANNEL, "channel_type": "channel", "thread_ts": top.ts, "team": TEAM}
+    thread = {"channel": CHANNEL, "thread_ts": top.ts, "team": TEAM}
     for event in (
-        {
-            **base,
-            "type": "message",
-            "subtype": "message_changed",
-            "ts": bot.api.next_ts(),
-            "message": {"text": "edited"},
-        },
-        {
-            **base,
-            "type": "message",
-            "subtype": "bot_message",
-            "bot_id": "BOTHER",
-            "text": "beep",
-            "ts": bot.api.next_ts(),
-        },
-        {
-            **base,
-            "type": "message",
-            "user": bot.api.bot_user,
-            "text": "my own",
-            "ts": bot.api.next_ts(),
-        },
+        requests.message(
+            **thread,
+            ts=bot.api.next_ts(),
+            subtype="message_changed",
+            message={"text": "edited"},
+        ),
+        requests.message(
+            **thread, ts=bot.api.next_ts(), text="beep", subtype="bot_message", bot_id="BOTHER"
+        ),
+        requests.message(**thread, ts=bot.api.next_ts(), user=bot.api.bot_user, text="my own"),
     ):
         assert await bot.send_event(event) == 200
     await asyncio.sleep(0.5)
@@ -88,15 +77,9 @@ async def test_edits_bots_and_own_messages_are_ignored(bot: Harness) -> None:
 
 async def test_direct_messages_map_to_threads(bot: Harness) -> None:
     message = bot.api.add_user_message("D0ALICE", ALICE, "hi in private")
-    event = {
-        "type": "message",
-        "channel_type": "im",
-        "user": ALICE,
-        "text": message.text,
-        "ts": message.ts,
-        "channel": "D0ALICE",
-        "team": TEAM,
-    }
+    event = requests.direct_message(
+        user=ALICE, text=message.text, ts=message.ts, channel="D0ALICE", team=TEAM
+    )
     assert await bot.send_event(event) == 200
     [answer] = await bot.bot_replies(message.ts, 1, channel="D0ALICE")
     assert answer.text == "echo: hi in private"
@@ -104,14 +87,9 @@ async def test_direct_messages_map_to_threads(bot: Harness) -> None:
 
 async def test_a_retried_delivery_is_handled_once(bot: Harness) -> None:
     message = bot.api.add_user_message(CHANNEL, ALICE, f"<@{bot.api.bot_user}> once")
-    event = {
-        "type": "app_mention",
-        "user": ALICE,
-        "text": message.text,
-        "ts": message.ts,
-        "channel": CHANNEL,
-        "team": TEAM,
-    }
+    event = requests.app_mention(
+        user=ALICE, text=message.text, ts=message.ts, channel=CHANNEL, team=TEAM
+    )
     assert await bot.send_event(event, event_id="EvSAME") == 200
     assert await bot.send_event(event, event_id="EvSAME", retry=1) == 200
     assert await bot.send_event(event, event_id="EvSAME", retry=2) == 200
@@ -123,14 +101,9 @@ async def test_a_retried_delivery_is_handled_once(bot: Harness) -> None:
 async def test_forged_and_stale_requests_get_401_and_do_nothing(bot: Harness) -> None:
     message = bot.api.add_user_message(CHANNEL, ALICE, "<@UBOT> forged")
     body = bot.event_body(
-        {
-            "type": "app_mention",
-            "user": ALICE,
-            "text": message.text,
-            "ts": message.ts,
-            "channel": CHANNEL,
-            "team": TEAM,
-        }
+        requests.app_mention(
+            user=ALICE, text=message.text, ts=message.ts, channel=CHANNEL, team=TEAM
+        )
     )
     for headers in (
         signed_headers(body, secret="wrong-secret"),
@@ -284,14 +257,9 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
 async def test_fifty_concurrent_events_are_all_acked_quickly(bot: Harness) -> None:
     async def one(i: int) -> float:
         message = bot.api.add_user_message(CHANNEL, ALICE, f"<@UBOT> load {i}")
-        event = {
-            "type": "app_mention",
-            "user": ALICE,
-            "text": message.text,
-            "ts": message.ts,
-            "channel": CHANNEL,
-            "team": TEAM,
-        }
+        event = requests.app_mention(
+            user=ALICE, text=message.text, ts=message.ts, channel=CHANNEL, team=TEAM
+        )
         started = time.perf_counter()
         assert await bot.send_event(event) == 200
         return time.perf_counter() - started

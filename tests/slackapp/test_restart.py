@@ -77,13 +77,9 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
                 question = api.add_user_message(
                     CHANNEL, "UALICE", "<@UBOT> what time is it in Lima?"
                 )
-                mention = {
-                    "type": "app_mention",
-                    "user": "UALICE",
-                    "text": question.text,
-                    "ts": question.ts,
-                    "channel": CHANNEL,
-                }
+                mention = requests.app_mention(
+                    user="UALICE", text=question.text, ts=question.ts, channel=CHANNEL
+                )
                 body = requests.event_callback(TEAM, mention, "EvR1")
                 async with (
                     aiohttp.ClientSession() as http,

@@ -14,6 +14,7 @@ from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.server import serve
 from bot.slackapp.settings import SlackSettings
+from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from storage.local import LocalStore
 from testkit.runtime import SideEffects, build_agent, echo_model
@@ -41,14 +42,9 @@ async def test_socket_mode_event_is_acked_and_answered(
             "type": "event_callback",
             "event_id": "EvSocket1",
             "event_time": int(time.time()),
-            "event": {
-                "type": "app_mention",
-                "user": "UALICE",
-                "text": message.text,
-                "ts": message.ts,
-                "channel": CHANNEL,
-                "event_ts": message.ts,
-            },
+            "event": requests.app_mention(
+                user="UALICE", text=message.text, ts=message.ts, channel=CHANNEL
+            ),
         },
     }
 

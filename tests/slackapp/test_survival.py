@@ -85,13 +85,7 @@ class Deployment:
 
     async def mention(self, user: str, text: str, channel: str = CHANNEL) -> Message:
         question = self.api.add_user_message(channel, user, f"<@{self.api.bot_user}> {text}")
-        event = {
-            "type": "app_mention",
-            "user": user,
-            "text": question.text,
-            "ts": question.ts,
-            "channel": channel,
-        }
+        event = requests.app_mention(user=user, text=question.text, ts=question.ts, channel=channel)
         assert await self.post(requests.event_callback(TEAM, event)) == 200
         return question
 

@@ -17,7 +17,7 @@ from bot.slackapp.server import serve
 from bot.slackapp.settings import SlackSettings
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
-from storage import ConversationKey, Status, Store
+from storage import Conversation, ConversationKey, Status, Store
 from testkit.services import free_port
 
 SECRET = "test-signing-secret"
@@ -159,6 +159,12 @@ class Harness:
         return await self.api.wait_for(
             lambda: len(r := self.api.bot_replies(channel, thread_ts)) >= count and r
         )
+
+    def record(self, thread_ts: str, *, channel: str = CHANNEL) -> Conversation | None:
+        """The thread's conversation as the bot's storage has it now. The bot answers an
+        event only after keeping it (or deciding not to), so right after an answered event
+        this says what was kept."""
+        return self.runtime.store.get(thread_key(thread_ts, channel))
 
     async def settled(self, thread_ts: str, status: Status, *, channel: str = CHANNEL) -> None:
         """Wait until the thread's run has released its lease in `status`."""

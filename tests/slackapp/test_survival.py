@@ -176,6 +176,22 @@ def record(bot: Deployment, question: Message) -> Any:
     )
 
 
+async def finished(bot: Deployment, question: Message) -> None:
+    """Wait until the bot is done with the question's thread: released idle, with nothing
+    left to deliver (outcomes are posted before the release that records them), so that
+    no process or recovery sweep has anything more to post there."""
+
+    def done() -> bool:
+        state = record(bot, question)
+        return (
+            state is not None
+            and (state.status, state.lease_owner) == (Status.IDLE, None)
+            and state.undelivered_from() is None
+        )
+
+    await asyncio.to_thread(wait_until, done, 30)
+
+
 async def test_a_message_acked_then_killed_is_answered_after_restart(
     backend: Backend, tmp_path: Path
 ) -> None:
@@ -195,7 +211,7 @@ async def test_a_message_acked_then_killed_is_answered_after_restart(
             within=30,
         )
         assert [r.text for r in replies] == ["Here is your answer."]
-        await asyncio.sleep(0.5)
+        await finished(bot, question)
         assert [r.text for r in bot.api.bot_replies(CHANNEL, question.ts)][-1] == (
             "Here is your answer."
         )
@@ -318,7 +334,7 @@ async def test_a_channel_that_says_not_in_channel_is_not_retried_for_ever(
         await bot.start()
         bot.api.channel_errors["C0GONE"] = "not_in_channel"
         question = await bot.mention("UALICE", "hello", channel="C0GONE")
-        await asyncio.sleep(6)  # several recovery sweeps
+        await finished(bot, question)  # given up on, not left for the recovery sweeps
         attempts = bot.api.called("chat.postMessage:not_in_channel")
         assert 1 <= len(attempts) <= 2, len(attempts)
         async with aiohttp.ClientSession() as http, http.get(f"{bot.url}/healthz") as health:
@@ -340,7 +356,7 @@ async def test_a_transient_slack_error_that_clears_is_delivered_once(
         replies = await bot.api.wait_for(
             lambda: bot.api.bot_replies(CHANNEL, question.ts), within=40
         )
-        await asyncio.sleep(3)  # any duplicate would have been posted by now
+        await finished(bot, question)  # any duplicate would have been posted by now
         state = record(bot, question)
     assert [r.text for r in bot.api.bot_replies(CHANNEL, question.ts)] == ["Delivered in the end."]
     assert replies

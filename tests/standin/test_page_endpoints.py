@@ -99,11 +99,23 @@ async def standin(
 
 
 async def settle(workspace: Workspace) -> None:
-    for _ in range(100):
-        if not workspace.outbox:
-            break
+    """Wait until the stand-in has delivered everything (an item leaves the outbox once the
+    bot answered it) and finished what it does in the background (a restart)."""
+    for _ in range(250):
+        if not workspace.outbox and not workspace._tasks:
+            return
         await asyncio.sleep(0.02)
-    await asyncio.sleep(0.1)
+    raise TimeoutError(f"still queued: {workspace.outbox}")
+
+
+async def considered(workspace: Workspace) -> None:
+    """Wait until the delivery loop has looked at the outbox since the last message was
+    queued (queueing wakes it; it clears the wake-up once it has decided to wait)."""
+    for _ in range(250):
+        if not workspace._wake.is_set():
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError("the delivery loop never looked at the outbox")
 
 
 async def test_only_the_page_gets_requests_signed(tmp_path: Path) -> None:
@@ -206,7 +218,7 @@ async def test_messages_wait_durably_for_the_bot_and_go_in_order(tmp_path: Path)
             assert status == 200 and answer["queued"] is True
         thread = next(iter(workspace.api.messages.values())).ts
         await page.post("/ui/post", {"user": "bob", "text": "second", "thread_ts": thread})
-        await asyncio.sleep(0.3)
+        await considered(workspace)  # and kept them, the bot being down
         assert bot.received == []
         state = await page.state("bob")
         assert state["queued"] == 3  # a mention, a command, a reply

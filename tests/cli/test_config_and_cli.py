@@ -12,30 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from storage import CheckpointMeta, ConversationKey, StorageSettings
-from storage.durations import format_duration, parse_duration
 from storage.local import LocalStore
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("30s", 30), ("15m", 900), ("12h", 43200), ("7d", 604800), ("45", 45), ("1.5h", 5400)],
-)
-def test_durations(text: str, seconds: int) -> None:
-    assert parse_duration(text) == timedelta(seconds=seconds)
-
-
-@pytest.mark.parametrize("text", ["", "7 days", "-1d", "0s", "d7", "1y"])
-def test_bad_durations(text: str) -> None:
-    with pytest.raises(ValueError):
-        parse_duration(text)
-
-
-def test_format_duration() -> None:
-    assert [format_duration(parse_duration(t)) for t in ("7d", "90m", "45s")] == [
-        "7d",
-        "90m",
-        "45s",
-    ]
 
 
 def test_settings_defaults_and_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -73,7 +73,7 @@ class KillingModel(ScriptedModel):
         super().__init__([ModelStep.respond(respond) for _ in range(10)])
         self.trigger = trigger
 
-    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         async for event in super().stream_response(*args, **kwargs):
             yield event
         self.trigger.hit("after_model_response")

@@ -7,7 +7,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from storage import ConversationKey, LeaseBusy, LeaseLost, StorageSettings, open_store
 
@@ -58,7 +60,7 @@ def frozen_holder(key: str, ready: str) -> None:
     sys.stdin.readline()  # the test stops us here, then wakes us and sends a line
     from storage import CheckpointMeta
 
-    attempts = {
+    attempts: dict[str, Callable[[], object]] = {
         "append": lambda: store.append_items(conversation, ['"frozen"'], lease),
         "commit": lambda: store.commit(
             lease,
@@ -87,12 +89,12 @@ def serve_events(events_file: str, log: str, out: str) -> None:
 
     from agents.testing import ModelStep, ScriptedModel, assistant_message
 
-    from bot.runtime import ConversationRuntime
+    from bot.runtime import ConversationRuntime, Outcome
     from testkit.runtime import SideEffects, build_agent, last_user_text
 
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
-    async def respond(call: object) -> object:
+    async def respond(call: Any) -> Any:
         text = last_user_text(call)
         thread = text.split("-")[0]
         os.write(fd, f"enter {thread} {time.time():.6f}\n".encode())
@@ -105,8 +107,8 @@ def serve_events(events_file: str, log: str, out: str) -> None:
     model = ScriptedModel([ModelStep.respond(respond) for _ in range(len(events) + 5)])
     runtime = ConversationRuntime(open_store(), build_agent(model, SideEffects(Path(log + ".fx"))))
 
-    async def main() -> list[object]:
-        async def one(event: dict[str, str]) -> list[object]:
+    async def main() -> list[Outcome]:
+        async def one(event: dict[str, str]) -> list[Outcome]:
             await asyncio.sleep(random.random() * 0.2)
             key = ConversationKey.parse(event["key"])
             return await runtime.handle_message(
@@ -122,7 +124,7 @@ def serve_events(events_file: str, log: str, out: str) -> None:
             handle.write(
                 json.dumps({"type": type(outcome).__name__, **outcome.model_dump(mode="json")})
                 + "\n"
-            )  # type: ignore[attr-defined]
+            )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import retry_safe
-from storage import ConversationKey, Store
+from storage import Conversation, ConversationKey, Store
 
 KEY = ConversationKey(team="T9", channel="C9", thread_ts="1700000100.000100")
 
@@ -63,8 +63,15 @@ def history(store: Store, key: ConversationKey = KEY) -> list[dict[str, Any]]:
     return [json.loads(text) for text in store.read_items(key).items]
 
 
-def kinds(store: Store, key: ConversationKey = KEY) -> list[str]:
+def kinds(store: Store, key: ConversationKey = KEY) -> list[str | None]:
     return [item.get("type") or item.get("role") for item in history(store, key)]
+
+
+def record_of(store: Store, key: ConversationKey = KEY) -> Conversation:
+    """The conversation's record, which the caller knows exists."""
+    record = store.get(key)
+    assert record is not None, f"{key} has no record"
+    return record
 
 
 def last_user_text(call: Any) -> str:

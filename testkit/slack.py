@@ -145,20 +145,22 @@ class Harness:
         return response.status, token
 
     async def responses_for(self, token: str, count: int = 1) -> list[dict[str, Any]]:
-        return await self.api.wait_for(
+        responses: list[dict[str, Any]] = await self.api.wait_for(
             lambda: (
                 (found := [r for r in self.api.responses if r["_token"] == token])
                 and len(found) >= count
                 and found
             )
         )
+        return responses
 
     async def bot_replies(
         self, thread_ts: str, count: int, *, channel: str = CHANNEL
     ) -> list[Message]:
-        return await self.api.wait_for(
+        replies: list[Message] = await self.api.wait_for(
             lambda: len(r := self.api.bot_replies(channel, thread_ts)) >= count and r
         )
+        return replies
 
     def record(self, thread_ts: str, *, channel: str = CHANNEL) -> Conversation | None:
         """The thread's conversation as the bot's storage has it now. The bot answers an

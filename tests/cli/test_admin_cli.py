@@ -11,7 +11,7 @@ from bot.runtime import ApprovalRequest, ConversationRuntime
 from bot.standin.slack_api import SlackWebApi
 from storage import Status
 from storage.local import LocalStore
-from testkit.runtime import SideEffects, build_agent, email_then_answer
+from testkit.runtime import SideEffects, build_agent, email_then_answer, record_of
 from testkit.slack import CHANNEL, TEAM, running_api, thread_key
 
 
@@ -52,13 +52,13 @@ async def test_cli_lists_and_discards_and_notifies_the_thread(
         assert code == 0 and str(key) in out
         code, out = await run_cli(env, "discard", "stale", "--older-than", "0s", "--dry-run")
         assert code == 0 and "would discard 1" in out
-        assert store.get(key).status is Status.AWAITING_APPROVAL  # type: ignore[union-attr]
+        assert record_of(store, key).status is Status.AWAITING_APPROVAL
 
         link = f"https://acme.slack.com/archives/{CHANNEL}/p1700000000000100"
         code, out = await run_cli(env, "discard", link)
         assert code == 0, out
         assert "removed its checkpoint" in out and "send_email" in out
-    assert store.get(key).status is Status.DISCARDED  # type: ignore[union-attr]
+    assert record_of(store, key).status is Status.DISCARDED
     [notice] = api.bot_replies(CHANNEL, key.thread_ts)
     assert "discarded" in notice.text and "send_email" in notice.text
     assert len(api.called("auth.test")) >= 1  # the team id came from the token

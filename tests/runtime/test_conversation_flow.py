@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import (
@@ -17,14 +19,22 @@ from bot.runtime import (
 )
 from bot.settings import RuntimeSettings
 from storage import Status, Store
-from testkit.runtime import KEY, SideEffects, build_agent, email_then_answer, history, kinds
+from testkit.runtime import (
+    KEY,
+    SideEffects,
+    build_agent,
+    email_then_answer,
+    history,
+    kinds,
+    record_of,
+)
 
 
 def runtime(
-    store: Store, model: ScriptedModel, effects: SideEffects, **settings: object
+    store: Store, model: ScriptedModel, effects: SideEffects, **settings: Any
 ) -> ConversationRuntime:
     agent = build_agent(model, effects, approval=bool(settings.pop("approval", True)))
-    return ConversationRuntime(store, agent, RuntimeSettings(**settings))  # type: ignore[arg-type]
+    return ConversationRuntime(store, agent, RuntimeSettings(**settings))
 
 
 async def test_plain_question_gets_an_answer(store: Store, effects: SideEffects) -> None:
@@ -72,7 +82,7 @@ async def test_approval_flow_by_button(store: Store, effects: SideEffects) -> No
     assert isinstance(request, ApprovalRequest)
     assert [c.tool_name for c in request.calls] == ["send_email"]
     assert effects.calls() == []
-    assert store.get(KEY).status is Status.AWAITING_APPROVAL  # type: ignore[union-attr]
+    assert record_of(store, KEY).status is Status.AWAITING_APPROVAL
 
     stranger = await rt.decide(
         KEY,
@@ -102,10 +112,11 @@ async def test_approval_flow_by_button(store: Store, effects: SideEffects) -> No
         checkpoint_version=request.checkpoint_version,
     )
     assert [type(o) for o in duplicate] == [Refused]
-    assert duplicate[0].text == "That call was already approved by <@U1>."  # type: ignore[union-attr]
+    assert isinstance(duplicate[0], Refused)
+    assert duplicate[0].text == "That call was already approved by <@U1>."
     assert len(effects.calls("send_email")) == 1
     assert kinds(store) == ["user", "function_call", "function_call_output", "message"]
-    assert store.get(KEY).status is Status.IDLE  # type: ignore[union-attr]
+    assert record_of(store, KEY).status is Status.IDLE
 
 
 async def test_approver_may_reject_with_a_reason(store: Store, effects: SideEffects) -> None:
@@ -137,11 +148,12 @@ async def test_reply_while_paused(store: Store, effects: SideEffects) -> None:
     # A decision word from someone who may not decide is refused to them, and not kept.
     other = await rt.handle_message(KEY, event_id="Ev2", user="U2", text="yes")
     assert [type(o) for o in other] == [Refused]
-    assert other[0].user == "U2" and "can't decide" in other[0].text  # type: ignore[union-attr]
+    assert isinstance(other[0], Refused)
+    assert other[0].user == "U2" and "can't decide" in other[0].text
     # Any other reply is kept for the agent; the request in the thread stays valid.
     kept = await rt.handle_message(KEY, event_id="Ev3", user="U1", text="and the weather?")
     assert [type(o) for o in kept] == [Notice]
-    assert kept[0].kind is NoticeKind.MESSAGE_KEPT  # type: ignore[union-attr]
+    assert isinstance(kept[0], Notice) and kept[0].kind is NoticeKind.MESSAGE_KEPT
     assert effects.calls() == []
 
     outcomes = await rt.handle_message(KEY, event_id="Ev4", user="U1", text="Approve!")
@@ -160,12 +172,13 @@ async def test_resume_says_why_not(store: Store, effects: SideEffects) -> None:
     rt = runtime(store, ScriptedModel([[assistant_message("Hi")]]), effects)
     await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
     [reply] = await rt.resume(KEY)
-    assert "nothing to resume" in reply.text  # type: ignore[union-attr]
+    assert isinstance(reply, StatusReply) and "nothing to resume" in reply.text
 
 
 async def test_resume_points_to_the_pending_approval(store: Store, effects: SideEffects) -> None:
     rt = runtime(store, email_then_answer(), effects)
     [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
     [again] = await rt.resume(KEY)
     # No second copy of the request: the reply points at the one in the thread.
     assert isinstance(again, StatusReply)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from storage import Status, Store
-from testkit.runtime import KEY, SideEffects, history
+from testkit.runtime import KEY, SideEffects, history, record_of
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +117,7 @@ def test_killed_while_pausing_for_a_person(
     assert [o["type"] for o in recovered] == ["Notice", "ApprovalRequest"]
     assert recovered[1]["calls"][0]["tool_name"] == "send_email"
     assert effects.calls() == []
-    assert store.get(KEY).status is Status.AWAITING_APPROVAL  # type: ignore[union-attr]
+    assert record_of(store, KEY).status is Status.AWAITING_APPROVAL
     assert _child(env, "approve-human", "-", "0", str(effects.path), str(out)) == 0
     decided = [json.loads(line) for line in out.read_text().splitlines()]
     assert [o["type"] for o in decided] == ["Decided", "Answer"]
@@ -152,4 +152,4 @@ def test_killed_after_a_person_approved(
     unknown = boundary == "after_side_effect"
     assert recovered[-1]["text"] == ("Done: email unknown." if unknown else "Done: email sent.")
     assert len(effects.calls("send_email")) == 1
-    assert store.get(KEY).status is Status.IDLE  # type: ignore[union-attr]
+    assert record_of(store, KEY).status is Status.IDLE

@@ -52,7 +52,7 @@ async def test_demo_agent_over_http(
             checkpoint_version=request.checkpoint_version,
         )
     assert [type(o) for o in outcomes] == [Decided, Answer]
-    assert outcomes[-1].text == "Filed the printer ticket."  # type: ignore[union-attr]
+    assert isinstance(outcomes[-1], Answer) and outcomes[-1].text == "Filed the printer ticket."
     tickets = (tmp_path / "tickets.jsonl").read_text().splitlines()
     assert [json.loads(t)["title"] for t in tickets] == ["Printer"]
 

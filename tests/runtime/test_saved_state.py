@@ -32,6 +32,7 @@ from testkit.runtime import (
     email_then_answer,
     history,
     kinds,
+    record_of,
 )
 from tests.conftest import Backend
 
@@ -261,7 +262,7 @@ async def test_recovery_by_two_replicas_serves_each_conversation_once(
     assert len(notices) == 6 and {n.kind for n in notices} == {NoticeKind.RESUMED_AFTER_RESTART}
     for key in keys:
         assert kinds(store, key) == ["user", "message"]
-        assert store.get(key).status is Status.IDLE  # type: ignore[union-attr]
+        assert record_of(store, key).status is Status.IDLE
     assert await replicas[0].recover() == []
 
 
@@ -288,7 +289,7 @@ async def test_a_message_for_a_busy_thread_is_served_right_after(
     users = [i["content"] for i in history(store) if i.get("role") == "user"]
     assert users == ["one", "two"]
     assert store.read_inbox(KEY) == []
-    assert store.get(KEY).status is Status.IDLE  # type: ignore[union-attr]
+    assert record_of(store, KEY).status is Status.IDLE
 
 
 async def test_many_conversations_at_once_in_one_process(

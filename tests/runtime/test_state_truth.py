@@ -31,6 +31,8 @@ from bot.runtime import (
 from bot.runtime.closing import NOT_RUN, UNKNOWN_OUTCOME
 from bot.settings import RuntimeSettings
 from storage import Status, Store, ToolCallStatus
+from storage.aws import AwsStore
+from storage.local import LocalStore
 from testkit.runtime import (
     KEY,
     SideEffects,
@@ -58,12 +60,13 @@ def storage_fault(store: Store, seconds: float) -> Iterator[Callable[[], None]]:
 
     def start() -> None:
         nonlocal handler
-        if hasattr(store, "db_path"):
-            store.busy_timeout = 0.05  # type: ignore[attr-defined]
+        if isinstance(store, LocalStore):
+            store.busy_timeout = 0.05
+            db_path = store.db_path
             locked = threading.Event()
 
             def hold() -> None:
-                db = sqlite3.connect(store.db_path, isolation_level=None)  # type: ignore[attr-defined]
+                db = sqlite3.connect(db_path, isolation_level=None)
                 db.execute("BEGIN EXCLUSIVE")
                 locked.set()
                 stop.wait(seconds)
@@ -75,6 +78,7 @@ def storage_fault(store: Store, seconds: float) -> Iterator[Callable[[], None]]:
             threads.append(thread)
             locked.wait(5)
         else:
+            assert isinstance(store, AwsStore)
             until = time.monotonic() + seconds
 
             def throttle(**kwargs: Any) -> Any:
@@ -84,9 +88,7 @@ def storage_fault(store: Store, seconds: float) -> Iterator[Callable[[], None]]:
                 return _Response(400), {**body, "ResponseMetadata": {"HTTPStatusCode": 400}}
 
             handler = throttle
-            store.dynamodb.meta.events.register(  # type: ignore[attr-defined]
-                "before-call.dynamodb.TransactWriteItems", throttle
-            )
+            store.dynamodb.meta.events.register("before-call.dynamodb.TransactWriteItems", throttle)
 
     try:
         yield start
@@ -95,7 +97,8 @@ def storage_fault(store: Store, seconds: float) -> Iterator[Callable[[], None]]:
         for thread in threads:
             thread.join(5)
         if handler is not None:
-            store.dynamodb.meta.events.unregister(  # type: ignore[attr-defined]
+            assert isinstance(store, AwsStore)
+            store.dynamodb.meta.events.unregister(
                 "before-call.dynamodb.TransactWriteItems", handler
             )
 
@@ -245,9 +248,10 @@ async def test_history_rows_expire_with_their_conversation(
     if backend.name != "aws":
         pytest.skip("the local backend deletes an expired conversation's rows with it")
     store = backend.open()
+    assert isinstance(store, AwsStore)
     rt = ConversationRuntime(store, build_agent(echo_model(4), effects))
     await rt.handle_message(KEY, event_id="E1", user="U1", text="my secret is 42")
-    rows = store.dynamodb.query(  # type: ignore[attr-defined]
+    rows = store.dynamodb.query(
         TableName=backend.env["BOT_TABLE"],
         KeyConditionExpression="pk = :pk",
         ExpressionAttributeValues={":pk": {"S": f"CONV#{KEY}"}},
@@ -256,7 +260,7 @@ async def test_history_rows_expire_with_their_conversation(
     for row in rows:  # every row carries the TTL attribute, none outlives the record
         assert int(row["expires_at"]["N"]) <= int(meta["expires_at"]["N"]), row["sk"]
     # What DynamoDB's TTL does once the record's time is up: the record goes first.
-    store.dynamodb.delete_item(  # type: ignore[attr-defined]
+    store.dynamodb.delete_item(
         TableName=backend.env["BOT_TABLE"],
         Key={"pk": {"S": f"CONV#{KEY}"}, "sk": {"S": "META"}},
     )
@@ -281,6 +285,7 @@ async def test_a_missing_offloaded_item_is_a_gap_not_a_wedge(
     if backend.name != "aws":
         pytest.skip("only the aws backend offloads items to S3")
     store = backend.open()
+    assert isinstance(store, AwsStore)
     rt = ConversationRuntime(store, build_agent(echo_model(6), effects))
     posted: list[str] = []
 
@@ -290,11 +295,11 @@ async def test_a_missing_offloaded_item_is_a_gap_not_a_wedge(
     rt.on_outcome = sink
     await rt.handle_message(KEY, event_id="E1", user="U1", text="log dump:\n" + "x" * 320_000)
     bucket = backend.env["BOT_BUCKET"]
-    listed = store.s3.list_objects_v2(Bucket=bucket, Prefix="items/")  # type: ignore[attr-defined]
+    listed = store.s3.list_objects_v2(Bucket=bucket, Prefix="items/")
     keys = [o["Key"] for o in listed.get("Contents", [])]
     assert keys
     for object_key in keys:  # the bucket's lifecycle rule, some days later
-        store.s3.delete_object(Bucket=bucket, Key=object_key)  # type: ignore[attr-defined]
+        store.s3.delete_object(Bucket=bucket, Key=object_key)
     outcomes = await rt.handle_message(KEY, event_id="E2", user="U1", text="any update?")
     assert [o.text for o in outcomes if isinstance(o, Answer)] == ["echo: any update?"]
     assert all("items/" not in text for text in posted)
@@ -313,11 +318,12 @@ async def test_a_backlog_of_250_messages_is_consumed_within_transaction_limits(
     store = backend.open(lease_seconds=60)
     actions: list[int] = []
     if backend.name == "aws":
+        assert isinstance(store, AwsStore)
 
         def count(params: dict[str, Any], **kwargs: Any) -> None:
             actions.append(len(params["TransactItems"]))
 
-        store.dynamodb.meta.events.register(  # type: ignore[attr-defined]
+        store.dynamodb.meta.events.register(
             "provide-client-params.dynamodb.TransactWriteItems", count
         )
     seen: list[int] = []

@@ -17,7 +17,7 @@ from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
 from bot.standin import requests
 from storage import Status, Store
-from testkit.runtime import SideEffects, build_agent, echo_model, email_then_answer
+from testkit.runtime import SideEffects, build_agent, echo_model, email_then_answer, record_of
 from testkit.slack import CHANNEL, TEAM, Harness, signed_headers, slack_bot, thread_key
 
 ADMIN, ALICE, BOB = "UADMIN", "UALICE", "UBOB"
@@ -248,7 +248,7 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
     _, token = await bot.command("/agent-admin", f"discard {link}", BOB)  # not an admin
     [refusal] = await bot.responses_for(token)
     assert "Only bot admins" in refusal["text"]
-    assert bot.runtime.store.get(thread_key(top.ts)).status is Status.AWAITING_APPROVAL  # type: ignore[union-attr]
+    assert record_of(bot.runtime.store, thread_key(top.ts)).status is Status.AWAITING_APPROVAL
 
     _, token = await bot.command("/agent-admin", "status", ADMIN)
     [status] = await bot.responses_for(token)
@@ -259,7 +259,7 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
     assert "removed its checkpoint" in summary["text"] and "send_email" in summary["text"]
     replies = await bot.bot_replies(top.ts, 2)
     assert "discarded" in replies[1].text
-    assert bot.runtime.store.get(thread_key(top.ts)).status is Status.DISCARDED  # type: ignore[union-attr]
+    assert record_of(bot.runtime.store, thread_key(top.ts)).status is Status.DISCARDED
     assert await bot.click(approval, APPROVE, ALICE) == 200
     await bot.api.wait_for(lambda: len(bot.api.responses) >= 4)
     assert effects.calls() == []

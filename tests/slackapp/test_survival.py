@@ -25,10 +25,11 @@ import pytest
 
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
-from storage import ConversationKey, Status, Store, ToolCallStatus
+from storage import Conversation, Status, Store, ToolCallStatus
 from testkit.responses import ScriptedResponses, message, responses_server, tool_call
+from testkit.runtime import record_of
 from testkit.services import free_port, wait_until
-from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers
+from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers, thread_key
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.slow
@@ -170,10 +171,8 @@ async def deployment(
                 bot.stop_all()
 
 
-def record(bot: Deployment, question: Message) -> Any:
-    return bot.store.get(
-        ConversationKey(team=TEAM, channel=question.channel, thread_ts=question.ts)
-    )
+def record(bot: Deployment, question: Message) -> Conversation:
+    return record_of(bot.store, thread_key(question.ts, question.channel))
 
 
 async def finished(bot: Deployment, question: Message) -> None:
@@ -182,7 +181,7 @@ async def finished(bot: Deployment, question: Message) -> None:
     no process or recovery sweep has anything more to post there."""
 
     def done() -> bool:
-        state = record(bot, question)
+        state = bot.store.get(thread_key(question.ts, question.channel))
         return (
             state is not None
             and (state.status, state.lease_owner) == (Status.IDLE, None)
@@ -253,7 +252,8 @@ async def test_sigterm_during_an_approved_side_effect_lets_it_finish(
         state = record(bot, question)
         assert state.status is Status.RUNNING and state.lease_owner is None  # given up at once
         call = bot.store.get_tool_call(state.key, "call-transfer")
-        assert call.status is ToolCallStatus.COMPLETED and call.output == "transferred 5 to bob"
+        assert call is not None and call.status is ToolCallStatus.COMPLETED
+        assert call.output == "transferred 5 to bob"
         await bot.start()
         await bot.api.wait_for(
             lambda: any(
@@ -280,7 +280,7 @@ async def test_sigterm_past_the_grace_reports_the_outcome_unknown(
         assert await bot.signal(signal.SIGTERM) == 0
         state = record(bot, question)
         call = bot.store.get_tool_call(state.key, "call-transfer")
-        assert call.status is ToolCallStatus.STARTED  # not "error: CancelledError"
+        assert call is not None and call.status is ToolCallStatus.STARTED  # not "error: ..."
         assert state.lease_owner is None
         await bot.start()
         replies = await bot.api.wait_for(
@@ -294,7 +294,7 @@ async def test_sigterm_past_the_grace_reports_the_outcome_unknown(
     assert any("outcome is unknown" in r.text for r in replies)
     assert len(bot.transfers()) == 1  # not run again
     final = bot.store.get_tool_call(state.key, "call-transfer")
-    assert final.status is ToolCallStatus.STARTED
+    assert final is not None and final.status is ToolCallStatus.STARTED
 
 
 async def test_kill_mid_run_resumes_within_five_seconds_of_health(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from storage import (
     Status,
     Store,
 )
+from testkit.runtime import record_of
 from tests.conftest import Backend
 from tests.storage.conftest import KEY
 
@@ -30,7 +32,7 @@ def test_acquire_creates_the_record_and_fences_grow(store: Store) -> None:
     second, record = store.acquire(KEY, "worker-b")
     assert second.fence == 2
     assert record.status is Status.IDLE
-    assert store.get(KEY).lease_owner == "worker-b"  # type: ignore[union-attr]
+    assert record_of(store, KEY).lease_owner == "worker-b"
 
 
 def test_a_held_lease_is_busy_until_expiry_plus_skew(backend: Backend) -> None:
@@ -52,7 +54,7 @@ def test_every_write_of_a_superseded_holder_is_rejected(backend: Backend) -> Non
     old, _ = store.acquire(KEY, "old")
     time.sleep(0.4)
     new, _ = store.acquire(KEY, "new")
-    attempts = [
+    attempts: list[Callable[[], object]] = [
         lambda: store.renew(old),
         lambda: store.release(old),
         lambda: store.set_status(old, Status.IDLE),
@@ -128,7 +130,7 @@ def test_drop_checkpoint_removes_pointer_and_blob(store: Store) -> None:
     lease, _ = store.acquire(KEY, "a")
     done = store.commit(lease, state={"v": 1}, meta=META, expected_version=0, items=['"x"'])
     removed = store.drop_checkpoint(lease, status=Status.DISCARDED, release=True)
-    assert removed == done.checkpoint
+    assert removed is not None and removed == done.checkpoint
     record = store.get(KEY)
     assert record is not None
     assert (record.checkpoint, record.status, record.lease_owner) == (None, Status.DISCARDED, None)
@@ -136,7 +138,7 @@ def test_drop_checkpoint_removes_pointer_and_blob(store: Store) -> None:
     from storage import CheckpointMissing
 
     with pytest.raises(CheckpointMissing):
-        store.load_checkpoint(removed)  # type: ignore[arg-type]
+        store.load_checkpoint(removed)
 
 
 def test_event_ids_are_claimed_once(store: Store) -> None:
@@ -205,7 +207,7 @@ def test_inbox_keeps_messages_until_a_commit_consumes_them(store: Store) -> None
     )
     with pytest.raises(InboxChanged):
         store.release(lease, status=Status.IDLE, inbox_seen=seen)
-    assert store.get(KEY).lease_owner == "w"  # type: ignore[union-attr]  # still held
+    assert record_of(store, KEY).lease_owner == "w"  # still held
     remaining = store.read_inbox(KEY)
     assert [e.event_id for e in remaining] == ["Ev2"]
     store.commit(
@@ -213,7 +215,7 @@ def test_inbox_keeps_messages_until_a_commit_consumes_them(store: Store) -> None
     )
     store.release(lease, status=Status.IDLE, inbox_seen=seen + 1)
     assert store.read_inbox(KEY) == []
-    assert store.get(KEY).status is Status.IDLE  # type: ignore[union-attr]
+    assert record_of(store, KEY).status is Status.IDLE
 
 
 def test_two_writers_racing_on_one_version_one_wins(backend: Backend) -> None:

@@ -19,12 +19,15 @@ from tests.storage.conftest import KEY
 pytestmark = pytest.mark.slow
 
 
-def _spawn(env: dict[str, str], *args: str, **popen: object) -> subprocess.Popen[str]:
+def _spawn(
+    env: dict[str, str], *args: str, stdin: int | None = None, stdout: int | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "testkit.procs", *args],
         env=env,
         text=True,
-        **popen,  # type: ignore[call-overload]
+        stdin=stdin,
+        stdout=stdout,
     )
 
 

@@ -5,16 +5,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import pytest
 from agents import Agent, Runner, function_tool
+from agents.items import TResponseInputItem
 from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from storage import ConversationSession, Store
 from tests.storage.conftest import KEY
+
+
+def opaque(items: Iterable[dict[str, Any]]) -> list[TResponseInputItem]:
+    """Items of any JSON shape, not only the SDK's: the session keeps them as opaque text."""
+    return cast("list[TResponseInputItem]", list(items))
+
+
+async def read(session: ConversationSession, limit: int | None = None) -> list[dict[str, Any]]:
+    """The session's items as the plain JSON objects these tests wrote."""
+    return cast("list[dict[str, Any]]", await session.get_items(limit))
+
+
+async def pop(session: ConversationSession) -> dict[str, Any] | None:
+    return cast("dict[str, Any] | None", await session.pop_item())
 
 
 def digest(items: list[Any]) -> list[str]:
@@ -59,8 +74,8 @@ async def test_real_sdk_items_round_trip_exactly(store: Store) -> None:
 
 async def test_limit_returns_the_latest_in_order(store: Store) -> None:
     session = ConversationSession(store, KEY)
-    await session.add_items([{"role": "user", "content": f"m{i}"} for i in range(7)])
-    latest = await session.get_items(limit=3)
+    await session.add_items(opaque({"role": "user", "content": f"m{i}"} for i in range(7)))
+    latest = await read(session, limit=3)
     assert [item["content"] for item in latest] == ["m4", "m5", "m6"]
     assert await session.get_items(limit=0) == []
     assert len(await session.get_items(limit=50)) == 7
@@ -69,28 +84,28 @@ async def test_limit_returns_the_latest_in_order(store: Store) -> None:
 async def test_pop_and_clear(store: Store) -> None:
     session = ConversationSession(store, KEY)
     assert await session.pop_item() is None
-    await session.add_items([{"n": 1}, {"n": 2}])
-    assert await session.pop_item() == {"n": 2}
-    assert await session.get_items() == [{"n": 1}]
+    await session.add_items(opaque([{"n": 1}, {"n": 2}]))
+    assert await pop(session) == {"n": 2}
+    assert await read(session) == [{"n": 1}]
     await session.clear_session()
-    assert await session.get_items() == []
-    await session.add_items([{"n": 3}])
-    assert await session.get_items() == [{"n": 3}]
+    assert await read(session) == []
+    await session.add_items(opaque([{"n": 3}]))
+    assert await read(session) == [{"n": 3}]
 
 
 async def test_a_batch_beyond_one_transaction_is_appended_whole(store: Store) -> None:
     session = ConversationSession(store, KEY)
-    await session.add_items([{"n": 0}])
+    await session.add_items(opaque([{"n": 0}]))
     batch = [{"n": i, "pad": "é" * 50_000} for i in range(1, 131)]  # 130 items, ~13 MB
-    await session.add_items(batch)
-    await session.add_items([{"n": 131}])
-    items = await session.get_items()
+    await session.add_items(opaque(batch))
+    await session.add_items(opaque([{"n": 131}]))
+    items = await read(session)
     assert [item["n"] for item in items] == list(range(132))
     assert digest(items[1:131]) == digest(batch)
-    assert [item["n"] for item in await session.get_items(limit=5)] == list(range(127, 132))
-    assert await session.pop_item() == {"n": 131}
-    assert (await session.pop_item())["n"] == 130  # type: ignore[index]
-    assert [item["n"] for item in await session.get_items(limit=2)] == [128, 129]
+    assert [item["n"] for item in await read(session, limit=5)] == list(range(127, 132))
+    assert await pop(session) == {"n": 131}
+    assert await pop(session) == batch[-1]  # n = 130
+    assert [item["n"] for item in await read(session, limit=2)] == [128, 129]
 
 
 async def test_staged_items_are_invisible_to_others_until_committed(store: Store) -> None:
@@ -98,9 +113,9 @@ async def test_staged_items_are_invisible_to_others_until_committed(store: Store
 
     lease, _ = store.acquire(KEY, "w")
     staged = ConversationSession(store, KEY, lease=lease, staged=True)
-    await staged.add_items([{"n": 1}])
-    assert await staged.get_items() == [{"n": 1}]
-    assert await ConversationSession(store, KEY).get_items() == []
+    await staged.add_items(opaque([{"n": 1}]))
+    assert await read(staged) == [{"n": 1}]
+    assert await read(ConversationSession(store, KEY)) == []
     done = store.commit(
         lease,
         state={"s": 1},
@@ -111,7 +126,7 @@ async def test_staged_items_are_invisible_to_others_until_committed(store: Store
     )
     assert done.next_seq == 1
     staged.committed(done.next_seq)
-    assert await ConversationSession(store, KEY).get_items() == [{"n": 1}]
+    assert await read(ConversationSession(store, KEY)) == [{"n": 1}]
 
 
 @pytest.mark.slow

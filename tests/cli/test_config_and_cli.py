@@ -23,7 +23,7 @@ def test_settings_defaults_and_backend_choice(monkeypatch: pytest.MonkeyPatch) -
     assert (settings.backend, settings.data_dir, settings.lease_seconds) == (
         "local",
         Path(".bot-data"),
-        30,
+        15,
     )
     assert settings.state_ttl == timedelta(days=7)
     monkeypatch.setenv("BOT_TABLE", "tbl")

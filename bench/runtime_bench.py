@@ -26,8 +26,8 @@ from bot.settings import RuntimeSettings
 from storage import ConversationKey, Store
 from storage.aws import AwsStore, create_resources
 from storage.local import LocalStore
-from tests.runtime_kit import SideEffects, build_agent, echo_model
-from tests.services import aws_environment, dynamodb_local, moto_s3
+from testkit.runtime import SideEffects, build_agent, echo_model
+from testkit.services import aws_environment, dynamodb_local, moto_s3
 
 
 def key(prefix: str, n: int) -> ConversationKey:

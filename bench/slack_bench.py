@@ -16,22 +16,18 @@ from pathlib import Path
 from bench.storage_bench import percentile
 from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
+from bot.standin import requests
 from storage.local import LocalStore
-from tests.runtime_kit import SideEffects, build_agent, echo_model
-from tests.slack_kit import CHANNEL, TEAM, Harness, slack_bot
+from testkit.runtime import SideEffects, build_agent, echo_model
+from testkit.slack import CHANNEL, TEAM, Harness, slack_bot
 
 
 async def burst(bot: Harness, events: int) -> tuple[list[float], float]:
     async def one(i: int) -> float:
         message = bot.api.add_user_message(CHANNEL, "UALICE", f"<@UBOT> load {i}")
-        event = {
-            "type": "app_mention",
-            "user": "UALICE",
-            "text": message.text,
-            "ts": message.ts,
-            "channel": CHANNEL,
-            "team": TEAM,
-        }
+        event = requests.app_mention(
+            user="UALICE", text=message.text, ts=message.ts, channel=CHANNEL, team=TEAM
+        )
         started = time.perf_counter()
         status = await bot.send_event(event)
         assert status == 200

@@ -27,7 +27,7 @@ from storage import CheckpointMeta, ConversationKey, Status, Store
 from storage.aws import AwsStore, create_resources
 from storage.codec import encode_state
 from storage.local import LocalStore
-from tests.services import aws_environment, dynamodb_local, moto_s3
+from testkit.services import aws_environment, dynamodb_local, moto_s3
 
 META = CheckpointMeta(schema_version="1.21", agent_fingerprint="bench")
 OPS = ("acquire", "read history", "commit turn", "release", "load checkpoint")

@@ -1,2 +1,2 @@
-"""Test infrastructure shared by `tests/` and `bench/`: fault injection from outside the
-application (a loopback proxy in front of the storage emulators)."""
+"""Test infrastructure that tests and benchmarks share: local services, the Slack and
+model stand-ins, runtime helpers, child-process programs, the fault proxy."""

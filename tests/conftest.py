@@ -11,7 +11,9 @@ import pytest
 
 from storage import StorageSettings, Store, open_store
 from storage.aws import create_resources
-from tests.services import aws_environment, dynamodb_local, moto_s3
+from storage.local import LocalStore
+from testkit.runtime import SideEffects
+from testkit.services import aws_environment, dynamodb_local, moto_s3
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
@@ -76,3 +78,17 @@ def child_env(backend: Backend) -> Callable[..., dict[str, str]]:
         return {**os.environ, **backend.env, "PYTHONPATH": str(Path.cwd()), **extra}
 
     return make
+
+
+@pytest.fixture
+def local_store(tmp_path: Path) -> Iterator[LocalStore]:
+    """The embedded backend in a fresh directory, `tmp_path / "data"`."""
+    store = LocalStore(tmp_path / "data")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def effects(tmp_path: Path) -> SideEffects:
+    """The test agents' tool executions, counted in a file outside every process."""
+    return SideEffects(tmp_path / "effects.jsonl")

@@ -203,7 +203,10 @@ def _calls(
         if isinstance(item, dict) and item.get("type") == "function_call_output":
             outputs[str(item.get("call_id"))] = content_text(item.get("output"))
     unknown_notices = " ".join(
-        p.text for p in thread.posts if p.what.notice == "tool_outcome_unknown"
+        p.text
+        for p in thread.posts
+        if p.what.notice == "tool_outcome_unknown"
+        or (p.what.notice in EXPLAINING_NOTICES and "outcome unknown" in p.text)
     )
     for call_id, made in mine.items():
         ran = effects.get(call_id, 0)

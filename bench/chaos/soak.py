@@ -25,7 +25,7 @@ from bench.chaos.run import Run, RunResult
 from bench.chaos.slack import SlackSide
 from storage import ConversationKey, StorageSettings, open_store
 from testkit.faultproxy import FaultProxy
-from tests.services import aws_environment, dynamodb_local, free_port, moto_s3
+from testkit.services import aws_environment, dynamodb_local, free_port, moto_s3
 
 
 @dataclass

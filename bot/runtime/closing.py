@@ -73,9 +73,8 @@ class ClosedCalls:
         if self.ran:
             parts.append(f"Already done (it ran once and is not repeated): {_names(self.ran)}.")
         if self.unknown:
-            parts.append(
-                f"Started, outcome unknown (not run again; check it): {_names(self.unknown)}."
-            )
+            calls = ", ".join(f"`{c.tool_name}` (call {c.call_id})" for c in self.unknown)
+            parts.append(f"Started, outcome unknown (not run again; check it): {calls}.")
         if self.not_run:
             parts.append(f"Not run: {_names(self.not_run)}.")
         return " ".join(parts)

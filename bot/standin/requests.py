@@ -1,5 +1,6 @@
 """The bodies Slack sends to an app: events as JSON, slash commands form-encoded, button
-clicks as `payload=<json>`; signed like Slack signs them. Shared by local mode's stand-in
+clicks as `payload=<json>`; signed like Slack signs them; and the events inside them
+(mentions, channel and thread messages, direct messages). Shared by local mode's stand-in
 and the tests, so both speak to the bot exactly alike."""
 
 from __future__ import annotations
@@ -21,6 +22,59 @@ def signed_headers(body: str, secret: str, *, timestamp: int | None = None) -> d
     stamp = str(int(time.time()) if timestamp is None else timestamp)
     digest = hmac.new(secret.encode(), f"v0:{stamp}:{body}".encode(), hashlib.sha256).hexdigest()
     return {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": f"v0={digest}"}
+
+
+def app_mention(
+    *, user: str, text: str, ts: str, channel: str, thread_ts: str | None = None, team: str = ""
+) -> dict[str, Any]:
+    """The event for a message that mentions the app (`thread_ts` when in a thread)."""
+    event: dict[str, Any] = {
+        "type": "app_mention",
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "channel": channel,
+        "event_ts": ts,
+    }
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    if team:
+        event["team"] = team
+    return event
+
+
+def message(
+    *,
+    channel: str,
+    ts: str,
+    user: str | None = None,
+    text: str | None = None,
+    thread_ts: str | None = None,
+    team: str = "",
+    channel_type: str = "channel",
+    **fields: Any,
+) -> dict[str, Any]:
+    """A `message` event: in a channel (a reply in a thread with `thread_ts`), or a direct
+    message (see `direct_message`). `fields` adds what a variant carries (`subtype`,
+    `bot_id`, ...); a message without a `user` or a `text` (an edit, say) leaves it out."""
+    event: dict[str, Any] = {"type": "message", "channel_type": channel_type}
+    if user is not None:
+        event["user"] = user
+    if text is not None:
+        event["text"] = text
+    event |= {"ts": ts, "channel": channel, "event_ts": ts}
+    if thread_ts:
+        event["thread_ts"] = thread_ts
+    if team:
+        event["team"] = team
+    return event | fields
+
+
+def direct_message(
+    *, user: str, text: str, ts: str, channel: str, team: str = ""
+) -> dict[str, Any]:
+    """A message to the app in a direct message channel (`D...`)."""
+    return message(user=user, text=text, ts=ts, channel=channel, team=team, channel_type="im")
 
 
 def event_callback(team: str, event: dict[str, Any], event_id: str | None = None) -> str:

@@ -43,11 +43,13 @@ from aiohttp import web
 
 from bot.standin.requests import (
     FORM,
+    app_mention,
     block_actions,
     event_callback,
     signed_headers,
     slash_command,
 )
+from bot.standin.requests import message as message_event
 from bot.standin.slack_api import Call, Message, SlackWebApi
 
 if TYPE_CHECKING:
@@ -490,28 +492,20 @@ class Workspace:
         mentioned = MENTION in text
         text = text.replace(MENTION, f"<@{self.api.bot_user}>")
         message = self.api.add_user_message(CHANNEL, user, text, thread_ts)
-        event: dict[str, Any] = {
-            "user": user,
-            "text": text,
-            "ts": message.ts,
-            "channel": CHANNEL,
-            "event_ts": message.ts,
-            "team": self.api.team,
-        }
-        if thread_ts:
-            event["thread_ts"] = thread_ts
-        kinds = (["app_mention"] if mentioned else []) + (
-            ["message"] if thread_ts or not mentioned else []
-        )
-        for kind in kinds:
-            extra = {"channel_type": "channel"} if kind == "message" else {}
+        said = {"user": user, "text": text, "ts": message.ts, "channel": CHANNEL}
+        events = []  # as Slack sends them: a mention in a thread is both events
+        if mentioned:
+            events.append(app_mention(**said, thread_ts=thread_ts, team=self.api.team))
+        if thread_ts or not mentioned:
+            events.append(message_event(**said, thread_ts=thread_ts, team=self.api.team))
+        for event in events:
             self.enqueue(
                 {
                     "kind": "event",
                     "user": user,
                     "ts": message.ts,
                     "thread_ts": thread_ts,
-                    "event": {**event, "type": kind, **extra},
+                    "event": event,
                     "event_id": f"Ev{uuid.uuid4().hex[:12]}",
                 }
             )

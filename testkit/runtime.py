@@ -1,0 +1,92 @@
+"""Agents and helpers for runtime tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, function_tool
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from bot.runtime import retry_safe
+from storage import Conversation, ConversationKey, Store
+
+KEY = ConversationKey(team="T9", channel="C9", thread_ts="1700000100.000100")
+
+
+class SideEffects:
+    """Counts tool executions in a file, outside any process that might be killed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def record(self, name: str, arguments: dict[str, Any]) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"tool": name, **arguments}) + "\n")
+
+    def calls(self, name: str | None = None) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        rows = [json.loads(line) for line in self.path.read_text().splitlines()]
+        return [row for row in rows if name is None or row["tool"] == name]
+
+
+def build_agent(model: Any, effects: SideEffects, *, approval: bool = True) -> Agent[Any]:
+    @function_tool
+    def lookup(topic: str) -> str:
+        """Read-only lookup."""
+        effects.record("lookup", {"topic": topic})
+        return f"facts about {topic}"
+
+    @function_tool(needs_approval=approval)
+    def send_email(to: str, body: str) -> str:
+        """Send an email (a side effect)."""
+        effects.record("send_email", {"to": to})
+        return f"sent to {to}"
+
+    return Agent(name="assistant", model=model, tools=[retry_safe(lookup), send_email])
+
+
+def email_then_answer(
+    call_id: str = "call-email", text: str = "Done: email sent."
+) -> ScriptedModel:
+    return ScriptedModel(
+        [
+            [function_call("send_email", {"to": "ana@example.com", "body": "hi"}, call_id=call_id)],
+            [assistant_message(text)],
+        ]
+    )
+
+
+def history(store: Store, key: ConversationKey = KEY) -> list[dict[str, Any]]:
+    return [json.loads(text) for text in store.read_items(key).items]
+
+
+def kinds(store: Store, key: ConversationKey = KEY) -> list[str | None]:
+    return [item.get("type") or item.get("role") for item in history(store, key)]
+
+
+def record_of(store: Store, key: ConversationKey = KEY) -> Conversation:
+    """The conversation's record, which the caller knows exists."""
+    record = store.get(key)
+    assert record is not None, f"{key} has no record"
+    return record
+
+
+def last_user_text(call: Any) -> str:
+    items = (
+        call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
+    )
+    texts = [i.get("content") for i in items if isinstance(i, dict) and i.get("role") == "user"]
+    return str(texts[-1]) if texts else ""
+
+
+def echo_model(steps: int = 20) -> ScriptedModel:
+    """Answers every call with an echo of the latest user message (order-independent)."""
+    from agents.testing import ModelStep
+
+    def respond(call: Any) -> Any:
+        return [assistant_message(f"echo: {last_user_text(call)}")]
+
+    return ScriptedModel([ModelStep.respond(respond) for _ in range(steps)])

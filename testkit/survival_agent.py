@@ -1,0 +1,44 @@
+"""An agent for process-level tests (`BOT_AGENT=testkit.survival_agent:build_agent`): `transfer`
+is a side effect a person approves; it records each execution in `$EFFECTS_FILE` (outside
+every process) and then takes `$TRANSFER_SECONDS` to finish, so a signal can land mid-tool;
+`balance` is read-only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+from agents import Agent, function_tool
+from agents.tool_context import ToolContext
+
+from bot.runtime import retry_safe
+
+
+@function_tool(needs_approval=True)
+async def transfer(ctx: ToolContext[Any], amount: int, to: str) -> str:
+    """Transfer money (a side effect)."""
+    line = json.dumps({"call_id": ctx.tool_call_id, "amount": amount, "to": to, "pid": os.getpid()})
+    fd = os.open(os.environ["EFFECTS_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    await asyncio.sleep(float(os.getenv("TRANSFER_SECONDS", "0")))
+    return f"transferred {amount} to {to}"
+
+
+@function_tool
+def balance(account: str) -> str:
+    """Read an account's balance (read-only)."""
+    return f"{account} has 100"
+
+
+def build_agent() -> Agent[Any]:
+    return Agent(
+        name="assistant",
+        instructions="Move money when asked.",
+        tools=[transfer, retry_safe(balance)],
+    )

@@ -1,0 +1,242 @@
+"""The chaos soak's judgement, without processes: the classification of what the real poster
+sends, the scripted model's rules, and the invariant checks on hand-made facts (each check
+must fire on a violation and stay quiet on a clean run)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from bench.chaos.classify import PostKind, classify_post
+from bench.chaos.invariants import (
+    BotPost,
+    RunFacts,
+    SentMessage,
+    ThreadFacts,
+    check,
+)
+from bench.chaos.model import CallMade, ModelServer
+from bot.runtime import DeliveryRef
+from bot.runtime.guard import UNKNOWN_OUTCOME
+from bot.runtime.outcomes import (
+    Answer,
+    ApprovalRequest,
+    Decided,
+    Notice,
+    NoticeKind,
+    Outcome,
+    PendingCall,
+)
+from bot.slackapp.poster import SlackPoster
+from storage import Conversation, ConversationKey, Status, ToolCallRecord, ToolCallStatus
+
+KEY = ConversationKey(team="T0CHAOS", channel="CS1A", thread_ts="1700000000.000001")
+NOW = datetime.now(UTC)
+
+
+class RecordingClient:
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+
+    async def chat_postMessage(self, **kwargs: Any) -> dict[str, Any]:
+        self.posts.append(kwargs)
+        return {"ok": True}
+
+    async def chat_update(self, **kwargs: Any) -> dict[str, Any]:
+        return {"ok": True}
+
+    async def conversations_replies(self, **kwargs: Any) -> dict[str, Any]:
+        return {"ok": True, "messages": []}
+
+
+async def posted(outcome: Outcome) -> list[dict[str, Any]]:
+    client = RecordingClient()
+    await SlackPoster(client)(outcome, DeliveryRef(id="3.0"))  # type: ignore[arg-type]
+    return client.posts
+
+
+@pytest.mark.parametrize("kind", [k for k in NoticeKind if k is not NoticeKind.QUEUED])
+async def test_notices_from_the_poster(kind: NoticeKind) -> None:
+    [post] = await posted(Notice(key=KEY, kind=kind, text="something happened"))
+    found = classify_post(post)
+    assert found.kind is PostKind.NOTICE
+    same_icon = {"state_incompatible", "state_damaged"}  # one icon for both
+    assert found.notice == kind.value or {found.notice, kind.value} <= same_icon
+
+
+async def test_answers_requests_and_decisions_from_the_poster() -> None:
+    call = PendingCall(call_id="call_x_1", tool_name="transfer", arguments='{"amount": 1}')
+    request = ApprovalRequest(key=KEY, calls=[call], checkpoint_version=3, requested_by="U1")
+    [asked] = await posted(request)
+    found = classify_post(asked)
+    assert (found.kind, found.call_ids, found.version, found.reminder) == (
+        PostKind.APPROVAL_REQUEST,
+        ("call_x_1",),
+        3,
+        False,
+    )
+    decided = Decided(key=KEY, call_id="c", tool_name="transfer", approved=True, user="U1")
+    [decision] = await posted(decided)
+    assert classify_post(decision).kind is PostKind.DECISION
+    [answer] = await posted(Answer(key=KEY, text="answer #s1t0m0 [resp 4]"))
+    assert classify_post(answer).kind is PostKind.ANSWER
+
+
+def test_metadata_wins_over_the_text() -> None:
+    post = {
+        "text": "anything at all",
+        "metadata": {
+            "event_type": "agent_outcome",
+            "event_payload": {"outcome": "notice", "notice_kind": "run_failed", "outbox_id": 7},
+        },
+    }
+    found = classify_post(post)
+    assert (found.kind, found.notice, found.outbox_id) == (PostKind.NOTICE, "run_failed", "7")
+
+
+def test_model_rules() -> None:
+    model = ModelServer()
+    [call] = model.decide([{"role": "user", "content": "transfer 5 to bob #s1t0m0"}])
+    assert call["type"] == "function_call" and call["name"] == "transfer"
+    assert call["call_id"].startswith("call_s1t0m0_")
+    [again] = model.decide([{"role": "user", "content": "transfer 5 to bob #s1t0m0"}])
+    assert again["call_id"] != call["call_id"]  # a fresh id on every call, like real models
+    done = model.decide(
+        [
+            {"role": "user", "content": "transfer 5 to bob #s1t0m0"},
+            call,
+            {"type": "function_call_output", "call_id": call["call_id"], "output": UNKNOWN_OUTCOME},
+        ]
+    )
+    text = done[0]["content"][0]["text"]
+    assert "#s1t0m0" in text and f"{call['call_id']}=unknown" in text
+    [echo] = model.decide(
+        [{"role": "assistant", "content": "earlier"}, {"role": "user", "content": "hi #s1t0m1"}]
+    )
+    assert echo["content"][0]["text"].startswith("answer #s1t0m1 [resp ")
+
+
+def thread(**changes: Any) -> ThreadFacts:
+    record = Conversation(
+        key=KEY,
+        status=Status.IDLE,
+        created_at=NOW,
+        updated_at=NOW,
+        last_activity_at=NOW,
+        expires_at=NOW + timedelta(hours=1),
+    )
+    facts = ThreadFacts(index=0, key=KEY, record=record)
+    for name, value in changes.items():
+        setattr(facts, name, value)
+    return facts
+
+
+def post(text: str, at: float = 10.0, **args: Any) -> BotPost:
+    return BotPost(at=at, text=text, what=classify_post({"text": text, **args}))
+
+
+def message(tag: str = "s1t0m0", text: str = "transfer 5 to bob") -> SentMessage:
+    return SentMessage(tag=tag, thread=0, text=text, user="UBOB", sent_at=1.0, acked=True)
+
+
+def tool_record(output: str) -> ToolCallRecord:
+    return ToolCallRecord(
+        key=KEY,
+        call_id="call_s1t0m0_1",
+        tool_name="transfer",
+        arguments="{}",
+        status=ToolCallStatus.COMPLETED,
+        output=output,
+        fence=1,
+        started_at=NOW,
+    )
+
+
+def facts(
+    threads: list[ThreadFacts], effects: int = 1, messages: list[SentMessage] | None = None
+) -> RunFacts:
+    call = CallMade("call_s1t0m0_1", "transfer", "s1t0m0", {"amount": 5, "to": "bob"}, at=2.0)
+    line = {"tool": "transfer", "call_id": call.call_id}
+    return RunFacts(
+        threads=threads,
+        messages=[message()] if messages is None else messages,
+        calls={call.call_id: call},
+        effects=[line] * effects,
+        now=NOW,
+    )
+
+
+def session(output: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "transfer 5 to bob #s1t0m0"},
+        {"type": "function_call", "call_id": "call_s1t0m0_1", "name": "transfer"},
+        {"type": "function_call_output", "call_id": "call_s1t0m0_1", "output": output},
+        {"role": "assistant", "content": "answer #s1t0m0 [resp 2]"},
+    ]
+
+
+def kinds(found: RunFacts) -> list[str]:
+    return sorted(v.kind for v in check(found))
+
+
+def clean(**changes: Any) -> ThreadFacts:
+    values: dict[str, Any] = {
+        "posts": [post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]")],
+        "items": session("ok: transferred 5 to bob"),
+        "tool_records": {"call_s1t0m0_1": tool_record("ok: transferred 5 to bob")},
+        "approved_clicks": {"call_s1t0m0_1"},
+        "blobs": [
+            "checkpoints/x/v0000000001-f1-ab.json.gz",
+            "checkpoints/x/v0000000002-f2-cd.json.gz",
+        ],
+    }
+    return thread(**(values | changes))
+
+
+def test_a_clean_run_has_no_violation() -> None:
+    assert kinds(facts([clean()])) == []
+
+
+def test_each_check_fires() -> None:
+    assert kinds(facts([clean()], effects=2)) == ["effect_duplicated"]
+    assert kinds(facts([clean(approved_clicks=set())])) == ["effect_without_approval"]
+    cancelled = "error: CancelledError: "
+    assert kinds(
+        facts(
+            [
+                clean(
+                    posts=[post("answer #s1t0m0 | call_s1t0m0_1=failed [resp 2]")],
+                    items=session(cancelled),
+                    tool_records={"call_s1t0m0_1": tool_record(cancelled)},
+                )
+            ]
+        )
+    ) == ["notice_contradicts_ledger", "record_contradicts_ledger", "record_contradicts_ledger"]
+    unknown = clean(
+        posts=[post("answer #s1t0m0 | call_s1t0m0_1=unknown [resp 2]")],
+        items=session(UNKNOWN_OUTCOME),
+        tool_records={},
+    )
+    assert kinds(facts([unknown])) == ["unknown_outcome_unannounced"]
+    announced = post(":grey_question: `transfer` (call call_s1t0m0_1) ... unknown", at=5)
+    unknown.posts.append(announced)
+    assert kinds(facts([unknown])) == []
+    twice = clean()
+    twice.posts.append(twice.posts[0])
+    assert kinds(facts([twice])) == ["answer_posted_twice"]
+    assert kinds(facts([clean(posts=[])])) == ["message_unanswered"]
+    failed = post(":x: The run stopped: APIError. Nothing was lost; use /resume.", at=5)
+    assert kinds(facts([clean(posts=[failed])])) == []
+    regressed = ["x/v0000000001-f3-ab.json.gz", "x/v0000000002-f2-cd.json.gz"]
+    assert kinds(facts([clean(blobs=regressed)])) == ["stale_fence_checkpoint"]
+    orphans = ["x/v0000000001-f3-ab.json.gz", "x/v0000000002-f2-cd.json.gz"]
+    orphans.append("x/v0000000001-f1-ef.json.gz")  # v1 has a blob from an older fence too
+    assert kinds(facts([clean(blobs=orphans)])) == []
+    running = clean()
+    assert running.record is not None
+    running.record = running.record.model_copy(update={"status": Status.RUNNING})
+    assert kinds(facts([running])) == ["thread_left_running"]
+    duplicated = clean(items=session("ok: transferred 5 to bob") * 2)
+    assert "session_turn_duplicated" in kinds(facts([duplicated]))

@@ -1,0 +1,203 @@
+"""The conversation runtime with `agents.testing.ScriptedModel`, on both backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from bot.runtime import (
+    Answer,
+    ApprovalRequest,
+    ConversationRuntime,
+    Decided,
+    Duplicate,
+    Notice,
+    NoticeKind,
+    Refused,
+    StatusReply,
+)
+from bot.settings import RuntimeSettings
+from storage import Status, Store
+from testkit.runtime import (
+    KEY,
+    SideEffects,
+    build_agent,
+    email_then_answer,
+    history,
+    kinds,
+    record_of,
+)
+
+
+def runtime(
+    store: Store, model: ScriptedModel, effects: SideEffects, **settings: Any
+) -> ConversationRuntime:
+    agent = build_agent(model, effects, approval=bool(settings.pop("approval", True)))
+    return ConversationRuntime(store, agent, RuntimeSettings(**settings))
+
+
+async def test_plain_question_gets_an_answer(store: Store, effects: SideEffects) -> None:
+    model = ScriptedModel([[assistant_message("Hello!")]])
+    rt = runtime(store, model, effects)
+    outcomes = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+    assert outcomes == [Answer(key=KEY, text="Hello!")]
+    assert kinds(store) == ["user", "message"]
+    record = store.get(KEY)
+    assert record is not None and (record.status, record.lease_owner) == (Status.IDLE, None)
+    assert store.read_inbox(KEY) == []
+
+
+async def test_duplicate_event_is_handled_once(store: Store, effects: SideEffects) -> None:
+    model = ScriptedModel([[assistant_message("Hello!")]])
+    rt = runtime(store, model, effects)
+    await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+    again = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+    assert again == [Duplicate(key=KEY, event_id="Ev1")]
+    assert kinds(store) == ["user", "message"]
+
+
+async def test_read_only_tool_then_answer_checkpoints_each_turn(
+    store: Store, effects: SideEffects
+) -> None:
+    model = ScriptedModel(
+        [
+            [function_call("lookup", {"topic": "tides"}, call_id="c1")],
+            [assistant_message("Tides are lunar.")],
+        ]
+    )
+    rt = runtime(store, model, effects)
+    outcomes = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="tides?")
+    assert outcomes == [Answer(key=KEY, text="Tides are lunar.")]
+    assert kinds(store) == ["user", "function_call", "function_call_output", "message"]
+    record = store.get(KEY)
+    assert record is not None and record.checkpoint is not None
+    assert record.checkpoint.version == 2  # one checkpoint per model turn
+    assert effects.calls("lookup") == [{"tool": "lookup", "topic": "tides"}]
+
+
+async def test_approval_flow_by_button(store: Store, effects: SideEffects) -> None:
+    rt = runtime(store, email_then_answer(), effects)
+    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    assert [c.tool_name for c in request.calls] == ["send_email"]
+    assert effects.calls() == []
+    assert record_of(store, KEY).status is Status.AWAITING_APPROVAL
+
+    stranger = await rt.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U2",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert [type(o) for o in stranger] == [Refused]
+    assert effects.calls() == []
+
+    # A click names its call: any copy of the request counts while the call awaits.
+    outcomes = await rt.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version - 1,
+    )
+    assert [type(o) for o in outcomes] == [Decided, Answer]
+    assert effects.calls("send_email") == [{"tool": "send_email", "to": "ana@example.com"}]
+    duplicate = await rt.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert [type(o) for o in duplicate] == [Refused]
+    assert isinstance(duplicate[0], Refused)
+    assert duplicate[0].text == "That call was already approved by <@U1>."
+    assert len(effects.calls("send_email")) == 1
+    assert kinds(store) == ["user", "function_call", "function_call_output", "message"]
+    assert record_of(store, KEY).status is Status.IDLE
+
+
+async def test_approver_may_reject_with_a_reason(store: Store, effects: SideEffects) -> None:
+    model = email_then_answer(text="OK, I did not send it.")
+    rt = runtime(store, model, effects, approvers="U7")
+    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    outcomes = await rt.decide(
+        KEY,
+        call_id="call-email",
+        approve=False,
+        user="U7",
+        checkpoint_version=request.checkpoint_version,
+        reason="not today",
+    )
+    assert [type(o) for o in outcomes] == [Decided, Answer]
+    assert effects.calls() == []
+    output = history(store)[2]
+    assert output["type"] == "function_call_output" and "not today" in str(output["output"])
+
+
+async def test_reply_while_paused(store: Store, effects: SideEffects) -> None:
+    model = email_then_answer()
+    model.extend([[assistant_message("About the weather: sunny.")]])
+    rt = runtime(store, model, effects)
+    [first] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    assert isinstance(first, ApprovalRequest)
+
+    # A decision word from someone who may not decide is refused to them, and not kept.
+    other = await rt.handle_message(KEY, event_id="Ev2", user="U2", text="yes")
+    assert [type(o) for o in other] == [Refused]
+    assert isinstance(other[0], Refused)
+    assert other[0].user == "U2" and "can't decide" in other[0].text
+    # Any other reply is kept for the agent; the request in the thread stays valid.
+    kept = await rt.handle_message(KEY, event_id="Ev3", user="U1", text="and the weather?")
+    assert [type(o) for o in kept] == [Notice]
+    assert isinstance(kept[0], Notice) and kept[0].kind is NoticeKind.MESSAGE_KEPT
+    assert effects.calls() == []
+
+    outcomes = await rt.handle_message(KEY, event_id="Ev4", user="U1", text="Approve!")
+    assert [type(o) for o in outcomes] == [Decided, Answer, Answer]
+    assert [o.text for o in outcomes if isinstance(o, Answer)] == [
+        "Done: email sent.",
+        "About the weather: sunny.",
+    ]
+    assert len(effects.calls("send_email")) == 1
+    users = [i["content"] for i in history(store) if i.get("role") == "user"]
+    assert users == ["email Ana", "and the weather?"]
+    model.assert_complete()
+
+
+async def test_resume_says_why_not(store: Store, effects: SideEffects) -> None:
+    rt = runtime(store, ScriptedModel([[assistant_message("Hi")]]), effects)
+    await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+    [reply] = await rt.resume(KEY)
+    assert isinstance(reply, StatusReply) and "nothing to resume" in reply.text
+
+
+async def test_resume_points_to_the_pending_approval(store: Store, effects: SideEffects) -> None:
+    rt = runtime(store, email_then_answer(), effects)
+    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    [again] = await rt.resume(KEY)
+    # No second copy of the request: the reply points at the one in the thread.
+    assert isinstance(again, StatusReply)
+    assert "`send_email`" in again.text and "<@U1> can decide" in again.text
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.AWAITING_APPROVAL
+    assert record.checkpoint_version == request.checkpoint_version
+
+
+async def test_model_failure_interrupts_and_resume_retries(
+    store: Store, effects: SideEffects
+) -> None:
+    model = ScriptedModel([RuntimeError("model is down"), [assistant_message("Back.")]])
+    rt = runtime(store, model, effects)
+    [notice] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+    assert isinstance(notice, Notice) and notice.kind is NoticeKind.RUN_FAILED
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.INTERRUPTED
+    assert len(store.read_inbox(KEY)) == 1  # the message is kept
+    assert await rt.resume(KEY) == [Answer(key=KEY, text="Back.")]
+    assert kinds(store) == ["user", "message"]
+    assert store.read_inbox(KEY) == []

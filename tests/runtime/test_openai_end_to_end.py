@@ -1,0 +1,68 @@
+"""End to end over HTTP: the built-in agent, the real `OpenAIResponsesModel` and openai client
+(configured only by OPENAI_API_KEY / OPENAI_BASE_URL / BOT_MODEL), a scripted /v1/responses
+server, and durable storage; with a restart between the pause and the approval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.agent_loader import load_agent
+from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, Decided
+from bot.settings import RuntimeSettings
+from testkit.responses import ScriptedResponses, message, responses_server, tool_call
+from testkit.runtime import KEY
+from tests.conftest import Backend
+
+
+async def test_demo_agent_over_http(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BOT_DATA_DIR", str(tmp_path))  # where the demo files its tickets
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    monkeypatch.setenv("BOT_MODEL", "gpt-scripted")
+    script = ScriptedResponses(
+        [
+            [tool_call("current_time", {"city": "Oslo"}, "call_time")],
+            [tool_call("file_ticket", {"title": "Printer", "details": "jammed"}, "call_ticket")],
+            [message("Filed the printer ticket.")],
+        ]
+    )
+    with responses_server(script) as base_url:
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+        settings = RuntimeSettings()
+        store = backend.open()
+        first = ConversationRuntime(store, load_agent(settings.agent), settings)
+        [request] = await first.handle_message(
+            KEY, event_id="Ev1", user="U1", text="What time is it in Oslo? Then file a ticket."
+        )
+        assert isinstance(request, ApprovalRequest)
+        assert [c.tool_name for c in request.calls] == ["file_ticket"]
+        assert not (tmp_path / "tickets.jsonl").exists()
+
+        # A new process (new store, new runtime) takes the decision.
+        second = ConversationRuntime(backend.open(), load_agent(settings.agent), settings)
+        outcomes = await second.decide(
+            KEY,
+            call_id="call_ticket",
+            approve=True,
+            user="U1",
+            checkpoint_version=request.checkpoint_version,
+        )
+    assert [type(o) for o in outcomes] == [Decided, Answer]
+    assert isinstance(outcomes[-1], Answer) and outcomes[-1].text == "Filed the printer ticket."
+    tickets = (tmp_path / "tickets.jsonl").read_text().splitlines()
+    assert [json.loads(t)["title"] for t in tickets] == ["Printer"]
+
+    assert len(script.requests) == 3
+    assert {r["model"] for r in script.requests} == {"gpt-scripted"}
+    assert all(r["stream"] for r in script.requests)
+    assert {h["authorization"] for h in script.headers} == {"Bearer sk-test-key"}
+    last_input = script.requests[-1]["input"]
+    outputs = {
+        i["call_id"]: i["output"] for i in last_input if i.get("type") == "function_call_output"
+    }
+    assert outputs["call_ticket"] == "Filed ticket 'Printer'."
+    assert "UTC" in outputs["call_time"]

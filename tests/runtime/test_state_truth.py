@@ -1,0 +1,468 @@
+"""State that never lies: transient storage errors inside tools, notices that agree with the
+tool ledger, TTL that really forgets, DynamoDB's transaction limits, discard races, decision
+words with nothing pending. Runtime and storage on both backends; faults are injected from
+outside the application (a real sqlite lock, botocore's own event system)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from agents import Agent, function_tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from bot.runtime import (
+    Answer,
+    ApprovalRequest,
+    ConversationRuntime,
+    Decided,
+    Discarded,
+    Notice,
+    NoticeKind,
+    retry_safe,
+)
+from bot.runtime.closing import NOT_RUN, UNKNOWN_OUTCOME
+from bot.settings import RuntimeSettings
+from storage import Status, Store, ToolCallStatus
+from storage.aws import AwsStore
+from storage.local import LocalStore
+from testkit.runtime import (
+    KEY,
+    SideEffects,
+    build_agent,
+    echo_model,
+    email_then_answer,
+    history,
+    kinds,
+    last_user_text,
+)
+from tests.conftest import Backend
+
+# -- faults from outside the application ----------------------------------------------------
+
+
+@contextmanager
+def storage_fault(store: Store, seconds: float) -> Iterator[Callable[[], None]]:
+    """Yields `start()`: from then on, for `seconds`, the store's writes fail as a real
+    backend fails: the sqlite database is locked by another connection (local), or
+    DynamoDB answers ThrottlingException to every TransactWriteItems (aws, through
+    botocore's event system, after boto3's own retries)."""
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    handler: Callable[..., Any] | None = None
+
+    def start() -> None:
+        nonlocal handler
+        if isinstance(store, LocalStore):
+            store.busy_timeout = 0.05
+            db_path = store.db_path
+            locked = threading.Event()
+
+            def hold() -> None:
+                db = sqlite3.connect(db_path, isolation_level=None)
+                db.execute("BEGIN EXCLUSIVE")
+                locked.set()
+                stop.wait(seconds)
+                db.execute("COMMIT")
+                db.close()
+
+            thread = threading.Thread(target=hold, daemon=True)
+            thread.start()
+            threads.append(thread)
+            locked.wait(5)
+        else:
+            assert isinstance(store, AwsStore)
+            until = time.monotonic() + seconds
+
+            def throttle(**kwargs: Any) -> Any:
+                if time.monotonic() > until:
+                    return None
+                body = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
+                return _Response(400), {**body, "ResponseMetadata": {"HTTPStatusCode": 400}}
+
+            handler = throttle
+            store.dynamodb.meta.events.register("before-call.dynamodb.TransactWriteItems", throttle)
+
+    try:
+        yield start
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(5)
+        if handler is not None:
+            assert isinstance(store, AwsStore)
+            store.dynamodb.meta.events.unregister(
+                "before-call.dynamodb.TransactWriteItems", handler
+            )
+
+
+class _Response:
+    def __init__(self, status: int) -> None:
+        self.status_code = status
+        self.headers: dict[str, str] = {}
+        self.content = b""
+        self.raw = None
+
+
+def email_agent(model: ScriptedModel, effects: SideEffects, on_send: Callable[[], None]) -> Any:
+    @function_tool(needs_approval=True)
+    def send_email(to: str, body: str) -> str:
+        """Send an email (a side effect)."""
+        effects.record("send_email", {"to": to})
+        on_send()
+        return f"sent to {to}"
+
+    return Agent(name="assistant", model=model, tools=[send_email])
+
+
+# -- 1. a transient storage error inside a tool does not destroy a good run ----------------
+
+
+async def test_a_transient_storage_error_after_the_side_effect_is_retried(
+    store: Store, effects: SideEffects
+) -> None:
+    with storage_fault(store, seconds=1.0) as start:
+        rt = ConversationRuntime(store, email_agent(email_then_answer(), effects, start))
+        [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+        assert isinstance(request, ApprovalRequest)
+        outcomes = await rt.decide(
+            KEY, call_id="call-email", approve=True, user="U1", checkpoint_version=2
+        )
+    assert [type(o) for o in outcomes] == [Decided, Answer], outcomes
+    assert len(effects.calls("send_email")) == 1
+    recorded = store.get_tool_call(KEY, "call-email")
+    assert recorded is not None and recorded.status is ToolCallStatus.COMPLETED
+    assert recorded.output == "sent to ana@example.com"
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.IDLE
+    assert history(store)[2]["output"] == "sent to ana@example.com"
+
+
+async def test_storage_down_for_longer_interrupts_with_the_checkpoint_kept(
+    store: Store, effects: SideEffects
+) -> None:
+    """Storage fails through every retry after the model answered: the run is interrupted,
+    its last checkpoint intact, and the thread is told in plain words (no AWS codes)."""
+    holder: dict[str, Callable[[], None]] = {}
+
+    def respond(call: Any) -> Any:
+        holder["start"]()
+        return [assistant_message("an answer that cannot be saved yet")]
+
+    model = ScriptedModel([ModelStep.respond(respond), [assistant_message("Saved now.")]])
+    with storage_fault(store, seconds=2.5) as start:
+        holder["start"] = start
+        rt = ConversationRuntime(store, build_agent(model, effects))
+        outcomes = await rt.handle_message(KEY, event_id="E1", user="U1", text="hello")
+        [notice] = [o for o in outcomes if isinstance(o, Notice)]
+        assert notice.kind is NoticeKind.RUN_FAILED and notice.reference
+        assert "storage" in notice.text and "Nothing was lost" in notice.text
+        assert "Throttling" not in notice.text and "sqlite" not in notice.text
+    # Healed: the message was never consumed; /resume answers it (once the thread is free:
+    # a release that failed too leaves the lease to expire).
+    assert len(store.read_inbox(KEY)) == 1
+    for _ in range(200):
+        record = store.get(KEY)
+        if record is not None and not record.leased(store.clock()):
+            break
+        await asyncio.sleep(0.05)
+    again = await rt.resume(KEY)
+    assert [o.text for o in again if isinstance(o, Answer)] == ["Saved now."]
+    assert store.read_inbox(KEY) == []
+
+
+async def test_a_holder_that_lost_its_lease_inside_a_tool_stops_quietly(
+    store: Store, backend: Backend, effects: SideEffects
+) -> None:
+    other = backend.open()
+
+    def taken_over() -> None:
+        other.acquire(KEY, "admin", force=True)  # e.g. a discard took the thread meanwhile
+
+    rt = ConversationRuntime(store, email_agent(email_then_answer(), effects, taken_over))
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    outcomes = await rt.decide(
+        KEY, call_id="call-email", approve=True, user="U1", checkpoint_version=2
+    )
+    assert [type(o) for o in outcomes] == [Decided]  # no "run failed" or "use /resume"
+    assert len(effects.calls("send_email")) == 1
+
+
+# -- 2. setting state aside tells what the ledger says ------------------------------------
+
+
+async def test_failing_closed_after_a_call_ran_says_it_ran(
+    store: Store, effects: SideEffects
+) -> None:
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
+    [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    # A process ran the approved call, recorded it, and died before its next commit.
+    lease, _ = store.acquire(KEY, "dead-process")
+    store.begin_tool_call(lease, "call-email", "send_email", '{"to":"ana@example.com"}')
+    store.complete_tool_call(lease, "call-email", "sent to ana@example.com")
+    store.release(lease, status=Status.RUNNING)
+    # The next version of the bot changed the agent's instructions.
+    changed = build_agent(email_then_answer(), effects)
+    changed.instructions = "Be terse."
+    outcomes = await ConversationRuntime(store, changed).recover()
+    [notice] = [o for o in outcomes if isinstance(o, Notice) and o.kind.startswith("state")]
+    assert "Already done" in notice.text and "`send_email`" in notice.text
+    assert "Not run" not in notice.text
+    assert history(store)[2] == {
+        "type": "function_call_output",
+        "call_id": "call-email",
+        "output": "sent to ana@example.com",
+    }
+    assert effects.calls() == []  # never run twice
+
+
+async def test_discard_mid_tool_says_the_outcome_is_unknown(
+    store: Store, effects: SideEffects
+) -> None:
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    lease, _ = store.acquire(KEY, "process-mid-tool")
+    store.begin_tool_call(lease, "call-email", "send_email", "{}")  # started, no result yet
+    outcomes = await rt.discard(KEY, by="UADMIN")
+    summary = next(o for o in outcomes if isinstance(o, Discarded))
+    assert [c.tool_name for c in summary.unknown_calls] == ["send_email"]
+    [notice] = [o for o in outcomes if isinstance(o, Notice)]
+    assert "outcome unknown" in notice.text and "Not run" not in notice.text
+    assert history(store)[2]["output"] == UNKNOWN_OUTCOME
+
+
+# -- 3. TTL forgets the whole conversation -------------------------------------------------
+
+
+async def test_history_rows_expire_with_their_conversation(
+    backend: Backend, effects: SideEffects
+) -> None:
+    if backend.name != "aws":
+        pytest.skip("the local backend deletes an expired conversation's rows with it")
+    store = backend.open()
+    assert isinstance(store, AwsStore)
+    rt = ConversationRuntime(store, build_agent(echo_model(4), effects))
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="my secret is 42")
+    rows = store.dynamodb.query(
+        TableName=backend.env["BOT_TABLE"],
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"CONV#{KEY}"}},
+    )["Items"]
+    meta = next(r for r in rows if r["sk"]["S"] == "META")
+    for row in rows:  # every row carries the TTL attribute, none outlives the record
+        assert int(row["expires_at"]["N"]) <= int(meta["expires_at"]["N"]), row["sk"]
+    # What DynamoDB's TTL does once the record's time is up: the record goes first.
+    store.dynamodb.delete_item(
+        TableName=backend.env["BOT_TABLE"],
+        Key={"pk": {"S": f"CONV#{KEY}"}, "sk": {"S": "META"}},
+    )
+    seen: list[str] = []
+
+    def respond(call: Any) -> Any:
+        seen.append(json.dumps(call.input))
+        return [assistant_message("hello again")]
+
+    rt2 = ConversationRuntime(
+        store, build_agent(ScriptedModel([ModelStep.respond(respond)]), effects)
+    )
+    outcomes = await rt2.handle_message(KEY, event_id="E2", user="U2", text="hi")
+    assert outcomes == [Answer(key=KEY, text="hello again")]
+    assert "42" not in seen[0]  # the expired history never reaches the model
+    assert kinds(store) == ["user", "message"]
+
+
+async def test_a_missing_offloaded_item_is_a_gap_not_a_wedge(
+    backend: Backend, effects: SideEffects
+) -> None:
+    if backend.name != "aws":
+        pytest.skip("only the aws backend offloads items to S3")
+    store = backend.open()
+    assert isinstance(store, AwsStore)
+    rt = ConversationRuntime(store, build_agent(echo_model(6), effects))
+    posted: list[str] = []
+
+    async def sink(outcome: Any, ref: Any) -> None:
+        posted.append(getattr(outcome, "text", ""))
+
+    rt.on_outcome = sink
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="log dump:\n" + "x" * 320_000)
+    bucket = backend.env["BOT_BUCKET"]
+    listed = store.s3.list_objects_v2(Bucket=bucket, Prefix="items/")
+    keys = [o["Key"] for o in listed.get("Contents", [])]
+    assert keys
+    for object_key in keys:  # the bucket's lifecycle rule, some days later
+        store.s3.delete_object(Bucket=bucket, Key=object_key)
+    outcomes = await rt.handle_message(KEY, event_id="E2", user="U1", text="any update?")
+    assert [o.text for o in outcomes if isinstance(o, Answer)] == ["echo: any update?"]
+    assert all("items/" not in text for text in posted)
+    discarded = await rt.discard(KEY, by="UADMIN")
+    assert any(isinstance(o, Discarded) for o in discarded)
+    record = store.get(KEY)
+    assert record is not None and record.lease_owner is None
+
+
+# -- 4. DynamoDB's transaction limits ------------------------------------------------------
+
+
+async def test_a_backlog_of_250_messages_is_consumed_within_transaction_limits(
+    backend: Backend, effects: SideEffects
+) -> None:
+    store = backend.open(lease_seconds=60)
+    actions: list[int] = []
+    if backend.name == "aws":
+        assert isinstance(store, AwsStore)
+
+        def count(params: dict[str, Any], **kwargs: Any) -> None:
+            actions.append(len(params["TransactItems"]))
+
+        store.dynamodb.meta.events.register(
+            "provide-client-params.dynamodb.TransactWriteItems", count
+        )
+    seen: list[int] = []
+
+    def respond(call: Any) -> Any:
+        items = call.input if isinstance(call.input, list) else [call.input]
+        seen.append(len([i for i in items if isinstance(i, dict) and i.get("role") == "user"]))
+        return [assistant_message(f"answered {last_user_text(call)}")]
+
+    model = ScriptedModel([ModelStep.respond(respond) for _ in range(20)])
+    rt = ConversationRuntime(store, build_agent(model, effects), RuntimeSettings())
+    lease, _ = store.acquire(KEY, "a-long-run")  # a long run holds the thread...
+    for i in range(250):  # ...while users keep writing (a model outage, say)
+        kept = await rt.keep_message(KEY, event_id=f"E{i}", user="U1", text=f"message {i}")
+        assert kept.value == "kept"
+    store.release(lease)
+    outcomes = await rt.recover()
+    answers = [o for o in outcomes if isinstance(o, Answer)]
+    assert answers and answers[-1].text == "answered message 249"
+    assert store.read_inbox(KEY) == []
+    users = [i["content"] for i in history(store) if i.get("role") == "user"]
+    assert users == [f"message {i}" for i in range(250)]  # each once, in order
+    record = store.get(KEY)
+    assert record is not None and (record.status, record.lease_owner) == (Status.IDLE, None)
+    assert all(n <= 100 for n in actions), max(actions, default=0)
+
+
+# -- 5. discard races ----------------------------------------------------------------------
+
+
+async def test_a_message_arriving_during_a_discard_is_answered_after_it(
+    store: Store, backend: Backend, effects: SideEffects
+) -> None:
+    model = ScriptedModel(
+        [
+            [function_call("send_email", {"to": "ana@example.com", "body": "hi"}, call_id="c1")],
+            [assistant_message("I'll call her instead.")],
+        ]
+    )
+    rt = ConversationRuntime(store, build_agent(model, effects))
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    paused_discard, go_on = threading.Event(), threading.Event()
+    load = store.load_checkpoint
+
+    def slow_load(pointer: Any) -> Any:  # the discard holds the thread for a moment
+        paused_discard.set()
+        go_on.wait(10)
+        return load(pointer)
+
+    store.load_checkpoint = slow_load  # type: ignore[method-assign]
+    discarding = asyncio.create_task(rt.discard(KEY, by="UADMIN"))
+    await asyncio.to_thread(paused_discard.wait, 10)
+    other = ConversationRuntime(backend.open(), build_agent(echo_model(), effects), owner="B")
+    queued = await other.handle_message(KEY, event_id="E2", user="U1", text="call her instead")
+    assert [o.kind for o in queued if isinstance(o, Notice)] == [NoticeKind.QUEUED]
+    go_on.set()
+    store.load_checkpoint = load  # type: ignore[method-assign]
+    outcomes = await discarding
+    summary = next(o for o in outcomes if isinstance(o, Discarded))
+    assert summary.dropped_messages == 0  # it arrived after the discard took the thread
+    assert [o.text for o in outcomes if isinstance(o, Answer)] == ["I'll call her instead."]
+    assert store.read_inbox(KEY) == []
+    assert effects.calls() == []
+
+
+async def test_a_stale_sweep_leaves_a_conversation_that_became_active(
+    store: Store, backend: Backend, effects: SideEffects
+) -> None:
+    from datetime import timedelta
+
+    from bot.runtime import StaleFilter
+    from bot.runtime.runtime import PAUSED
+
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    await asyncio.sleep(0.3)
+    listed = await rt.stale(timedelta(seconds=0.2))
+    assert [r.key for r in listed] == [KEY]  # the sweep's list...
+    # ...then someone writes in the thread, before the sweep reaches it.
+    await rt.keep_message(KEY, event_id="E2", user="U1", text="still here")
+    stale = StaleFilter(statuses=PAUSED, older_than=timedelta(seconds=0.2))
+    assert await rt.discard(KEY, by="UADMIN", only_if=stale) == []
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.RUNNING  # untouched, to be served
+    assert len(store.read_inbox(KEY)) == 1
+    # A conversation still idle past the age is discarded as before.
+    other = KEY.model_copy(update={"thread_ts": "1700000100.000999"})
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
+    await rt.handle_message(other, event_id="E3", user="U1", text="email Bo")
+    await asyncio.sleep(0.3)
+    outcomes = await rt.discard(other, by="UADMIN", only_if=stale)
+    assert any(isinstance(o, Discarded) for o in outcomes)
+
+
+# -- 6. decision words are decisions only while something awaits one ------------------------
+
+
+async def test_yes_with_nothing_pending_reaches_the_agent(
+    store: Store, effects: SideEffects
+) -> None:
+    seen: list[str] = []
+
+    def respond(call: Any) -> Any:
+        seen.append(last_user_text(call))
+        return [assistant_message("Shall I file a ticket for that? (yes/no)")]
+
+    model = ScriptedModel([ModelStep.respond(respond) for _ in range(2)])
+    rt = ConversationRuntime(store, build_agent(model, effects))
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="the printer is broken")
+    outcomes = await rt.handle_message(KEY, event_id="E2", user="U1", text="yes")
+    assert seen == ["the printer is broken", "yes"]
+    assert [type(o) for o in outcomes] == [Answer]
+
+
+async def test_unknown_retry_safe_tools_are_not_reported_as_not_run(
+    store: Store, effects: SideEffects
+) -> None:
+    """A read-only tool never enters the ledger: closing it says "not run", which is true
+    of its side effects (it has none) and never contradicts the ledger."""
+
+    @function_tool
+    def lookup(topic: str) -> str:
+        """Read-only lookup."""
+        return "facts"
+
+    model = ScriptedModel([[function_call("lookup", {"topic": "x"}, call_id="c-look")]])
+    agent = Agent(name="assistant", model=model, tools=[retry_safe(lookup)])
+    lease, _ = store.acquire(KEY, "p")
+    store.append_items(
+        KEY,
+        [
+            json.dumps(
+                {"type": "function_call", "call_id": "c-look", "name": "lookup", "arguments": "{}"}
+            )
+        ],
+        lease,
+    )
+    store.release(lease, status=Status.AWAITING_APPROVAL)
+    outcomes = await ConversationRuntime(store, agent).discard(KEY, by=None)
+    [notice] = [o for o in outcomes if isinstance(o, Notice)]
+    assert notice.text.startswith("An operator discarded") and "Not run: `lookup`" in notice.text
+    assert history(store)[-1]["output"] == NOT_RUN

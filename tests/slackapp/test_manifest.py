@@ -1,0 +1,67 @@
+"""The app manifest asks for exactly what the code uses: scopes, events, commands."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from bot.slackapp.settings import SlackSettings
+from testkit.services import ROOT
+
+MANIFEST = yaml.safe_load((ROOT / "slack-app-manifest.yaml").read_text())
+
+# Web API methods -> the bot scope each needs (api.slack.com/methods).
+METHOD_SCOPES = {
+    "chat_postMessage": "chat:write",
+    "chat_update": "chat:write",
+    "chat_postEphemeral": "chat:write",
+    "reactions_add": "reactions:write",
+    "reactions_remove": "reactions:write",
+    "conversations_replies": "channels:history",  # and groups:, im:, mpim:history by type
+    "auth_test": None,
+    "apps_connections_open": None,  # uses the app-level token, not a bot scope
+}
+EVENT_SCOPES = {
+    "app_mention": "app_mentions:read",
+    "message.channels": "channels:history",
+    "message.groups": "groups:history",
+    "message.im": "im:history",
+    "message.mpim": "mpim:history",
+}
+
+
+def methods_called() -> set[str]:
+    source = "\n".join(p.read_text() for p in (ROOT / "bot").rglob("*.py"))
+    return set(re.findall(r"client\.([a-z]+_[A-Za-z]+)\(", source))
+
+
+def test_scopes_match_the_methods_and_events() -> None:
+    called = methods_called()
+    assert called <= set(METHOD_SCOPES), f"add a scope mapping for {called - set(METHOD_SCOPES)}"
+    needed = {METHOD_SCOPES[m] for m in called} - {None}
+    needed |= {EVENT_SCOPES[e] for e in MANIFEST["settings"]["event_subscriptions"]["bot_events"]}
+    needed.add("commands")
+    assert set(MANIFEST["oauth_config"]["scopes"]["bot"]) == needed
+
+
+def test_events_are_the_ones_listened_to() -> None:
+    source = (ROOT / "bot" / "slackapp" / "listeners.py").read_text()
+    listened = set(re.findall(r'app\.event\("([a-z_]+)"\)', source))
+    events = MANIFEST["settings"]["event_subscriptions"]["bot_events"]
+    assert {e.split(".")[0] for e in events} == listened
+
+
+def test_commands_and_urls() -> None:
+    commands = {c["command"] for c in MANIFEST["features"]["slash_commands"]}
+    assert commands == {
+        SlackSettings.model_fields["resume_command"].default,
+        SlackSettings.model_fields["admin_command"].default,
+    }
+    urls = [c["url"] for c in MANIFEST["features"]["slash_commands"]]
+    urls += [
+        MANIFEST["settings"]["event_subscriptions"]["request_url"],
+        MANIFEST["settings"]["interactivity"]["request_url"],
+    ]
+    assert all(url.endswith("/slack/events") for url in urls)
+    assert MANIFEST["settings"]["interactivity"]["is_enabled"] is True

@@ -1,0 +1,121 @@
+"""The bot process (`python -m bot serve`) killed mid-run and started again: the thread gets
+the resume notice and then the answer. Real processes, the real OpenAI model class against a
+scripted /v1/responses server, the Web API stand-in, signed requests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot.standin import requests
+from bot.standin.slack_api import SlackWebApi
+from testkit.responses import ScriptedResponses, message, responses_server, tool_call
+from testkit.services import free_port, wait_until
+from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers
+
+pytestmark = pytest.mark.slow
+
+
+async def wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(600):
+            assert process.poll() is None, "the bot exited"
+            try:
+                async with http.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise TimeoutError(url)
+
+
+async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
+    release = threading.Event()
+    script = ScriptedResponses(
+        [
+            [tool_call("current_time", {"city": "Lima"}, "call_time")],
+            [message("(never delivered: the process dies first)")],
+            [message("It is noon in Lima.")],
+        ],
+        holds={1: release},
+    )
+    api = SlackWebApi(team=TEAM)
+    with responses_server(script) as model_url:
+        async with running_api(api) as api_url:
+            port = free_port()
+            env = {
+                **os.environ,
+                "BOT_STORAGE": "local",
+                "BOT_DATA_DIR": str(tmp_path / "data"),
+                "SLACK_BOT_TOKEN": "xoxb-test",
+                "SLACK_SIGNING_SECRET": SECRET,
+                "SLACK_API_URL": f"{api_url}/api/",
+                "PORT": str(port),
+                "HOST": "127.0.0.1",
+                "OPENAI_API_KEY": "sk-test",
+                "OPENAI_BASE_URL": model_url,
+                "BOT_MODEL": "gpt-scripted",
+                "BOT_LEASE_SECONDS": "2",
+                "BOT_LEASE_SKEW_SECONDS": "0",
+            }
+            env.pop("SLACK_APP_TOKEN", None)
+            log = (tmp_path / "bot.log").open("wb")
+            command = [sys.executable, "-m", "bot", "serve"]
+            first = _start(command, env, log)
+            try:
+                await wait_healthy(f"http://127.0.0.1:{port}/healthz", first)
+                question = api.add_user_message(
+                    CHANNEL, "UALICE", "<@UBOT> what time is it in Lima?"
+                )
+                mention = requests.app_mention(
+                    user="UALICE", text=question.text, ts=question.ts, channel=CHANNEL
+                )
+                body = requests.event_callback(TEAM, mention, "EvR1")
+                async with (
+                    aiohttp.ClientSession() as http,
+                    http.post(
+                        f"http://127.0.0.1:{port}/slack/events",
+                        data=body.encode(),
+                        headers={"Content-Type": "application/json", **signed_headers(body)},
+                    ) as response,
+                ):
+                    assert response.status == 200
+                # The first turn (a tool call) is committed; the second model call hangs.
+                await asyncio.to_thread(wait_until, lambda: len(script.requests) >= 2)
+                first.send_signal(signal.SIGKILL)
+                first.wait(10)
+            finally:
+                first.kill()
+                release.set()
+            assert api.bot_replies(CHANNEL, question.ts) == []
+
+            second = _start(command, env, log)
+            try:
+                replies = await api.wait_for(
+                    lambda: len(r := api.bot_replies(CHANNEL, question.ts)) >= 2 and r, within=60
+                )
+            finally:
+                second.send_signal(signal.SIGTERM)
+                second.wait(20)
+    assert "resuming where I left off" in replies[0].text
+    assert replies[1].text == "It is noon in Lima."
+    assert len(api.bot_replies(CHANNEL, question.ts)) == 2
+    # The model saw the first turn's tool output once: nothing was redone or lost.
+    last_input = script.requests[-1]["input"]
+    outputs = [i for i in last_input if i.get("type") == "function_call_output"]
+    assert [o["call_id"] for o in outputs] == ["call_time"]
+    assert second.returncode == 0
+
+
+def _start(command: list[str], env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, env=env, stdout=log, stderr=log)

@@ -1,0 +1,363 @@
+"""Every message survives what real deployments do, shown with real processes: the bot
+(`python -m bot serve`) killed right after acknowledging a message, stopped by SIGTERM in
+the middle of an approved side effect, killed with SIGKILL mid-run and replaced, and Slack
+answering errors that never clear or that clear after a while. Signed requests, the recording
+Web API stand-in, the real OpenAI model class against a scripted /v1/responses server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bot.standin import requests
+from bot.standin.slack_api import Message, SlackWebApi
+from storage import Conversation, Status, Store, ToolCallStatus
+from testkit.responses import ScriptedResponses, message, responses_server, tool_call
+from testkit.runtime import record_of
+from testkit.services import free_port, wait_until
+from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers, thread_key
+from tests.conftest import Backend
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Deployment:
+    """The bot as a process (restartable), with the Slack stand-in in front of it."""
+
+    api: SlackWebApi
+    env: dict[str, str]
+    port: int
+    log: Path
+    effects: Path
+    store: Store
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> float:
+        """Start a bot process; returns the moment it reported healthy."""
+        process = _start(self.env, self.log)
+        self.processes.append(process)
+        async with aiohttp.ClientSession() as http:
+            for _ in range(600):
+                assert process.poll() is None, self.log.read_text()[-3000:]
+                try:
+                    async with http.get(f"{self.url}/healthz") as response:
+                        if response.status == 200:
+                            return time.monotonic()
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.05)
+        raise TimeoutError("the bot never became healthy")
+
+    @property
+    def current(self) -> subprocess.Popen[bytes]:
+        return self.processes[-1]
+
+    async def signal(self, sig: int) -> int:
+        """Send `sig`, and wait for the process to end (serving the stand-in meanwhile)."""
+        self.current.send_signal(sig)
+        return await asyncio.to_thread(self.current.wait, 60)
+
+    async def post(self, body: str, content_type: str = "application/json") -> int:
+        headers = {"Content-Type": content_type, **signed_headers(body)}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{self.url}/slack/events", data=body.encode(), headers=headers) as answer,
+        ):
+            return answer.status
+
+    async def mention(self, user: str, text: str, channel: str = CHANNEL) -> Message:
+        question = self.api.add_user_message(channel, user, f"<@{self.api.bot_user}> {text}")
+        event = requests.app_mention(user=user, text=question.text, ts=question.ts, channel=channel)
+        assert await self.post(requests.event_callback(TEAM, event)) == 200
+        return question
+
+    async def click_approve(self, card: Message, user: str) -> int:
+        assert card.blocks is not None
+        button = next(
+            element
+            for block in card.blocks
+            if block["type"] == "actions"
+            for element in block["elements"]
+            if element["action_id"] == "approval_approve"
+        )
+        body = requests.block_actions(
+            team=TEAM,
+            user=user,
+            channel=card.channel,
+            message={"ts": card.ts, "text": card.text, "blocks": card.blocks},
+            action_id="approval_approve",
+            value=button["value"],
+            response_url=f"http://127.0.0.1:1/respond/{card.ts}",
+        )
+        return await self.post(body, requests.FORM)
+
+    def transfers(self) -> list[dict[str, Any]]:
+        if not self.effects.exists():
+            return []
+        return [json.loads(line) for line in self.effects.read_text().splitlines()]
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out
+        )
+
+
+@asynccontextmanager
+async def deployment(
+    backend: Backend, tmp_path: Path, script: ScriptedResponses, **env: str
+) -> AsyncIterator[Deployment]:
+    api = SlackWebApi(team=TEAM)
+    with responses_server(script) as model_url:
+        async with running_api(api) as api_url:
+            port = free_port()
+            settings = {
+                **os.environ,
+                **backend.env,
+                "SLACK_BOT_TOKEN": "xoxb-test",
+                "SLACK_SIGNING_SECRET": SECRET,
+                "SLACK_API_URL": f"{api_url}/api/",
+                "PORT": str(port),
+                "HOST": "127.0.0.1",
+                "OPENAI_API_KEY": "sk-test",
+                "OPENAI_BASE_URL": model_url,
+                "BOT_MODEL": "gpt-scripted",
+                "BOT_AGENT": "testkit.survival_agent:build_agent",
+                "EFFECTS_FILE": str(tmp_path / "effects.jsonl"),
+                "OPENAI_AGENTS_DISABLE_TRACING": "1",
+                **env,
+            }
+            settings.pop("SLACK_APP_TOKEN", None)
+            bot = Deployment(
+                api,
+                settings,
+                port,
+                tmp_path / "bot.log",
+                tmp_path / "effects.jsonl",
+                backend.open(),
+            )
+            try:
+                yield bot
+            finally:
+                bot.stop_all()
+
+
+def record(bot: Deployment, question: Message) -> Conversation:
+    return record_of(bot.store, thread_key(question.ts, question.channel))
+
+
+async def finished(bot: Deployment, question: Message) -> None:
+    """Wait until the bot is done with the question's thread: released idle, with nothing
+    left to deliver (outcomes are posted before the release that records them), so that
+    no process or recovery sweep has anything more to post there."""
+
+    def done() -> bool:
+        state = bot.store.get(thread_key(question.ts, question.channel))
+        return (
+            state is not None
+            and (state.status, state.lease_owner) == (Status.IDLE, None)
+            and state.undelivered_from() is None
+        )
+
+    await asyncio.to_thread(wait_until, done, 30)
+
+
+async def test_a_message_acked_then_killed_is_answered_after_restart(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Slack got its 200, then the process died while it was still busy with the message
+    (Slack answers its reaction with 429s): the message was kept before the ack."""
+    script = ScriptedResponses([[message("Here is your answer.")]])
+    async with deployment(backend, tmp_path, script, BOT_LEASE_SECONDS="2") as bot:
+        await bot.start()
+        bot.api.rate_limited["reactions.add"] = 3  # Retry-After: 1, three times
+        question = await bot.mention("UALICE", "what time is it?")
+        await asyncio.to_thread(wait_until, lambda: bot.api.called("reactions.add:429"))
+        assert await bot.signal(signal.SIGKILL) == -signal.SIGKILL
+        assert bot.api.bot_replies(CHANNEL, question.ts) == []
+        await bot.start()
+        replies = await bot.api.wait_for(
+            lambda: [r for r in bot.api.bot_replies(CHANNEL, question.ts) if "answer" in r.text],
+            within=30,
+        )
+        assert [r.text for r in replies] == ["Here is your answer."]
+        await finished(bot, question)
+        assert [r.text for r in bot.api.bot_replies(CHANNEL, question.ts)][-1] == (
+            "Here is your answer."
+        )
+
+
+def transfer_script() -> ScriptedResponses:
+    """Transfer (approved by a person), then check the balance (another turn), then answer."""
+    return ScriptedResponses(
+        [
+            [tool_call("transfer", {"amount": 5, "to": "bob"}, "call-transfer")],
+            [tool_call("balance", {"account": "bob"}, "call-balance")],
+            [message("Transferred 5 to bob.")],
+        ]
+    )
+
+
+async def approved_transfer_running(bot: Deployment) -> Message:
+    """Mention, approve, and wait until the transfer is executing."""
+    question = await bot.mention("UALICE", "transfer 5 to bob")
+    [card] = await bot.api.wait_for(lambda: bot.api.bot_replies(CHANNEL, question.ts))
+    assert await bot.click_approve(card, "UALICE") == 200
+    await asyncio.to_thread(wait_until, lambda: bot.transfers(), 30)
+    return question
+
+
+async def test_sigterm_during_an_approved_side_effect_lets_it_finish(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """A deploy's SIGTERM while the approved transfer runs: the tool finishes within the
+    grace, its turn is checkpointed with the result, the thread is given up at once (before
+    the next turn), and the next process continues from there. It ran once and is never
+    reported as failed."""
+    async with deployment(
+        backend, tmp_path, transfer_script(), TRANSFER_SECONDS="2", BOT_SHUTDOWN_GRACE="20s"
+    ) as bot:
+        await bot.start()
+        question = await approved_transfer_running(bot)
+        assert await bot.signal(signal.SIGTERM) == 0
+        state = record(bot, question)
+        assert state.status is Status.RUNNING and state.lease_owner is None  # given up at once
+        call = bot.store.get_tool_call(state.key, "call-transfer")
+        assert call is not None and call.status is ToolCallStatus.COMPLETED
+        assert call.output == "transferred 5 to bob"
+        await bot.start()
+        await bot.api.wait_for(
+            lambda: any(
+                r.text == "Transferred 5 to bob." for r in bot.api.bot_replies(CHANNEL, question.ts)
+            ),
+            within=30,
+        )
+    assert len(bot.transfers()) == 1
+    texts = [r.text for r in bot.api.bot_replies(CHANNEL, question.ts)]
+    assert texts.count("Transferred 5 to bob.") == 1
+    assert not any("The run stopped" in t or "error" in t for t in texts), texts
+
+
+async def test_sigterm_past_the_grace_reports_the_outcome_unknown(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The transfer outlives the grace: it is cut short, stays `started` in the ledger (never
+    "failed"), and the next process says its outcome is unknown and does not run it again."""
+    async with deployment(
+        backend, tmp_path, transfer_script(), TRANSFER_SECONDS="30", BOT_SHUTDOWN_GRACE="1s"
+    ) as bot:
+        await bot.start()
+        question = await approved_transfer_running(bot)
+        assert await bot.signal(signal.SIGTERM) == 0
+        state = record(bot, question)
+        call = bot.store.get_tool_call(state.key, "call-transfer")
+        assert call is not None and call.status is ToolCallStatus.STARTED  # not "error: ..."
+        assert state.lease_owner is None
+        await bot.start()
+        replies = await bot.api.wait_for(
+            lambda: (
+                (r := bot.api.bot_replies(CHANNEL, question.ts))
+                and r[-1].text == "Transferred 5 to bob."
+                and r
+            ),
+            within=30,
+        )
+    assert any("outcome is unknown" in r.text for r in replies)
+    assert len(bot.transfers()) == 1  # not run again
+    final = bot.store.get_tool_call(state.key, "call-transfer")
+    assert final is not None and final.status is ToolCallStatus.STARTED
+
+
+async def test_kill_mid_run_resumes_within_five_seconds_of_health(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """SIGKILL while the model is answering, with the default 30 s lease: the new process on
+    this host proves its predecessor dead and takes the thread over at once."""
+    release = threading.Event()
+    script = ScriptedResponses(
+        [
+            [message("(never delivered: the process dies while this is held)")],
+            [tool_call("transfer", {"amount": 1, "to": "ann"}, "call-1")],
+        ],
+        holds={0: release},
+    )
+    async with deployment(backend, tmp_path, script) as bot:
+        bot.env.pop("BOT_LEASE_SECONDS", None)
+        await bot.start()
+        question = await bot.mention("UALICE", "transfer 1 to ann")
+        await asyncio.to_thread(wait_until, lambda: len(script.requests) >= 1)
+        assert await bot.signal(signal.SIGKILL) == -signal.SIGKILL
+        release.set()
+        healthy = await bot.start()
+        await bot.api.wait_for(
+            lambda: any(r.blocks for r in bot.api.bot_replies(CHANNEL, question.ts)), within=30
+        )
+        resumed_after = time.monotonic() - healthy
+    assert resumed_after < 5, f"resumed {resumed_after:.1f}s after the new process was healthy"
+    assert bot.transfers() == []  # it only asked for approval
+
+
+async def test_a_channel_that_says_not_in_channel_is_not_retried_for_ever(
+    backend: Backend, tmp_path: Path
+) -> None:
+    script = ScriptedResponses([[message("An answer nobody can see.")]])
+    async with deployment(backend, tmp_path, script, BOT_LEASE_SECONDS="1") as bot:
+        await bot.start()
+        bot.api.channel_errors["C0GONE"] = "not_in_channel"
+        question = await bot.mention("UALICE", "hello", channel="C0GONE")
+        await finished(bot, question)  # given up on, not left for the recovery sweeps
+        attempts = bot.api.called("chat.postMessage:not_in_channel")
+        assert 1 <= len(attempts) <= 2, len(attempts)
+        async with aiohttp.ClientSession() as http, http.get(f"{bot.url}/healthz") as health:
+            assert health.status == 200
+        state = record(bot, question)
+    assert state.status is Status.IDLE and state.lease_owner is None
+    assert state.delivery_error == "not_in_channel"
+
+
+async def test_a_transient_slack_error_that_clears_is_delivered_once(
+    backend: Backend, tmp_path: Path
+) -> None:
+    script = ScriptedResponses([[message("Delivered in the end.")]])
+    async with deployment(backend, tmp_path, script, BOT_LEASE_SECONDS="1") as bot:
+        await bot.start()
+        # More 5xx answers than slack_sdk's own retries absorb: the runtime backs off.
+        bot.api.failures["chat.postMessage"] = [500, 500, 500, 500]
+        question = await bot.mention("UALICE", "hello")
+        replies = await bot.api.wait_for(
+            lambda: bot.api.bot_replies(CHANNEL, question.ts), within=40
+        )
+        await finished(bot, question)  # any duplicate would have been posted by now
+        state = record(bot, question)
+    assert [r.text for r in bot.api.bot_replies(CHANNEL, question.ts)] == ["Delivered in the end."]
+    assert replies
+    assert state.status is Status.IDLE and state.lease_owner is None

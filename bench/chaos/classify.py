@@ -65,6 +65,8 @@ def classify_post(args: dict[str, Any]) -> Classified:
             kind, notice = PostKind.NOTICE, name
         if kind is not None:
             outbox = payload.get("outbox_id") or payload.get("outbox") or payload.get("id")
+            if outbox and payload.get("part") is not None:
+                outbox = f"{outbox}/{payload['part']}"  # one outcome, several posts
             return Classified(
                 kind=kind,
                 notice=str(notice) if notice else None,

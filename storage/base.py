@@ -159,7 +159,14 @@ class Store(ABC):
 
     @abstractmethod
     def renew(self, lease: Lease) -> Lease:
-        """Extend a held lease. Raises `LeaseLost`."""
+        """Extend a held lease. Raises `LeaseLost`. The lease it returns carries `stop_by`
+        when someone asked the run to stop."""
+
+    @abstractmethod
+    def request_stop(self, key: ConversationKey, user: str) -> Conversation | None:
+        """Ask the run holding the thread to stop (its holder learns it when it renews).
+        Returns the record, or None when nothing holds the thread (nothing was asked).
+        Taking the lease and releasing it clear the request."""
 
     def release(
         self,

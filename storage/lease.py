@@ -13,17 +13,23 @@ from storage.errors import LeaseLost, StorageError
 from storage.models import Lease
 
 log = logging.getLogger(__name__)
+STOP_CHECK = 2.0  # seconds
 
 
 class LeaseKeeper:
     """`async with LeaseKeeper(store, lease) as keeper:` renews every third of the lease.
-    `keeper.lost` is set, and `keeper.check()` raises `LeaseLost`, once renewal fails."""
+    `keeper.lost` is set, and `keeper.check()` raises `LeaseLost`, once renewal fails;
+    `keeper.stop` is set once a renewal shows that someone asked the run to stop."""
 
     def __init__(self, store: Store, lease: Lease, *, interval: float | None = None) -> None:
         self.store = store
         self.lease = lease
-        self.interval = interval or store.lease_duration.total_seconds() / 3
+        # Every third of the lease, and at least every 2 s: a stop asked by someone on another
+        # replica is learned from a renewal.
+        self.interval = interval or min(store.lease_duration.total_seconds() / 3, STOP_CHECK)
         self.lost = asyncio.Event()
+        self.stop = asyncio.Event()  # someone asked the run to stop (`stop_by`)
+        self.stop_by: str | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LeaseKeeper:
@@ -45,11 +51,18 @@ class LeaseKeeper:
         if self.lost.is_set():
             raise LeaseLost(str(self.lease.key), self.lease.fence)
 
+    def ask_stop(self, user: str) -> None:
+        """The run under this lease should stop (learned from a renewal, or in process)."""
+        self.stop_by = user
+        self.stop.set()
+
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
             try:
                 self.lease = await asyncio.to_thread(self.store.renew, self.lease)
+                if self.lease.stop_by and not self.stop.is_set():
+                    self.ask_stop(self.lease.stop_by)
             except LeaseLost:
                 log.warning("lease lost on %s (fence %s)", self.lease.key, self.lease.fence)
                 self.lost.set()

@@ -137,6 +137,9 @@ class Conversation(BaseModel):
     counted: str | None = Field(
         default=None, description="the counter bucket the record is counted in (aws backend)"
     )
+    stop_by: str | None = Field(
+        default=None, description="who asked the run in progress to stop (cleared on release)"
+    )
     inbox: list[InboxEntry] | None = Field(
         default=None,
         description="queued messages, when the read that returned the record included them "
@@ -180,6 +183,9 @@ class Lease(BaseModel):
     )
     housekeeping: tuple[str, ...] = Field(
         default=(), description="attributes a write under this lease may drop (expired claims)"
+    )
+    stop_by: str | None = Field(
+        default=None, description="set by a renewal when someone asked the run to stop"
     )
 
 

@@ -10,16 +10,18 @@ its checkpoint intact and a plain notice (details in the log, under the notice's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
 from agents import RunState, TResponseInputItem
 from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError, UserError
 
-from bot.runtime import approvals, trust
+from bot.runtime import approvals, stopping, trust
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
 from bot.runtime.guard import CURRENT_SCOPE, TurnScope
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
+from bot.runtime.progress import Step, shown
 from bot.runtime.references import new_reference
 from bot.runtime.turns import run_one_turn
 from storage import ConversationSession, Status, StorageError
@@ -46,7 +48,17 @@ async def drive(
         known=rt.history.get(serving.record),
     )
     from_checkpoint = isinstance(start, RunState)
-    scope = TurnScope(storage=serving.io, lease=serving.lease, armed=serving.armed)
+    progress = rt.progress
+    key = serving.key
+
+    async def on_step(call_id: str, tool: str, state: Step) -> None:
+        await progress.step(key, call_id, tool, state)
+
+    async def on_text(delta: str) -> None:
+        await shown(lambda: progress.text(key, delta))
+
+    scope = TurnScope(storage=serving.io, lease=serving.lease, armed=serving.armed, on_step=on_step)
+    await serving.show_work(started_by)
     token = CURRENT_SCOPE.set(scope)
     try:
         while True:
@@ -57,15 +69,27 @@ async def drive(
             scope.reset()
             scope.lease = serving.lease
             session.lease = serving.lease
-            try:
-                result = await run_one_turn(
+            if serving.stop_asked:
+                session.discard_pending()
+                await stopping.stopped(serving, consume)
+                return
+            turn = asyncio.create_task(
+                run_one_turn(
                     rt.agent,
                     start,
                     session=session,
                     run_config=rt.run_config,
                     max_turns=rt.settings.max_turns,
                     time_limit=rt.settings.turn_timeout,
+                    on_text=on_text,
                 )
+            )
+            if await _stopped_first(serving, scope, turn):
+                session.discard_pending()
+                await stopping.stopped(serving, consume)
+                return
+            try:
+                result = await turn
             except Exception as exc:
                 session.discard_pending()
                 if scope.fault is not None:
@@ -137,6 +161,8 @@ async def drive(
             consume = []
             from_checkpoint = False
             if humans:
+                for call in humans:
+                    await scope.show(call.call_id, call.tool_name, Step.WAITING)
                 serving.final_status = Status.AWAITING_APPROVAL
                 return
             if finished:
@@ -148,6 +174,33 @@ async def drive(
             start = state
     finally:
         CURRENT_SCOPE.reset(token)
+
+
+async def _stopped_first(serving: Serving, scope: TurnScope, turn: asyncio.Task[Any]) -> bool:
+    """Wait for the turn, unless someone asks the run to stop first: then abandon it (a
+    model call has no side effects) once no side-effecting tool is mid-way (a tool already
+    started finishes and is recorded). True when the turn was abandoned."""
+    keeper = serving.keeper
+    if keeper is None:
+        await asyncio.wait({turn})
+        return False
+    asked = asyncio.create_task(keeper.stop.wait())
+    try:
+        await asyncio.wait({turn, asked}, return_when=asyncio.FIRST_COMPLETED)
+        if turn.done():
+            return False
+        if scope.running:  # let the side effect finish and be recorded
+            idle = asyncio.create_task(scope.idle.wait())
+            await asyncio.wait({turn, idle}, return_when=asyncio.FIRST_COMPLETED)
+            idle.cancel()
+        if turn.done():
+            return False
+        turn.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await turn
+        return True
+    finally:
+        asked.cancel()
 
 
 async def interrupted(serving: Serving, exc: BaseException) -> None:

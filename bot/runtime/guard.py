@@ -29,6 +29,7 @@ from agents import Agent, FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
 from bot.runtime.closing import UNKNOWN_OUTCOME
+from bot.runtime.progress import Step, shown
 from bot.runtime.storage_calls import StorageCalls
 from storage import (
     Lease,
@@ -66,15 +67,26 @@ class TurnScope:
     human_approval: dict[str, bool] = field(default_factory=dict)
     unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
     fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
+    on_step: Callable[[str, str, Step], Awaitable[None]] | None = None  # progress, best effort
+    running: int = 0  # side-effecting calls executing right now (a stop waits for them)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while `running` is 0
 
     @property
     def store(self) -> Store:
         return self.storage.store
 
+    def __post_init__(self) -> None:
+        self.idle.set()
+
     def reset(self) -> None:
         self.human_approval.clear()
         self.unknown_outcomes.clear()
         self.fault = None
+
+    async def show(self, call_id: str, tool: str, state: Step) -> None:
+        if self.on_step is not None:
+            on_step = self.on_step
+            await shown(lambda: on_step(call_id, tool, state))
 
 
 CURRENT_SCOPE: ContextVar[TurnScope | None] = ContextVar("bot_turn_scope", default=None)
@@ -130,8 +142,13 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
 
     async def invoke(ctx: ToolContext[Any], arguments: str) -> Any:
         scope = CURRENT_SCOPE.get()
-        if safe or scope is None:
+        if scope is None:
             return await original(ctx, arguments)
+        if safe:
+            await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
+            output = await original(ctx, arguments)
+            await scope.show(ctx.tool_call_id, tool.name, _fate(output))
+            return output
         if ctx.tool_call_id in scope.armed:
             # This serve recorded it as started with the checkpoint that approved it.
             scope.armed.discard(ctx.tool_call_id)
@@ -143,25 +160,37 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
                 raise
             if not claim.created:
                 if claim.record.status is ToolCallStatus.COMPLETED:
+                    await scope.show(ctx.tool_call_id, tool.name, Step.DONE)
                     return claim.record.output
                 scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
+                await scope.show(ctx.tool_call_id, tool.name, Step.UNKNOWN)
                 return UNKNOWN_OUTCOME
+        await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
         # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
         # error output by the SDK inside `original`) is a known outcome: it ran and failed.
+        scope.running += 1
+        scope.idle.clear()
         try:
-            output = await original(ctx, arguments)
-        except Exception as exc:
             try:
-                await _complete(scope, ctx.tool_call_id, f"error: {type(exc).__name__}: {exc}")
+                output = await original(ctx, arguments)
+            except Exception as exc:
+                await scope.show(ctx.tool_call_id, tool.name, Step.FAILED)
+                try:
+                    await _complete(scope, ctx.tool_call_id, f"error: {type(exc).__name__}: {exc}")
+                except StorageError as fault:
+                    scope.fault = fault
+                raise
+            try:
+                await _complete(scope, ctx.tool_call_id, as_text(output))
             except StorageError as fault:
                 scope.fault = fault
-            raise
-        try:
-            await _complete(scope, ctx.tool_call_id, as_text(output))
-        except StorageError as fault:
-            scope.fault = fault
-            raise
+                raise
+        finally:
+            scope.running -= 1
+            if scope.running == 0:
+                scope.idle.set()
+        await scope.show(ctx.tool_call_id, tool.name, _fate(output))
         return output
 
     return invoke
@@ -195,6 +224,13 @@ async def _complete(scope: TurnScope, call_id: str, output: str) -> None:
             if attempt == COMPLETION_ATTEMPTS - 1:
                 raise
             await asyncio.sleep(min(2**attempt, 10))
+
+
+def _fate(output: Any) -> Step:
+    """The SDK turns a tool's exception into an output that starts like this."""
+    text = as_text(output)
+    failed = text.startswith("error:") or text.startswith("An error occurred while running")
+    return Step.FAILED if failed else Step.DONE
 
 
 def as_text(output: Any) -> str:

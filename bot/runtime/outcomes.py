@@ -23,6 +23,7 @@ class NoticeKind(StrEnum):
     RUN_FAILED = "run_failed"
     MESSAGE_KEPT = "message_kept"
     QUEUED = "queued"
+    STOPPED = "stopped"
 
 
 class Outcome(BaseModel):

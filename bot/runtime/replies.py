@@ -10,6 +10,19 @@ APPROVE_WORDS = frozenset({"approve", "approved", "yes", "y", "ok", "okay", "go 
 REJECT_WORDS = frozenset({"reject", "rejected", "no", "n", "deny", "denied", "cancel", "stop"})
 
 
+STOP_WORDS = frozenset({"stop", "stop it", "cancel that", "abort"})
+
+
+def _words(text: str) -> str:
+    words = re.sub(r"<@[A-Z0-9]+>", "", text)  # a leading mention of the bot
+    return re.sub(r"[\s.!,:;]+$", "", words.strip()).strip().lower()
+
+
+def is_stop_word(text: str) -> bool:
+    """A reply that asks the run in progress to stop (while nothing runs, it is a message)."""
+    return _words(text) in STOP_WORDS
+
+
 def parse_decision(text: str) -> bool | None:
     """True to approve, False to reject, None when the text is not a decision."""
     words = re.sub(r"<@[A-Z0-9]+>", "", text)  # a leading mention of the bot

@@ -37,6 +37,8 @@ from bot.runtime.outcomes import (
     Refused,
     StatusReply,
 )
+from bot.runtime.progress import Progress, Quiet
+from bot.runtime.replies import is_stop_word
 from bot.runtime.serving import Serving
 from bot.runtime.stewardship import discard_conversation
 from bot.runtime.text import clean_text
@@ -68,6 +70,13 @@ class Kept(StrEnum):
     KEPT = "kept"
     DUPLICATE = "duplicate"
     NOT_OURS = "not_ours"  # a reply in a thread the bot is not part of
+    STOPPING = "stopping"  # `stop` while a run was going: it asked the run to stop
+
+
+@dataclass(frozen=True)
+class Stopping:
+    accepted: bool
+    text: str
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,7 @@ class ConversationRuntime:
         settings: RuntimeSettings | None = None,
         *,
         on_outcome: OutcomeSink | None = None,
+        progress: Progress | None = None,
         owner: str | None = None,
         agent_version: str = "",
     ) -> None:
@@ -99,11 +109,13 @@ class ConversationRuntime:
         self.fingerprint = agent_fingerprint(self.agent, agent_version)
         self.process = owner or process_identity()
         self.sink = on_outcome
+        self.progress: Progress = progress or Quiet()
         self.draining = False
         self.history = HistoryCache()
         self._serving: set[asyncio.Task[Any]] = set()
         # Threads taken by the write that kept their message, for `serve` to use at once.
         self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
+        self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
         # A provider of our own reads OPENAI_API_KEY / OPENAI_BASE_URL when first used.
         self.run_config = RunConfig(
             model=self.settings.model,
@@ -136,6 +148,10 @@ class ConversationRuntime:
         """Keep a user's message durably in its thread's inbox (deduplicated by event id).
         Without `create`, only a thread the bot is already part of takes it. With `take`,
         the same write takes the thread when it is free, for `serve` to go on with."""
+        if is_stop_word(text):
+            stopping = await self.request_stop(key, user)
+            if stopping.accepted:
+                return Kept.STOPPING  # a request to the run in progress, not a message
         payload = UserMessage(user=user, text=clean_text(text), ts=ts).model_dump_json()
         return await self._keep(key, event_id, payload, create=create, user=user, take=take)
 
@@ -255,6 +271,20 @@ class ConversationRuntime:
         return await self.serve(key)
 
     # -- requests about a thread --------------------------------------------------------
+
+    async def request_stop(self, key: ConversationKey, user: str) -> Stopping:
+        """Ask the run in progress to stop (the Stop control, or the reply `stop`): the
+        holder learns it at once in this process, from its next renewal elsewhere (2 s)."""
+        record = await self.io(self.store.get, key)
+        if record is None or not self.may_act(record, user):
+            return Stopping(False, "There is nothing of yours running there.")
+        asked = await self.io(self.store.request_stop, key, user)
+        if asked is None:
+            return Stopping(False, "Nothing is running there right now.")
+        serving = self._live.get(key)
+        if serving is not None and serving.keeper is not None:
+            serving.keeper.ask_stop(user)
+        return Stopping(True, "Stopping it now.")
 
     def may_act(self, record: Conversation, user: str) -> bool:
         """The people who may act on a conversation: those who wrote in it (its starter
@@ -401,9 +431,12 @@ class ConversationRuntime:
         task = asyncio.current_task()
         if task is not None:
             self._serving.add(task)
+        self._live[serving.key] = serving
         try:
             return await serving.run()
         finally:
+            if self._live.get(serving.key) is serving:
+                del self._live[serving.key]
             if task is not None:
                 self._serving.discard(task)
 

@@ -29,6 +29,7 @@ from bot.runtime.envelope import (
     parse_payload,
 )
 from bot.runtime.outcomes import Notice, NoticeKind, Outcome, Refused
+from bot.runtime.progress import shown
 from bot.runtime.references import new_reference
 from storage import (
     CONSUME_LIMIT,
@@ -106,6 +107,7 @@ class Serving:
         self.set_aside: Envelope | None = None  # what failing closed left as the checkpoint
         self.decided: dict[str, DecisionMade] = {}  # carried from envelope to envelope
         self.armed: set[str] = set()  # calls this session recorded as started, to run now
+        self.showing = False  # progress was shown for this thread: end it when done
 
     @property
     def lease(self) -> Lease:
@@ -114,6 +116,10 @@ class Serving:
     def check(self) -> None:
         if self.keeper:
             self.keeper.check()
+
+    @property
+    def stop_asked(self) -> bool:
+        return self.keeper is not None and self.keeper.stop.is_set()
 
     # -- the session --------------------------------------------------------------------
 
@@ -130,7 +136,16 @@ class Serving:
             except asyncio.CancelledError:
                 await self._release_quietly()
                 raise
+            finally:
+                if self.showing:
+                    await shown(lambda: self.rt.progress.end(self.key))
         return self.outcomes
+
+    async def show_work(self, requester: str | None) -> None:
+        """Progress: this thread is being worked on."""
+        if not self.showing:
+            self.showing = True
+            await shown(lambda: self.rt.progress.begin(self.key, requester))
 
     async def _loop(self, opening: Callable[[], Awaitable[None]] | None) -> None:
         while True:

@@ -8,10 +8,13 @@ outlives `time_limit`, or whose caller is cancelled (shutdown), stops the SDK's 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents import Agent, RunConfig, Runner, RunResultStreaming, RunState, TResponseInputItem
 from agents.memory import Session
+
+TEXT_DELTA = "response.output_text.delta"
 
 
 async def run_one_turn(
@@ -22,7 +25,9 @@ async def run_one_turn(
     run_config: RunConfig,
     max_turns: int,
     time_limit: float,
+    on_text: Callable[[str], Awaitable[None]] | None = None,
 ) -> RunResultStreaming:
+    """One turn; `on_text` sees the answer's text as the model streams it."""
     result = Runner.run_streamed(
         agent, start, session=session, run_config=run_config, max_turns=max_turns
     )
@@ -30,9 +35,17 @@ async def run_one_turn(
     try:
         async with asyncio.timeout(time_limit):
             async for event in result.stream_events():
-                if not cancel_asked and event.type == "raw_response_event":
+                if event.type != "raw_response_event":
+                    continue
+                if not cancel_asked:
                     result.cancel(mode="after_turn")
                     cancel_asked = True
+                data = event.data
+                if (
+                    on_text is not None
+                    and getattr(data, "type", "") == "response.output_text.delta"
+                ):
+                    await on_text(str(getattr(data, "delta", "")))
     except BaseException:
         result.cancel()  # immediate: the SDK's background task must not run on
         raise

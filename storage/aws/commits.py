@@ -145,6 +145,7 @@ class Commits:
         if commit.release:
             update.remove("lease_owner")
             update.remove("lease_expires_ms")
+            update.remove("stop_by")
         for entry_id in commit.consume:
             update.removes.append(update.name(INLINE_INBOX + entry_id))
         if base_seq is not None:

@@ -189,6 +189,7 @@ def record_from_item(item: Item, *, with_inbox: bool = False) -> Conversation:
         last_activity_at=from_ms(item["last_activity_ms"]["N"]),
         expires_at=datetime.fromtimestamp(int(item["expires_at"]["N"]), tz=UTC),
         counted=_text(item, "counted"),
+        stop_by=_text(item, "stop_by"),
         inbox=_inbox(item) if with_inbox else None,
     )
 

@@ -116,6 +116,7 @@ class Records:
         raise StorageError(f"{key}: its expired record could not be replaced")
 
     def _take(self, update: Update, owner: str, now: datetime) -> None:
+        update.remove("stop_by")  # a stop asked of an earlier run is not this one's
         update.increment("fence")
         update.set("lease_owner", s(owner))
         update.set("lease_expires_ms", n(ms(now + self.t.lease_duration)))
@@ -126,14 +127,41 @@ class Records:
         update.set("lease_expires_ms", n(ms(expires)))
         update.fenced(lease.fence, lease.owner)
         try:
-            self.t.dynamodb.update_item(
-                TableName=self.t.table, Key=meta_key(lease.key), **update.expression()
+            result = self.t.dynamodb.update_item(
+                TableName=self.t.table,
+                Key=meta_key(lease.key),
+                ReturnValues="ALL_NEW",  # to learn whether a stop was asked
+                **update.expression(),
             )
         except ClientError as exc:
             if code(exc) == "ConditionalCheckFailedException":
                 raise LeaseLost(str(lease.key), lease.fence) from exc
             raise
-        return lease.model_copy(update={"expires_at": expires})
+        now_item: Item = result.get("Attributes", {})
+        stop = now_item.get("stop_by", {}).get("S")
+        return lease.model_copy(update={"expires_at": expires, "stop_by": stop})
+
+    def request_stop(self, key: ConversationKey, user: str) -> Conversation | None:
+        now = self.t.clock()
+        update = Update()
+        update.set("stop_by", s(user))
+        cutoff = update.value("cutoff", n(ms(self.t.takeover_cutoff(now))))
+        update.require(
+            f"attribute_exists({update.name('lease_owner')}) AND "
+            f"{update.name('lease_expires_ms')} >= {cutoff}"
+        )
+        try:
+            result = self.t.dynamodb.update_item(
+                TableName=self.t.table,
+                Key=meta_key(key),
+                ReturnValues="ALL_NEW",
+                **update.expression(),
+            )
+        except ClientError as exc:
+            if code(exc) == "ConditionalCheckFailedException":
+                return None  # nothing holds the thread (or there is no such thread)
+            raise
+        return record_from_item(result["Attributes"])
 
     def forget_expired(self, key: ConversationKey, old: Item) -> bool:
         """Delete a record past its TTL (what DynamoDB's TTL would do, late), so that it can be

@@ -106,6 +106,10 @@ class AwsStore(Store):
     def renew(self, lease: Lease) -> Lease:
         return self.records.renew(lease)
 
+    @translated
+    def request_stop(self, key: ConversationKey, user: str) -> Conversation | None:
+        return self.records.request_stop(key, user)
+
     # -- the atomic write ---------------------------------------------------------------
 
     @translated

@@ -171,6 +171,7 @@ class LocalStore(Store):
                     "lease_owner": owner,
                     "lease_expires_at": now + self.lease_duration,  # == Lease.expires_at
                     "status": status or record.status,
+                    "stop_by": None,
                     "updated_at": now,
                 }
             )
@@ -193,7 +194,18 @@ class LocalStore(Store):
             record = _fenced(db, lease)
             expires = now + self.lease_duration
             self._save(db, record.model_copy(update={"lease_expires_at": expires}))
-        return lease.model_copy(update={"expires_at": expires})
+        return lease.model_copy(update={"expires_at": expires, "stop_by": record.stop_by})
+
+    @translated
+    def request_stop(self, key: ConversationKey, user: str) -> Conversation | None:
+        now = self.clock()
+        with self._write() as db:
+            record = self._live(db, key, now)
+            if record is None or not record.leased(self.takeover_cutoff(now)):
+                return None
+            record = record.model_copy(update={"stop_by": user})
+            self._save(db, record)
+        return record
 
     # -- the atomic write ---------------------------------------------------------------
 
@@ -244,7 +256,7 @@ class LocalStore(Store):
             if commit.status is not None:
                 update["status"] = commit.status
             if commit.release:
-                update |= {"lease_owner": None, "lease_expires_at": None}
+                update |= {"lease_owner": None, "lease_expires_at": None, "stop_by": None}
             if commit.touch:
                 update |= {"last_activity_at": now, "expires_at": now + self.state_ttl}
             record = record.model_copy(update=update)
@@ -366,6 +378,7 @@ class LocalStore(Store):
                     "fence": record.fence + 1,
                     "lease_owner": owner,
                     "lease_expires_at": now + self.lease_duration,
+                    "stop_by": None,
                 }
             record = record.model_copy(update=update)
             self._save(db, record)

@@ -20,6 +20,7 @@ from botocore.retries.standard import ExponentialBackoff
 
 from storage import CheckpointMeta, ConversationKey
 from storage.aws import AwsStore, create_resources
+from storage.errors import StorageUnavailable
 from testkit.faultproxy import FaultControl, FaultProxy
 
 STANDARD = Config(retries={"mode": "standard", "max_attempts": 5})
@@ -235,7 +236,7 @@ def test_application_store_through_the_proxy(
     assert done.checkpoint is not None and done.checkpoint.version == 1
     with (
         dynamodb_proxy.fault("throttle", operation="TransactWriteItems"),
-        pytest.raises(ClientError, match="ThrottlingException"),
+        pytest.raises(StorageUnavailable, match="ThrottlingException"),
     ):
         store.commit(lease, state={"n": 2}, meta=meta, expected_version=1, items=['"b"'])
     record = store.get(key)

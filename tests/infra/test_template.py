@@ -163,6 +163,7 @@ def workload(store: Store) -> set[str]:
     store.complete_tool_call(lease, "c1", "z" * 400_000)
     store.get_tool_call(KEY, "c1")
     store.set_status(lease, Status.RUNNING)
+    store.request_stop(KEY, "U")
     store.apply(Commit(key=KEY, lease=lease, status=Status.RUNNING))
     store.clear_items(KEY, lease)
     store.release(lease, status=Status.IDLE, delivered=True)
@@ -192,6 +193,7 @@ def workload(store: Store) -> set[str]:
         "complete_tool_call",
         "get_tool_call",
         "set_status",
+        "request_stop",
         "apply",
         "clear_items",
         "release",

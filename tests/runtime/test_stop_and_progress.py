@@ -1,0 +1,153 @@
+"""Stopping a run on request, across replicas, and the progress a run shows while it works
+(status, streamed text, tool steps), on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from bot.runtime import Answer, ConversationRuntime, Kept, Notice, NoticeKind
+from bot.runtime.progress import Step
+from storage import ConversationKey, Status, Store, ToolCallStatus
+from testkit.runtime import KEY, SideEffects, build_agent, echo_model, history
+from tests.conftest import Backend
+
+
+class Recorder:
+    """A chat surface that writes down what it is shown."""
+
+    def __init__(self) -> None:
+        self.shown: list[tuple[str, ...]] = []
+
+    async def begin(self, key: ConversationKey, requester: str | None) -> None:
+        self.shown.append(("begin", str(requester)))
+
+    async def text(self, key: ConversationKey, delta: str) -> None:
+        self.shown.append(("text", delta))
+
+    async def step(self, key: ConversationKey, call_id: str, tool: str, state: Step) -> None:
+        self.shown.append(("step", tool, state.value))
+
+    async def end(self, key: ConversationKey) -> None:
+        self.shown.append(("end",))
+
+
+def slow_model(started: asyncio.Event, then: list[Any]) -> ScriptedModel:
+    async def respond(call: Any) -> Any:
+        started.set()
+        await asyncio.sleep(30)  # a model call that takes its time
+        return [assistant_message("(never: stopped first)")]
+
+    return ScriptedModel([ModelStep.respond(respond), *then])
+
+
+async def test_stop_abandons_the_model_call_and_the_next_message_starts_fresh(
+    store: Store, backend: Backend, effects: SideEffects
+) -> None:
+    started = asyncio.Event()
+    model = slow_model(started, [[assistant_message("A fresh start.")]])
+    rt = ConversationRuntime(store, build_agent(model, effects), owner="A")
+    running = asyncio.create_task(
+        rt.handle_message(KEY, event_id="E1", user="U1", text="write me an essay")
+    )
+    await started.wait()
+    # Another replica receives the Stop: a durable request, learned by the holder.
+    other = ConversationRuntime(backend.open(), build_agent(echo_model(), effects), owner="B")
+    asked = await asyncio.wait_for(other.request_stop(KEY, "U1"), 10)
+    assert asked.accepted
+    outcomes = await asyncio.wait_for(running, 10)
+    [notice] = [o for o in outcomes if isinstance(o, Notice)]
+    assert notice.kind is NoticeKind.STOPPED and "Stopped by <@U1>" in notice.text
+    assert not any(isinstance(o, Answer) for o in outcomes)  # nothing after the stop
+    record = store.get(KEY)
+    assert record is not None and (record.status, record.lease_owner) == (Status.IDLE, None)
+    assert record.stop_by is None and store.read_inbox(KEY) == []
+    again = await rt.handle_message(KEY, event_id="E2", user="U1", text="never mind")
+    assert [o.text for o in again if isinstance(o, Answer)] == ["A fresh start."]
+
+
+async def test_a_side_effect_under_way_finishes_and_is_said_to_have_run(
+    store: Store, effects: SideEffects
+) -> None:
+    from agents import Agent, function_tool
+
+    tool_started = asyncio.Event()
+
+    @function_tool
+    async def transfer(amount: int) -> str:
+        """Move money (a side effect)."""
+        tool_started.set()
+        await asyncio.sleep(0.5)
+        effects.record("transfer", {"amount": amount})
+        return "moved"
+
+    model = ScriptedModel(
+        [
+            [function_call("transfer", {"amount": 5}, call_id="call-t")],
+            [assistant_message("(the model call after the tool: abandoned)")],
+        ]
+    )
+    rt = ConversationRuntime(store, Agent(name="assistant", model=model, tools=[transfer]))
+    running = asyncio.create_task(
+        rt.handle_message(KEY, event_id="E1", user="U1", text="transfer 5")
+    )
+    await tool_started.wait()
+    assert (await rt.request_stop(KEY, "U1")).accepted  # same process: at once
+    outcomes = await asyncio.wait_for(running, 10)
+    [notice] = [o for o in outcomes if isinstance(o, Notice)]
+    assert notice.kind is NoticeKind.STOPPED
+    assert "Already done" in notice.text and "`transfer`" in notice.text
+    assert len(effects.calls("transfer")) == 1
+    call = store.get_tool_call(KEY, "call-t")
+    assert call is not None and call.status is ToolCallStatus.COMPLETED
+    assert history(store)[-1] == {
+        "type": "function_call_output",
+        "call_id": "call-t",
+        "output": "moved",
+    }
+
+
+async def test_stop_is_refused_to_strangers_and_when_nothing_runs(
+    store: Store, effects: SideEffects
+) -> None:
+    rt = ConversationRuntime(store, build_agent(echo_model(), effects))
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="hi")
+    stranger = await rt.request_stop(KEY, "U9")
+    idle = await rt.request_stop(KEY, "U1")
+    assert not stranger.accepted and not idle.accepted
+    assert "Nothing is running" in idle.text
+    # `stop` while nothing runs is an ordinary message for the agent.
+    kept = await rt.keep_message(KEY, event_id="E2", user="U1", text="stop")
+    assert kept is Kept.KEPT
+
+
+async def test_progress_shows_status_text_and_steps(store: Store, effects: SideEffects) -> None:
+    recorder = Recorder()
+    model = ScriptedModel(
+        [
+            [function_call("lookup", {"topic": "tides"}, call_id="c1")],
+            [assistant_message("Tides are lunar.")],
+        ]
+    )
+    rt = ConversationRuntime(store, build_agent(model, effects), progress=recorder)
+    outcomes = await rt.handle_message(KEY, event_id="E1", user="U1", text="tides?")
+    assert [o.text for o in outcomes if isinstance(o, Answer)] == ["Tides are lunar."]
+    assert recorder.shown[0] == ("begin", "U1") and recorder.shown[-1] == ("end",)
+    steps = [s for s in recorder.shown if s[0] == "step"]
+    assert steps == [("step", "lookup", "running"), ("step", "lookup", "done")]
+    text = "".join(s[1] for s in recorder.shown if s[0] == "text")
+    assert text == "Tides are lunar."
+
+
+async def test_progress_shows_a_call_waiting_for_approval(
+    store: Store, effects: SideEffects
+) -> None:
+    from testkit.runtime import email_then_answer
+
+    recorder = Recorder()
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects), progress=recorder)
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert ("step", "send_email", "waiting") in recorder.shown
+    assert recorder.shown[-1] == ("end",)

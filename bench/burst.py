@@ -34,8 +34,11 @@ async def burst_on(storage: dict[str, str], events: int, rounds: int, logs: Path
                 acks = await asyncio.gather(
                     *(sender.mention(bot, f"burst {round_}.{i}") for i in range(events))
                 )
-                wanted = answered_before + events
-                await api.wait_for(lambda: len(answers(api)) >= wanted, within=300)
+
+                def enough(target: int = answered_before + events) -> bool:
+                    return len(answers(api)) >= target
+
+                await api.wait_for(enough, within=300)
                 total = time.perf_counter() - start
                 await asyncio.sleep(0.3)  # the last reactions.remove calls
                 web = len(api.calls) - calls_before

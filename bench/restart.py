@@ -28,8 +28,10 @@ SLOW_ANSWER = "60"  # the first process's answer never comes: it is killed first
 
 
 async def _committed_first_turn(storage: dict[str, str], key: ConversationKey) -> None:
-    values = {k.removeprefix("BOT_").lower(): v for k, v in storage.items() if k.startswith("BOT_")}
-    store = open_store(StorageSettings(**values))
+    values: dict[str, Any] = {
+        k.removeprefix("BOT_").lower(): v for k, v in storage.items() if k.startswith("BOT_")
+    }
+    store = open_store(StorageSettings.model_validate(values))
     try:
         for _ in range(1000):
             record = await asyncio.to_thread(store.get, key)

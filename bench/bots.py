@@ -88,6 +88,22 @@ class Bot:
                 await asyncio.sleep(0.01)
         raise TimeoutError(f"{self.url} not healthy within {within}s")
 
+    def footprint(self) -> tuple[float, int]:
+        """Resident memory (MB) and open sockets of the process now."""
+        assert self.process is not None
+        pid = self.process.pid
+        rss = 0.0
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) / 1024
+        sockets = 0
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                sockets += os.readlink(fd).startswith("socket:")
+            except OSError:
+                continue
+        return rss, sockets
+
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)

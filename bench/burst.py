@@ -42,6 +42,9 @@ async def burst_on(storage: dict[str, str], events: int, rounds: int, logs: Path
                 total = time.perf_counter() - start
                 await asyncio.sleep(0.3)  # the last reactions.remove calls
                 web = len(api.calls) - calls_before
+                methods: dict[str, int] = {}
+                for call in api.calls[calls_before:]:
+                    methods[call.method] = methods.get(call.method, 0) + 1
                 ack_ms = [a * 1000 for _, a in acks]
                 results.append(
                     {
@@ -51,6 +54,7 @@ async def burst_on(storage: dict[str, str], events: int, rounds: int, logs: Path
                         "max": max(ack_ms),
                         "all_answered_s": total,
                         "web_api_per_answer": web / events,
+                        "web_api_methods": methods,
                     }
                 )
                 await asyncio.sleep(0.5)
@@ -115,6 +119,11 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
             rows,
         )
     )
+    for backend in ("aws", "local"):
+        for r in results[backend]["rounds"]:
+            listed = ", ".join(f"{m} {n}" for m, n in sorted(r["web_api_methods"].items()))
+            print(f"\n{backend}, round {r['round']}: Web API calls: {listed}.", end="")
+    print()
     first = {b: results[b]["rounds"][0]["p99"] for b in ("aws", "local")}
     verdict = ", ".join(
         f"{b}: first-round p99 {v:.1f} ms ({'met' if v < TARGET_P99_MS else 'not met'})"

@@ -27,6 +27,7 @@ from bench.emulators import Emulators
 from bench.meter import METER, Tally
 from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
+from storage import ConversationKey
 from storage.aws import AwsStore
 
 # List prices, us-east-1, as published on the AWS pricing pages (checked 2026-11-30; the
@@ -109,6 +110,7 @@ class Side:
     turn_ms: list[float] = field(default_factory=list)
     load_latest_ms: float = 0.0
     load_latest_requests: Tally | None = None
+    record_bytes: dict[int, int] = field(default_factory=dict)  # ours: the META item, by turn
 
     def at(self, turn: int) -> Tally:
         return self.tallies[turn - 1]
@@ -159,6 +161,8 @@ async def ours(emulators: Emulators, turns: int, *, prune_claims: bool = False) 
             side.turn_ms.append((time.perf_counter() - start) * 1000)
         side.tallies.append(tally)
         side.storage_ms.append(clock.since(start) * 1000)
+        if n in CHECKPOINTS:
+            side.record_bytes[n] = record_size(store, key)
     # The latest state as a resume needs it: record, checkpoint, the history window.
     samples = []
     for _ in range(20):
@@ -174,6 +178,22 @@ async def ours(emulators: Emulators, turns: int, *, prune_claims: bool = False) 
     runtime.io.close()
     store.close()
     return side
+
+
+def record_size(store: AwsStore, key: ConversationKey) -> int:
+    """Bytes of the conversation's record as DynamoDB sizes items (names + values)."""
+    item = store.dynamodb.get_item(
+        TableName=store.table, Key={"pk": {"S": f"CONV#{key}"}, "sk": {"S": "META"}}
+    )["Item"]
+    size = 0
+    for name, value in item.items():
+        size += len(name.encode())
+        for inner in value.values():
+            if isinstance(inner, list):
+                size += sum(len(str(v).encode()) for v in inner)
+            else:
+                size += len(str(inner).encode())
+    return size
 
 
 def langgraph_available() -> bool:
@@ -319,6 +339,19 @@ def report(sides: list[Side], langgraph: bool) -> dict[str, Any]:
         ]
         for side in sides
     ]
+    sized = [side for side in sides if side.record_bytes]
+    if sized:
+        print(
+            "Size of our conversation record (the item every write of a turn rewrites; write "
+            "units are charged per KB of it): "
+            + "; ".join(
+                side.name.split(":")[0].split(",")[0]
+                + " "
+                + ", ".join(f"{b:,} B at turn {t}" for t, b in side.record_bytes.items())
+                for side in sized
+            )
+            + ".\n"
+        )
     print(
         table(
             ["load the latest state of a 500-turn thread", "ms (median of 20)", "requests"],
@@ -335,8 +368,26 @@ def report(sides: list[Side], langgraph: bool) -> dict[str, Any]:
                 f"${cost_per_thousand(side.at(turn)):.4f}" if turn <= len(side.tallies) else "—"
                 for turn in CHECKPOINTS
             ]
+            + [
+                f"{side.at(turn).write_bytes / 1e6:.1f}" if turn <= len(side.tallies) else "—"
+                for turn in CHECKPOINTS
+            ]
         )
-    print(table(["system", *[f"at turn {t}" for t in CHECKPOINTS]], cost_rows))
+    print(
+        table(
+            [
+                "system",
+                *[f"$ at turn {t}" for t in CHECKPOINTS],
+                *[f"GB written at turn {t}" for t in CHECKPOINTS],
+            ],
+            cost_rows,
+        )
+    )
+    print(
+        "\nGB written per 1,000 turns is what a stored copy would hold if nothing were "
+        "overwritten; at S3 Standard's $0.023 per GB-month (DynamoDB Standard $0.25) it "
+        "adds to the cost above for as long as it is kept."
+    )
     return {
         side.name: {
             str(turn): {
@@ -351,7 +402,7 @@ def report(sides: list[Side], langgraph: bool) -> dict[str, Any]:
             for turn in CHECKPOINTS
             if turn <= len(side.tallies)
         }
-        | {"load_latest_ms": side.load_latest_ms}
+        | {"load_latest_ms": side.load_latest_ms, "record_bytes": side.record_bytes}
         for side in sides
     }
 

@@ -79,6 +79,7 @@ async def step(
         elapsed = time.perf_counter() - start
         busy1, total1 = cpu_times()
         await asyncio.gather(*in_flight)
+        footprints = [bot.footprint() for bot in bots]
         await sender.close()
         for bot in bots:
             await bot.stop()
@@ -90,6 +91,8 @@ async def step(
         "ack_p50": percentile(acks, 50),
         "ack_p99": percentile(acks, 99),
         "cpu_busy": (busy1 - busy0) / (total1 - total0),
+        "rss_mb": max(f[0] for f in footprints),
+        "sockets": max(f[1] for f in footprints),
     }
 
 
@@ -124,6 +127,8 @@ def report(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             f"{r['ack_p50']:.0f}",
             f"{r['ack_p99']:.0f}",
             f"{r['cpu_busy'] * 100:.0f}%",
+            f"{r['rss_mb']:.0f}",
+            r["sockets"],
         ]
         for r in results
     ]
@@ -137,6 +142,8 @@ def report(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "ack p50 ms",
                 "ack p99 ms",
                 "CPU busy",
+                "RSS per replica, MB",
+                "sockets per replica",
             ],
             rows,
         )

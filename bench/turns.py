@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from agents import Runner, SQLiteSession
+from agents.memory import SessionSettings
 
 from bench.agents import build_agent
 from bench.common import percentile, section, table, unique_key
 from bench.emulators import Emulators
 from bench.meter import METER, Tally
 from bot.runtime import ConversationRuntime
+from bot.settings import RuntimeSettings
 from storage.local import LocalStore
 
 
@@ -37,7 +39,10 @@ class TurnFigures:
 async def run_turns(emulators: Emulators, turns: int, text: str = "hello") -> TurnFigures:
     """`turns` turns of each path, interleaved; a few unmeasured turns first."""
     bare_agent = build_agent()
-    session = SQLiteSession(f"bench-{uuid.uuid4().hex[:6]}")
+    # The same history window as the runtime's (BOT_HISTORY_ITEMS), so both send the model
+    # the same input.
+    window = SessionSettings(limit=RuntimeSettings().history_items)
+    session = SQLiteSession(f"bench-{uuid.uuid4().hex[:6]}", session_settings=window)
     with tempfile.TemporaryDirectory() as tmp:
         local = LocalStore(Path(tmp))
         aws = emulators.store("turns")
@@ -89,7 +94,8 @@ def report(figures: TurnFigures, emulators: Emulators) -> dict[str, Any]:
         f"Time per turn, ms ({figures.turns} turns each, interleaved, same scripted model)",
         "Durable = `handle_message`: keep the message (taking the thread), run one model "
         "turn, commit the checkpoint with the turn's items, post nothing (no Slack here), "
-        "release. Bare = `Runner.run` with an in-memory `SQLiteSession`.",
+        "release. Bare = `Runner.run` with an in-memory `SQLiteSession` and the same history "
+        "window (60 items).",
     )
     base50, base99 = figures.p("bare", 50), figures.p("bare", 99)
     rows: list[list[object]] = [

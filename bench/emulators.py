@@ -106,12 +106,14 @@ def _requests(store: AwsStore) -> dict[str, Callable[[int], Any]]:
             TableName=table_name, Item={**item, "pk": {"S": f"CONV#raw{i}"}, "sk": {"S": "ITEM"}}
         )
 
-    def query(i: int) -> Any:
+    def query(i: int) -> Any:  # a thread's latest items, as the history read asks
         return ddb.query(
             TableName=table_name,
             KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": item["pk"]},
+            ExpressionAttributeValues={":pk": {"S": "CONV#history"}},
+            ScanIndexForward=False,
             ConsistentRead=True,
+            Limit=61,
         )
 
     def query_index(i: int) -> Any:
@@ -165,6 +167,10 @@ def _requests(store: AwsStore) -> dict[str, Callable[[int], Any]]:
 
     s3.put_object(Bucket=bucket, Key="raw/fixed", Body=body)
     put(0)
+    for sk in ("ITEM#1", "ITEM#2", "ITEM#3", "META"):  # a short thread: three items, a record
+        ddb.put_item(
+            TableName=table_name, Item={**item, "pk": {"S": "CONV#history"}, "sk": {"S": sk}}
+        )
     return {
         "dynamodb.GetItem": get,
         "dynamodb.UpdateItem": update,

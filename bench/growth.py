@@ -345,8 +345,8 @@ def report(sides: list[Side], langgraph: bool) -> dict[str, Any]:
             "Size of our conversation record (the item every write of a turn rewrites; write "
             "units are charged per KB of it): "
             + "; ".join(
-                side.name.split(":")[0].split(",")[0]
-                + " "
+                ("what-if" if "what-if" in side.name else "as is")
+                + ": "
                 + ", ".join(f"{b:,} B at turn {t}" for t, b in side.record_bytes.items())
                 for side in sized
             )
@@ -369,7 +369,7 @@ def report(sides: list[Side], langgraph: bool) -> dict[str, Any]:
                 for turn in CHECKPOINTS
             ]
             + [
-                f"{side.at(turn).write_bytes / 1e6:.1f}" if turn <= len(side.tallies) else "—"
+                f"{side.at(turn).write_bytes / 1e6:.3f}" if turn <= len(side.tallies) else "—"
                 for turn in CHECKPOINTS
             ]
         )
@@ -378,7 +378,7 @@ def report(sides: list[Side], langgraph: bool) -> dict[str, Any]:
             [
                 "system",
                 *[f"$ at turn {t}" for t in CHECKPOINTS],
-                *[f"GB written at turn {t}" for t in CHECKPOINTS],
+                *[f"GB written per 1,000 turns at turn {t}" for t in CHECKPOINTS],
             ],
             cost_rows,
         )

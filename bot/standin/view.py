@@ -22,7 +22,7 @@ TASK_STATES = {
     "complete": "done",
     "error": "failed",
 }
-FEEDBACK = (("positive", "👍"), ("negative", "👎"))
+FEEDBACK = ("positive", "negative")  # the page draws 👍 and 👎
 Chosen = dict[str, dict[str, str]]  # message ts -> action_id -> the value clicked
 
 
@@ -88,14 +88,13 @@ def feedback_view(element: dict[str, Any], chosen: dict[str, str]) -> dict[str, 
     """👍/👎, each with its value, its name for screen readers, and whether it was clicked."""
     action_id = str(element.get("action_id", ""))
     buttons = []
-    for which, emoji in FEEDBACK:
+    for which in FEEDBACK:
         button = element.get(f"{which}_button") or {}
         text = (button.get("text") or {}).get("text", which)
         value = str(button.get("value", ""))
         buttons.append(
             {
                 "which": which,
-                "emoji": emoji,
                 "text": text,
                 "label": button.get("accessibility_label") or text,
                 "value": value,

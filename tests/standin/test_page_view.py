@@ -188,7 +188,7 @@ async def test_status_streamed_reply_tasks_and_markdown_as_the_page_gets_them(
         assert shown["status"] is None and not reply["streaming"]
         markdown_block, actions = reply["blocks"]
         assert markdown_block["nodes"] == [{"p": ["Also ", {"i": ["this"]}, "."]}]
-        assert [b["emoji"] for b in actions["elements"][0]["buttons"]] == ["👍", "👎"]
+        assert [b["which"] for b in actions["elements"][0]["buttons"]] == ["positive", "negative"]
         assert actions["elements"][0]["buttons"][0]["label"] == "Mark as a good answer"
         assert actions["elements"][0]["buttons"][1]["label"] == "Bad answer"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 import aiohttp
@@ -17,9 +17,12 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.standin.markdown import markdown
+from bot.standin.slack_api import Message, SlackWebApi
 from bot.standin.view import CHANNEL
 from bot.standin.workspace import USERS, Workspace
-from tests.standin.test_page_endpoints import FakeBot, Page, settle, standin
+from testkit.services import free_port
+from testkit.slack import SECRET, Harness, running_api
+from tests.standin.test_page_endpoints import FakeBot, Page, fake_bot, settle, standin
 
 FEEDBACK: dict[str, Any] = {
     "type": "context_actions",
@@ -356,3 +359,33 @@ async def test_the_state_waits_for_something_new_when_asked(tmp_path: Path) -> N
         news = await asyncio.wait_for(waiting, 2)
         assert news["etag"] != seen
         assert news["threads"][0]["status"]["text"] == "agent is thinking…"
+
+
+async def test_the_harness_presses_thumbs_and_ephemeral_buttons_like_slack() -> None:
+    """testkit's `Harness.press`, for the bot's own tests: against a recording bot."""
+    api = SlackWebApi(team="T0LOCAL")
+    port = free_port()
+    async with running_api(api) as api_url, fake_bot(port) as fake:
+        harness = Harness(api, api_url, f"http://127.0.0.1:{port}", cast(Any, None))
+        try:
+            answer = Message(CHANNEL, "2.000001", "It is 13:00.", api.bot_user, "1.000001")
+            answer.blocks = [{"type": "markdown", "text": "It is 13:00."}, FEEDBACK]
+            stop = Message(CHANNEL, "2.000002", "", api.bot_user, "1.000001", STOP)
+            stop.ephemeral_to = USERS["alice"]
+            thumbs_down = await harness.press(answer, "answer_feedback", "U1", thumb="negative")
+            assert thumbs_down[0] == 200
+            status, token = await harness.press(stop, "stop_run", "U1")
+            assert status == 200 and token
+        finally:
+            await harness.close()
+    thumb, stopped = clicks(fake, SECRET)
+    assert thumb["actions"][0] | {"action_ts": ""} == {
+        "action_id": "answer_feedback",
+        "block_id": "b1",
+        "type": "feedback_buttons",
+        "value": "bad-1",
+        "action_ts": "",
+    }
+    assert thumb["container"]["thread_ts"] == "1.000001" and "message" in thumb
+    assert stopped["container"]["is_ephemeral"] and "message" not in stopped
+    assert stopped["response_url"].endswith(f"/respond/{token}")

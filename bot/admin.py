@@ -1,7 +1,8 @@
 """Operator commands, shared by the Slack `/agent-admin` command and `python -m bot admin`:
 
-status [<thread link>]                          counts by status and the oldest paused,
-                                                or one conversation (and its deliveries)
+status [<thread link>]                          counts by status, the oldest paused and
+                                                feedback on answers, or one conversation
+                                                (its deliveries and feedback)
 list [stale] [--older-than 1d]                  paused / interrupted conversations
 discard <thread link | team:channel:ts>         discard one conversation's saved state
 discard stale --older-than <duration> [--dry-run]
@@ -18,7 +19,7 @@ from datetime import timedelta
 from bot.permalink import PermalinkError, parse_permalink
 from bot.runtime import ConversationRuntime, Discarded, Refused, StaleFilter
 from bot.runtime.runtime import PAUSED
-from storage import Conversation, ConversationKey, Status
+from storage import Conversation, ConversationKey, FeedbackTally, Status
 from storage.durations import format_duration, parse_duration
 
 USAGE = __doc__.split("\n\n", 1)[1].rstrip() if __doc__ else ""
@@ -128,13 +129,14 @@ class AdminCommands:
             oldest = await self.runtime.oldest(status)
             if oldest:
                 lines.append(f"Oldest {status.value.replace('_', ' ')}: {self._line(oldest)}")
+        lines.append(_feedback_line(await self.runtime.feedback_totals()))
         return "\n".join(lines)
 
     async def one(self, key: ConversationKey) -> str:
         record = await self.runtime.conversation(key)
         if record is None:
             return "There is no conversation in that thread."
-        lines = [self._line(record)]
+        lines = [self._line(record), _feedback_line(record.feedback)]
         if record.delivery_error:
             lines.append(f"Last delivery problem: {record.delivery_error}")
         if record.delivery_retry_at:
@@ -211,3 +213,7 @@ def _summary(result: Discarded, link: str) -> str:
         f"{names(list(result.pending_calls))}{ran}{unknown}; queued messages dropped: "
         f"{result.dropped_messages} (was {result.previous_status})"
     )
+
+
+def _feedback_line(tally: FeedbackTally) -> str:
+    return f"Feedback on answers: {tally.good} :thumbsup: · {tally.bad} :thumbsdown:"

@@ -23,6 +23,9 @@ DELIVERY_FAILURES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+FEEDBACK = Counter(
+    "bot_feedback_total", "Verdicts on answers, by verdict", ["verdict"], registry=REGISTRY
+)
 LATENCY = Histogram(
     "bot_operation_seconds",
     "Time to serve an operation, by kind",

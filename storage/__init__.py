@@ -27,12 +27,14 @@ from storage.models import (
     Conversation,
     ConversationKey,
     DeliveryMark,
+    FeedbackTally,
     InboxEntry,
     Lease,
     Status,
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
+    Verdict,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ __all__ = [
     "ConversationKey",
     "ConversationSession",
     "DeliveryMark",
+    "FeedbackTally",
     "InboxChanged",
     "InboxEntry",
     "Lease",
@@ -82,5 +85,6 @@ __all__ = [
     "ToolCallClaim",
     "ToolCallRecord",
     "ToolCallStatus",
+    "Verdict",
     "open_store",
 ]

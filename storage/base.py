@@ -26,11 +26,13 @@ from storage.models import (
     Conversation,
     ConversationKey,
     DeliveryMark,
+    FeedbackTally,
     InboxEntry,
     Lease,
     Status,
     ToolCallClaim,
     ToolCallRecord,
+    Verdict,
     utcnow,
 )
 
@@ -396,6 +398,21 @@ class Store(ABC):
 
     @abstractmethod
     def count_by_status(self) -> dict[Status, int]: ...
+
+    # -- feedback on answers ------------------------------------------------------------
+
+    @abstractmethod
+    def record_feedback(
+        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
+    ) -> FeedbackTally | None:
+        """`user`'s verdict on the answer `answer` (its outbox id) of a conversation. One
+        verdict per person and answer: clicking again changes it, and the conversation's
+        tally (returned) and the overall one move with it. None when the conversation is
+        gone (expired or never existed): nothing is recorded."""
+
+    @abstractmethod
+    def count_feedback(self) -> FeedbackTally:
+        """Verdicts over all conversations, since the store was created."""
 
     # -- the atomic write every mutation goes through -----------------------------------
 

@@ -96,6 +96,21 @@ class CheckpointPointer(BaseModel):
     )
 
 
+class Verdict(StrEnum):
+    """A person's feedback on one answer."""
+
+    GOOD = "good"
+    BAD = "bad"
+
+
+class FeedbackTally(BaseModel):
+    good: int = 0
+    bad: int = 0
+
+    def add(self, other: FeedbackTally) -> FeedbackTally:
+        return FeedbackTally(good=self.good + other.good, bad=self.bad + other.bad)
+
+
 class Conversation(BaseModel):
     """The per-thread record. Times are timezone-aware UTC."""
 
@@ -139,6 +154,10 @@ class Conversation(BaseModel):
     )
     stop_by: str | None = Field(
         default=None, description="who asked the run in progress to stop (cleared on release)"
+    )
+    feedback: FeedbackTally = Field(
+        default_factory=lambda: FeedbackTally(),
+        description="people's verdicts on its answers (one per person and answer)",
     )
     inbox: list[InboxEntry] | None = Field(
         default=None,

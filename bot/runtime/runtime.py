@@ -47,11 +47,13 @@ from storage import (
     CheckpointMeta,
     Conversation,
     ConversationKey,
+    FeedbackTally,
     Lease,
     LeaseBusy,
     NotFound,
     Status,
     Store,
+    Verdict,
 )
 
 log = logging.getLogger(__name__)
@@ -337,6 +339,16 @@ class ConversationRuntime:
 
     async def counts(self) -> dict[Status, int]:
         return await self.io(self.store.count_by_status)
+
+    async def feedback_totals(self) -> FeedbackTally:
+        return await self.io(self.store.count_feedback)
+
+    async def record_feedback(
+        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
+    ) -> FeedbackTally | None:
+        """Someone's verdict on an answer (anyone who can see it may give one); None when
+        the conversation is gone."""
+        return await self.io(self.store.record_feedback, key, answer, user, verdict)
 
     async def oldest(self, status: Status) -> Conversation | None:
         found = await self.io(self.store.list_by_status, status, limit=1)

@@ -15,14 +15,13 @@ from typing import Any
 
 from pydantic import ValidationError
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
-from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
 from bot.admin import AdminCommands
 from bot.permalink import PermalinkError, linker, parse_permalink
 from bot.runtime import ConversationRuntime, Kept, Refused, StatusReply
 from bot.runtime.runtime import EXPIRED, NEUTRAL
+from bot.slackapp.agent_blocks import FEEDBACK, STOP, parse_feedback
 from bot.slackapp.blocks import APPROVE, REJECT, RESUME, parse_button_value, paused_list_blocks
 from bot.slackapp.settings import SlackSettings
 from storage import ConversationKey
@@ -58,6 +57,8 @@ class Listeners:
         app.action(APPROVE)(ack=self.keep_decision, lazy=[self.serve_decision])
         app.action(REJECT)(ack=self.keep_decision, lazy=[self.serve_decision])
         app.action(RESUME)(ack=self.ack_at_once, lazy=[self.resume_button])
+        app.action(FEEDBACK)(ack=self.keep_feedback, lazy=[self.answer_feedback])
+        app.action(STOP)(ack=self.ack_at_once, lazy=[self.stop_button])
         app.command(self.settings.resume_command)(ack=self.ack_at_once, lazy=[self.resume_command])
         app.command(self.settings.admin_command)(ack=self.ack_at_once, lazy=[self.admin_command])
 
@@ -120,15 +121,12 @@ class Listeners:
         context["kept_key"] = str(key)
         context["kept_ts"] = ts
 
-    async def serve_message(self, context: AsyncBoltContext, client: AsyncWebClient) -> None:
+    async def serve_message(self, context: AsyncBoltContext) -> None:
         if context.get("kept") != Kept.KEPT.value:
             return
         key = ConversationKey.parse(context["kept_key"])
-        ts = str(context["kept_ts"])
-        await _react(client, key.channel, ts, "eyes", add=True)
         with metrics.LATENCY.labels("message").time():
-            await self.runtime.serve(key)
-        await _react(client, key.channel, ts, "eyes", add=False)
+            await self.runtime.serve(key)  # progress shows in the thread (see `live`)
 
     # -- approvals ----------------------------------------------------------------------
 
@@ -172,6 +170,46 @@ class Listeners:
             # Refusals and late clicks are answered through the click's response_url by
             # whichever replica serves the thread.
             await self.runtime.serve(ConversationKey.parse(context["kept_key"]))
+
+    # -- feedback and Stop ---------------------------------------------------------------
+
+    async def keep_feedback(
+        self, ack: Ack, body: dict[str, Any], context: AsyncBoltContext
+    ) -> None:
+        """A verdict on an answer, recorded before the click is acknowledged."""
+        metrics.EVENTS.labels("feedback").inc()
+        try:
+            action = body["actions"][0]
+            user = str(body["user"]["id"])
+            key, answer, verdict = parse_feedback(str(action["value"]))
+        except (ValueError, KeyError, TypeError, IndexError, ValidationError):
+            context["refusal"] = "That button is not one of mine."
+            await ack()
+            return
+        tally = await self.runtime.record_feedback(key, answer, user, verdict)
+        await ack()
+        if tally is None:
+            context["refusal"] = "That conversation has expired; your feedback was not kept."
+        else:
+            metrics.FEEDBACK.labels(verdict.value).inc()
+
+    async def answer_feedback(self, context: AsyncBoltContext, respond: Respond) -> None:
+        if context.get("refusal"):
+            await respond(
+                text=context["refusal"], response_type="ephemeral", replace_original=False
+            )
+
+    async def stop_button(self, body: dict[str, Any], respond: Respond) -> None:
+        metrics.EVENTS.labels("stop").inc()
+        try:
+            key = ConversationKey.parse(str(body["actions"][0]["value"]))
+            user = str(body["user"]["id"])
+        except (KeyError, IndexError, ValueError, ValidationError):
+            await respond(text="That button is not one of mine.", replace_original=False)
+            return
+        stopping = await self.runtime.request_stop(key, user)
+        # The Stop control is this person's alone: it becomes the answer.
+        await respond(text=stopping.text, response_type="ephemeral", replace_original=True)
 
     # -- /resume ------------------------------------------------------------------------
 
@@ -228,16 +266,3 @@ class Listeners:
 
 def _matches(pattern: re.Pattern[str], *values: object) -> bool:
     return all(isinstance(v, str) and pattern.fullmatch(v) for v in values)
-
-
-async def _react(client: AsyncWebClient, channel: str, ts: str, name: str, *, add: bool) -> None:
-    """Progress as a reaction; best effort: a failed reaction changes nothing else."""
-    try:
-        if add:
-            await client.reactions_add(channel=channel, timestamp=ts, name=name)
-        else:
-            await client.reactions_remove(channel=channel, timestamp=ts, name=name)
-    except SlackApiError as exc:
-        log.debug("reaction %s on %s/%s: %s", name, channel, ts, exc.response.get("error"))
-    except Exception as exc:  # a network error: progress is cosmetic
-        log.debug("reaction %s on %s/%s: %r", name, channel, ts, exc)

@@ -1,16 +1,18 @@
 """Posts the runtime's outcomes into their Slack threads (the runtime's outcome sink).
 
-Every post of a recorded outcome carries Slack message metadata naming it (`agent_outcome`,
-its outbox id and part), so that a redelivery after a crash or a lost answer first looks in
-the thread and posts only what is not there: nothing is posted twice. Failures are sorted for
-the runtime: permanent Slack errors (the bot left the channel, the message is invalid, the
-token was revoked) are not retried; anything else is, later, with backoff. Approval requests
-decided by a reply, or set aside, get their buttons replaced like clicked ones."""
+Every post carries a mark (`marks`: Slack message metadata naming the outcome, its outbox id
+and part), so that a redelivery after a crash or a lost answer first reads the thread back
+and posts only what is not there: nothing is posted twice. Answers are Markdown (`markdown`
+blocks, split at Slack's 12,000 characters) with feedback buttons under the last part; the
+first part closes the reply this process streamed while the run worked (`live`), if any.
+Failures are sorted for the runtime: permanent Slack errors (the bot left the channel, the
+message is invalid, the token was revoked) are not retried; anything else is, later, with
+backoff. Approval requests decided by a reply, or set aside, get their buttons replaced
+like clicked ones."""
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import aiohttp
@@ -31,11 +33,15 @@ from bot.runtime import (
     Refused,
     StatusReply,
 )
+from bot.slackapp.agent_blocks import feedback_blocks, markdown_block
 from bot.slackapp.blocks import approval_blocks, decided_blocks, set_aside_blocks
-from bot.slackapp.text import MESSAGE_LIMIT, escape, split_text, truncate
+from bot.slackapp.live import LiveThreads
+from bot.slackapp.markdown import safe_markdown, split_markdown
+from bot.slackapp.marks import mark
+from bot.slackapp.readback import Readback
+from bot.slackapp.text import MESSAGE_LIMIT, escape, truncate
 
 log = logging.getLogger(__name__)
-EVENT_TYPE = "agent_outcome"
 NOTICE_ICONS = {
     NoticeKind.RESUMED_AFTER_RESTART: ":arrows_counterclockwise:",
     NoticeKind.STATE_EXPIRED: ":hourglass:",
@@ -45,6 +51,7 @@ NOTICE_ICONS = {
     NoticeKind.DISCARDED: ":wastebasket:",
     NoticeKind.RUN_FAILED: ":x:",
     NoticeKind.MESSAGE_KEPT: ":inbox_tray:",
+    NoticeKind.STOPPED: ":octagonal_sign:",
 }
 # Errors that retrying cannot fix (https://api.slack.com/methods/chat.postMessage#errors).
 PERMANENT_ERRORS = frozenset(
@@ -78,7 +85,7 @@ PERMANENT_ERRORS = frozenset(
         "invalid_arguments",
     }
 )
-LOOKUP_SECONDS = 30  # how long a thread's list of posted outcomes is reused
+FALLBACK_LIMIT = 300  # characters of an answer in its notification text
 
 
 def slack_error(exc: SlackApiError) -> str:
@@ -90,9 +97,10 @@ def slack_error(exc: SlackApiError) -> str:
 
 
 class SlackPoster:
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, live: LiveThreads | None = None) -> None:
         self.client = client
-        self._posted: dict[tuple[str, str], tuple[float, list[dict[str, Any]]]] = {}
+        self.live = live
+        self.readback = Readback(client)
 
     async def __call__(self, outcome: Outcome, ref: DeliveryRef) -> None:
         metrics.OUTCOMES.labels(type(outcome).__name__).inc()
@@ -110,9 +118,7 @@ class SlackPoster:
 
     async def _deliver(self, outcome: Outcome, ref: DeliveryRef) -> None:
         if isinstance(outcome, Answer):
-            text = escape(outcome.text) or "(no answer)"
-            for part, piece in enumerate(split_text(text)):
-                await self._post(outcome, ref, part, text=piece, unfurl_links=False)
+            await self._answer(outcome, ref)
         elif isinstance(outcome, ApprovalRequest):
             for part, call in enumerate(outcome.calls):
                 await self._post(
@@ -124,20 +130,11 @@ class SlackPoster:
                     calls=call.call_id,
                 )
         elif isinstance(outcome, Notice) and outcome.kind is not NoticeKind.QUEUED:
-            metrics.NOTICES.labels(outcome.kind.value).inc()
-            icon = NOTICE_ICONS.get(outcome.kind, ":information_source:")
-            reference = f" (reference: {outcome.reference})" if outcome.reference else ""
-            await self._post(
-                outcome, ref, 0, text=truncate(f"{icon} {outcome.text}{reference}", MESSAGE_LIMIT)
-            )
-            for call in outcome.settles:
-                card = await self._find_card(outcome, call.call_id)
-                if card:
-                    await self._update(
-                        card, outcome, set_aside_blocks(call, "Set aside: see below.")
-                    )
+            await self._notice(outcome, ref)
         elif isinstance(outcome, Decided):
-            card = outcome.request_message or await self._find_card(outcome, outcome.call_id)
+            card = outcome.request_message or await self.readback.find_card(
+                outcome.key, outcome.call_id
+            )
             if card:
                 await self._update(card, outcome, decided_blocks(outcome))
             verdict = "approved" if outcome.approved else "rejected"
@@ -147,6 +144,62 @@ class SlackPoster:
         elif isinstance(outcome, Refused | StatusReply):
             await self._answer_privately(outcome)
         # Duplicate and Discarded answer one request: the caller shows them.
+
+    async def _answer(self, outcome: Answer, ref: DeliveryRef) -> None:
+        """Markdown, made safe, in parts; the feedback buttons under the last one. The first
+        part goes into the reply streamed while the run worked, when there is one."""
+        key = outcome.key
+        if ref.maybe_posted:  # a dead process may have left its stream half-written
+            await self.readback.tidy_interrupted(key, keep=self._open_stream(outcome))
+        pieces = split_markdown(safe_markdown(outcome.text).strip() or "_(no answer)_")
+        fallback = truncate(escape(outcome.text), FALLBACK_LIMIT) or "(no answer)"
+        for part, piece in enumerate(pieces):
+            footer = feedback_blocks(key, ref.id) if ref.id and part == len(pieces) - 1 else []
+            blocks = [markdown_block(piece), *footer]
+            if (
+                ref.id
+                and ref.maybe_posted
+                and await self.readback.already_posted(key, ref.id, part)
+            ):
+                log.info("%s: %s part %d is already in the thread", key, ref.id, part)
+                continue
+            metadata = _mark(outcome, ref, part)
+            if part == 0 and self.live is not None:
+                streamed = await self.live.finish_answer(
+                    key,
+                    outcome.text,
+                    fallback=fallback,
+                    blocks=blocks,
+                    footer=footer,
+                    metadata=metadata,
+                )
+                if streamed:
+                    continue
+            await self.client.chat_postMessage(
+                channel=key.channel,
+                thread_ts=key.thread_ts,
+                text=fallback,
+                blocks=blocks,
+                metadata=metadata,
+                unfurl_links=False,
+            )
+
+    async def _notice(self, outcome: Notice, ref: DeliveryRef) -> None:
+        metrics.NOTICES.labels(outcome.kind.value).inc()
+        if outcome.kind is NoticeKind.RESUMED_AFTER_RESTART:
+            await self.readback.tidy_interrupted(outcome.key, keep=self._open_stream(outcome))
+        icon = NOTICE_ICONS.get(outcome.kind, ":information_source:")
+        reference = f" (reference: {outcome.reference})" if outcome.reference else ""
+        await self._post(
+            outcome, ref, 0, text=truncate(f"{icon} {outcome.text}{reference}", MESSAGE_LIMIT)
+        )
+        for call in outcome.settles:
+            card = await self.readback.find_card(outcome.key, call.call_id)
+            if card:
+                await self._update(card, outcome, set_aside_blocks(call, "Set aside: see below."))
+
+    def _open_stream(self, outcome: Outcome) -> str | None:
+        return self.live.open_stream(outcome.key) if self.live else None
 
     # -- posting, once ------------------------------------------------------------------
 
@@ -159,68 +212,16 @@ class SlackPoster:
         calls: str = "",
         **message: Any,
     ) -> None:
-        channel, thread_ts = outcome.key.channel, outcome.key.thread_ts
-        if ref.id and ref.maybe_posted and await self._already_posted(outcome, ref.id, part):
-            log.info(
-                "%s: %s part %d is already in the thread; not posted again",
-                outcome.key,
-                ref.id,
-                part,
-            )
+        key = outcome.key
+        if ref.id and ref.maybe_posted and await self.readback.already_posted(key, ref.id, part):
+            log.info("%s: %s part %d is already in the thread", key, ref.id, part)
             return
-        metadata = None
-        if ref.id:
-            payload: dict[str, Any] = {"id": ref.id, "part": part, "kind": type(outcome).__name__}
-            if calls:
-                payload["calls"] = calls
-            if isinstance(outcome, Notice):
-                payload["notice"] = outcome.kind.value
-            metadata = {"event_type": EVENT_TYPE, "event_payload": payload}
         await self.client.chat_postMessage(
-            channel=channel, thread_ts=thread_ts, metadata=metadata, **message
+            channel=key.channel,
+            thread_ts=key.thread_ts,
+            metadata=_mark(outcome, ref, part, calls),
+            **message,
         )
-
-    async def _already_posted(self, outcome: Outcome, outbox_id: str, part: int) -> bool:
-        for message in await self._bot_posts(outcome, fresh=True):
-            payload = message["metadata"].get("event_payload", {})
-            if payload.get("id") == outbox_id and int(payload.get("part", 0)) == part:
-                return True
-        return False
-
-    async def _find_card(self, outcome: Outcome, call_id: str) -> str | None:
-        """`channel:ts` of the approval request for `call_id` in the thread, if any."""
-        for message in await self._bot_posts(outcome, fresh=False):
-            payload = message["metadata"].get("event_payload", {})
-            if call_id in str(payload.get("calls", "")).split(","):
-                return f"{outcome.key.channel}:{message['ts']}"
-        return None
-
-    async def _bot_posts(self, outcome: Outcome, *, fresh: bool) -> list[dict[str, Any]]:
-        """This bot's posts in the thread that carry outcome metadata (newest last)."""
-        key = (outcome.key.channel, outcome.key.thread_ts)
-        cached = self._posted.get(key)
-        if cached and not fresh and time.monotonic() - cached[0] < LOOKUP_SECONDS:
-            return cached[1]
-        found: list[dict[str, Any]] = []
-        try:
-            cursor = None
-            while True:
-                page = await self.client.conversations_replies(
-                    channel=key[0], ts=key[1], include_all_metadata=True, limit=200, cursor=cursor
-                )
-                messages: list[dict[str, Any]] = page.get("messages", [])
-                for message in messages:
-                    metadata = message.get("metadata") or {}
-                    if metadata.get("event_type") == EVENT_TYPE:
-                        found.append(message)
-                cursor = (page.get("response_metadata") or {}).get("next_cursor")
-                if not cursor:
-                    break
-        except SlackApiError as exc:  # cannot look: post anyway (at least once beats never)
-            log.warning("%s: could not read the thread: %s", outcome.key, slack_error(exc))
-            return []
-        self._posted[key] = (time.monotonic(), found)
-        return found
 
     async def _update(self, card: str, outcome: Outcome, blocks: list[dict[str, Any]]) -> None:
         channel, _, ts = card.partition(":")
@@ -246,3 +247,15 @@ class SlackPoster:
                 thread_ts=outcome.key.thread_ts,
                 text=outcome.text,
             )
+
+
+def _mark(outcome: Outcome, ref: DeliveryRef, part: int, calls: str = "") -> dict[str, Any]:
+    """The metadata naming what a post delivers (see `marks`)."""
+    fields: dict[str, Any] = {"part": part}
+    if ref.id:
+        fields["id"] = ref.id
+    if calls:
+        fields["calls"] = calls
+    if isinstance(outcome, Notice):
+        fields["notice"] = outcome.kind.value
+    return mark(type(outcome).__name__, **fields)

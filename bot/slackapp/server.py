@@ -23,6 +23,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from bot import metrics
 from bot.runtime import ConversationRuntime
 from bot.slackapp.app import build_app, web_client
+from bot.slackapp.live import LiveThreads
 from bot.slackapp.poster import SlackPoster
 from bot.slackapp.settings import SlackSettings
 
@@ -87,7 +88,9 @@ async def serve(
 ) -> None:
     """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given)."""
     client = web_client(settings)
-    runtime.on_outcome = SlackPoster(client)
+    live = LiveThreads(client)
+    runtime.progress = live
+    runtime.on_outcome = SlackPoster(client, live)
     # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
     # Slack's and the storage's first connections.
     identity = await client.auth_test()

@@ -157,7 +157,12 @@ class SlackWebApi(AgentMethods):
         return sorted(found, key=lambda m: float(m.ts))
 
     def bot_replies(self, channel: str, thread_ts: str) -> list[Message]:
-        return [m for m in self.thread(channel, thread_ts) if m.user == self.bot_user]
+        """The bot's posts everyone in the thread sees (not its ephemeral messages)."""
+        return [
+            m
+            for m in self.thread(channel, thread_ts)
+            if m.user == self.bot_user and not m.ephemeral_to
+        ]
 
     def add_user_message(
         self, channel: str, user: str, text: str, thread_ts: str | None = None

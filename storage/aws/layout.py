@@ -5,7 +5,9 @@
     pk = CONV#<...>                     sk = TOOL#g<gen>#<call id>      tool-call ledger entry
     pk = CONV#<...>                     sk = INBOX#<entry id>           a queued message too big
                                                                         to live in the record
+    pk = CONV#<...>                     sk = VOTE#<answer>#<user>       a verdict on an answer
     pk = COUNT#<shard:03d>              sk = DAY#<yyyymmdd>             conversations by status
+    pk = COUNT#<shard:03d>              sk = FEEDBACK                   verdicts (see `feedback`)
     pk = EVENT#<event id>               sk = EVENT                      a claimed event (global)
 
 Queued messages live in the record itself (`in:<entry id>` attributes) with their event claims
@@ -34,7 +36,14 @@ import json
 from datetime import UTC, datetime
 
 from storage.aws.expressions import Item, Value, n, s
-from storage.models import CheckpointPointer, Conversation, ConversationKey, InboxEntry, Status
+from storage.models import (
+    CheckpointPointer,
+    Conversation,
+    ConversationKey,
+    FeedbackTally,
+    InboxEntry,
+    Status,
+)
 
 STATUS_INDEX = "by_status_shard"
 META = "META"
@@ -190,6 +199,9 @@ def record_from_item(item: Item, *, with_inbox: bool = False) -> Conversation:
         expires_at=datetime.fromtimestamp(int(item["expires_at"]["N"]), tz=UTC),
         counted=_text(item, "counted"),
         stop_by=_text(item, "stop_by"),
+        feedback=FeedbackTally(
+            good=max(_number(item, "fb_good"), 0), bad=max(_number(item, "fb_bad"), 0)
+        ),
         inbox=_inbox(item) if with_inbox else None,
     )
 

@@ -3,8 +3,8 @@ region and endpoints (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDP
 
 The store only wires its parts and translates errors (`errors.translated`): the record and
 its inbox (`records`), the atomic write (`commits`), session items (`history`), ledgers
-(`ledger`), operational queries (`queries`), S3 (`blobs`); request pieces are built in
-`expressions`, keys laid out in `layout`."""
+(`ledger`), operational queries (`queries`), verdicts on answers (`feedback`), S3
+(`blobs`); request pieces are built in `expressions`, keys laid out in `layout`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from botocore.config import Config
 from storage.aws.blobs import Blobs
 from storage.aws.commits import Commits
 from storage.aws.errors import translated
+from storage.aws.feedback import Feedback
 from storage.aws.history import History
 from storage.aws.ledger import Ledger
 from storage.aws.migrate import Migrated, migrate
@@ -27,11 +28,13 @@ from storage.base import Commit, Committed, Kept, SessionPage, Store
 from storage.models import (
     Conversation,
     ConversationKey,
+    FeedbackTally,
     InboxEntry,
     Lease,
     Status,
     ToolCallClaim,
     ToolCallRecord,
+    Verdict,
 )
 
 CLIENT_CONFIG = Config(
@@ -66,6 +69,7 @@ class AwsStore(Store):
         self.commits = Commits(self.tables, self.records.get, self._put_blob_once)
         self.ledger = Ledger(self.tables, self._generation, self._put_blob_once, self._get_blob)
         self.queries = Queries(self.tables)
+        self.feedback = Feedback(self.tables)
 
     def close(self) -> None:
         self.queries.close()
@@ -192,6 +196,18 @@ class AwsStore(Store):
     @translated
     def count_by_status(self) -> dict[Status, int]:
         return self.queries.count_by_status()
+
+    # -- feedback -----------------------------------------------------------------------
+
+    @translated
+    def record_feedback(
+        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
+    ) -> FeedbackTally | None:
+        return self.feedback.record(key, answer, user, verdict)
+
+    @translated
+    def count_feedback(self) -> FeedbackTally:
+        return self.feedback.count()
 
     # -- blobs --------------------------------------------------------------------------
 

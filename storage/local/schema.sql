@@ -29,3 +29,14 @@ CREATE TABLE IF NOT EXISTS inbox (
     entry TEXT NOT NULL,
     PRIMARY KEY (key, entry_id)
 );
+CREATE TABLE IF NOT EXISTS votes (
+    key TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    user TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    PRIMARY KEY (key, answer, user)
+);
+CREATE TABLE IF NOT EXISTS feedback_totals (
+    verdict TEXT PRIMARY KEY,
+    count INTEGER NOT NULL
+);

@@ -29,18 +29,20 @@ from storage.models import (
     Conversation,
     ConversationKey,
     DeliveryMark,
+    FeedbackTally,
     InboxEntry,
     Lease,
     Status,
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
+    Verdict,
     inbox_stamp,
 )
 
 P = ParamSpec("P")
 R = TypeVar("R")
-ROW_TABLES = ("items", "tool_calls", "inbox")
+ROW_TABLES = ("items", "tool_calls", "inbox", "votes")
 
 
 def translated(method: Callable[P, R]) -> Callable[P, R]:
@@ -490,6 +492,48 @@ class LocalStore(Store):
         counts = dict.fromkeys(Status, 0)
         counts.update({Status(status): count for status, count in rows})
         return counts
+
+    # -- feedback -----------------------------------------------------------------------
+
+    @translated
+    def record_feedback(
+        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
+    ) -> FeedbackTally | None:
+        with self._write() as db:
+            record = self._live(db, key, self.clock())
+            if record is None:
+                return None
+            row = db.execute(
+                "SELECT verdict FROM votes WHERE key = ? AND answer = ? AND user = ?",
+                (str(key), answer, user),
+            ).fetchone()
+            before = Verdict(row[0]) if row else None
+            if before is verdict:
+                return record.feedback
+            db.execute(
+                "INSERT OR REPLACE INTO votes (key, answer, user, verdict) VALUES (?, ?, ?, ?)",
+                (str(key), answer, user, verdict.value),
+            )
+            changes = {verdict: 1, **({before: -1} if before else {})}
+            for side, change in changes.items():
+                db.execute(
+                    "INSERT INTO feedback_totals (verdict, count) VALUES (?, ?) ON CONFLICT"
+                    "(verdict) DO UPDATE SET count = count + excluded.count",
+                    (side.value, change),
+                )
+            tally = record.feedback.model_copy(
+                update={
+                    side.value: getattr(record.feedback, side.value) + change
+                    for side, change in changes.items()
+                }
+            )
+            self._save(db, record.model_copy(update={"feedback": tally}))
+        return tally
+
+    @translated
+    def count_feedback(self) -> FeedbackTally:
+        rows = dict(self._connection().execute("SELECT verdict, count FROM feedback_totals"))
+        return FeedbackTally(good=max(rows.get("good", 0), 0), bad=max(rows.get("bad", 0), 0))
 
     # -- blobs and housekeeping ---------------------------------------------------------
 

@@ -50,6 +50,9 @@ class RecordingClient:
     async def conversations_replies(self, **kwargs: Any) -> dict[str, Any]:
         return {"ok": True, "messages": []}
 
+    async def auth_test(self) -> dict[str, Any]:
+        return {"ok": True, "bot_id": "BCHAOS"}
+
 
 async def posted(outcome: Outcome) -> list[dict[str, Any]]:
     client = RecordingClient()

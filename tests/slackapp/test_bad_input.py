@@ -370,7 +370,7 @@ async def test_fuzzed_requests_leave_the_bot_up_and_storage_empty(tmp_path: Path
                     assert response.status == 200
         finally:
             process.terminate()
-            process.wait(30)
+            await asyncio.to_thread(process.wait, 30)
     assert sum(statuses.values()) == 2000
     assert all(200 <= status < 500 for status in statuses), statuses
     db = sqlite3.connect(tmp_path / "data" / "state.sqlite3")

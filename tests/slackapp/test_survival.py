@@ -115,12 +115,14 @@ class Deployment:
             return []
         return [json.loads(line) for line in self.effects.read_text().splitlines()]
 
-    def stop_all(self) -> None:
+    async def stop_all(self) -> None:
+        """SIGTERM what still runs; the stand-in keeps answering while they stop (it runs on
+        this event loop, so the wait must not block it)."""
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 try:
-                    process.wait(30)
+                    await asyncio.to_thread(process.wait, 30)
                 except subprocess.TimeoutExpired:
                     process.kill()
 
@@ -168,7 +170,7 @@ async def deployment(
             try:
                 yield bot
             finally:
-                bot.stop_all()
+                await bot.stop_all()
 
 
 def record(bot: Deployment, question: Message) -> Conversation:
@@ -195,13 +197,15 @@ async def test_a_message_acked_then_killed_is_answered_after_restart(
     backend: Backend, tmp_path: Path
 ) -> None:
     """Slack got its 200, then the process died while it was still busy with the message
-    (Slack answers its reaction with 429s): the message was kept before the ack."""
+    (Slack answers its status line with 429s): the message was kept before the ack."""
     script = ScriptedResponses([[message("Here is your answer.")]])
     async with deployment(backend, tmp_path, script, BOT_LEASE_SECONDS="2") as bot:
         await bot.start()
-        bot.api.rate_limited["reactions.add"] = 3  # Retry-After: 1, three times
+        bot.api.rate_limited["assistant.threads.setStatus"] = 3  # Retry-After: 1, three times
         question = await bot.mention("UALICE", "what time is it?")
-        await asyncio.to_thread(wait_until, lambda: bot.api.called("reactions.add:429"))
+        await asyncio.to_thread(
+            wait_until, lambda: bot.api.called("assistant.threads.setStatus:429")
+        )
         assert await bot.signal(signal.SIGKILL) == -signal.SIGKILL
         assert bot.api.bot_replies(CHANNEL, question.ts) == []
         await bot.start()

@@ -1,0 +1,361 @@
+"""What a run is doing, shown in its Slack thread while it works (the runtime's `Progress`):
+a status line (`assistant.threads.setStatus`, renewed before Slack's 2-minute timeout), the
+reply streamed as the model writes it (`chat.startStream` / `appendStream` / `stopStream`)
+with tool calls as task updates, and a Stop control for whoever asked.
+
+All of it is a preview, held in this process only: nothing here is stored, and a failure
+here never touches the run. The committed outbox stays the source of truth: when the answer
+is delivered, the poster hands it to `finish_answer`, which closes the stream *as* the answer
+(with its marks and feedback buttons) when the stream holds exactly it, and otherwise
+replaces the stream's content with it. Where Slack refuses a stream (a channel type without
+streaming) the thread falls back to plain posts; where it refuses a status, to a reaction."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.runtime.progress import Step
+from bot.slackapp.agent_blocks import stop_blocks
+from bot.slackapp.markdown import MARKDOWN_LIMIT, MarkdownEscaper
+from bot.slackapp.marks import PREVIEW, mark
+from storage import ConversationKey
+
+log = logging.getLogger(__name__)
+STATUS_RENEWAL = 90.0  # seconds; Slack clears a status after about 2 minutes
+APPEND_INTERVAL = 0.6  # seconds between appends: chat.appendStream is rate tier 4 (100/min)
+STOP_OFFER_AFTER = 3.0  # seconds a run works before its requester is offered Stop
+THINKING = "is thinking…"
+LOADING = ["Thinking…", "Reading the conversation…", "Working it out…"]
+TASK_STATUS = {
+    Step.RUNNING: "in_progress",
+    Step.DONE: "complete",
+    Step.FAILED: "error",
+    Step.WAITING: "pending",
+    Step.UNKNOWN: "error",
+}
+TASK_DETAILS = {Step.WAITING: "Waiting for approval", Step.UNKNOWN: "Outcome unknown"}
+CUT_SHORT = "_This reply was cut short; see below._"
+ERRORS = (SlackApiError, aiohttp.ClientError, TimeoutError, OSError)
+
+
+def _error(exc: BaseException) -> str:
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error") or exc.response.status_code)
+    return type(exc).__name__
+
+
+@dataclass
+class Stream:
+    """One streamed reply in a thread."""
+
+    ts: str | None = None
+    text: str = ""  # safe Markdown not sent yet
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # updates not sent yet
+    sent: int = 0  # characters of Markdown sent
+    tail: str = ""  # what the model wrote since its last tool call: the answer, if it ends
+    whole: bool = True  # every character the model wrote is in the stream
+    broken: bool = False  # Slack refused or ended it: nothing more goes in
+    done: bool = False  # closed (as the answer, or as a preview)
+    escaper: MarkdownEscaper = field(default_factory=MarkdownEscaper)
+
+
+class LiveThread:
+    def __init__(self, key: ConversationKey, requester: str | None) -> None:
+        self.key = key
+        self.requester = requester
+        self.stream = Stream()
+        self.lock = asyncio.Lock()  # one Slack call at a time per thread, in order
+        self.status = ""
+        self.reacted = False
+        self.flusher: asyncio.Task[None] | None = None
+        self.timers: list[asyncio.Task[None]] = []
+
+
+class LiveThreads:
+    """The `Progress` of a Slack bot: one `LiveThread` per thread this process works on."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        *,
+        append_interval: float = APPEND_INTERVAL,
+        status_renewal: float = STATUS_RENEWAL,
+        stop_offer_after: float | None = STOP_OFFER_AFTER,
+    ) -> None:
+        self.client = client
+        self.append_interval = append_interval
+        self.status_renewal = status_renewal
+        self.stop_offer_after = stop_offer_after
+        self.threads: dict[ConversationKey, LiveThread] = {}
+        self.no_stream: set[ConversationKey] = set()  # Slack refused streaming there
+        self.no_status: set[str] = set()  # teams where Slack refused a status
+
+    # -- Progress -----------------------------------------------------------------------
+
+    async def begin(self, key: ConversationKey, requester: str | None) -> None:
+        if key in self.threads:
+            return
+        thread = self.threads[key] = LiveThread(key, requester)
+        await self._set_status(thread, THINKING)
+        thread.timers.append(asyncio.create_task(self._renew(thread)))
+        if requester and self.stop_offer_after is not None:
+            thread.timers.append(asyncio.create_task(self._offer_stop(thread)))
+
+    async def text(self, key: ConversationKey, delta: str) -> None:
+        thread = self.threads.get(key)
+        if thread is None or key in self.no_stream:
+            return
+        stream = thread.stream
+        stream.tail += delta
+        if stream.broken or not stream.whole:
+            return
+        safe = stream.escaper.feed(delta)
+        if stream.sent + len(stream.text) + len(safe) > MARKDOWN_LIMIT - 100:
+            stream.whole = False  # the answer will not fit one message: it is posted in parts
+            return
+        stream.text += safe
+        if stream.ts is None and not thread.lock.locked():
+            async with thread.lock:  # the first words show at once
+                await self._flush(thread)
+        elif thread.flusher is None or thread.flusher.done():
+            thread.flusher = asyncio.create_task(self._flush_later(thread))
+
+    async def step(self, key: ConversationKey, call_id: str, tool: str, state: Step) -> None:
+        thread = self.threads.get(key)
+        if thread is None:
+            return
+        stream = thread.stream
+        stream.text += stream.escaper.flush()
+        stream.escaper = MarkdownEscaper()  # the model's next response starts afresh
+        stream.tail = ""
+        if state is Step.RUNNING:
+            await self._set_status(thread, f"is using {tool}…")
+        elif state is Step.WAITING:
+            await self._set_status(thread, "is waiting for approval…")
+        if key in self.no_stream or stream.broken:
+            return
+        update: dict[str, Any] = {
+            "type": "task_update",
+            "id": call_id,
+            "title": tool,
+            "status": TASK_STATUS[state],
+        }
+        if state in TASK_DETAILS:
+            update["details"] = TASK_DETAILS[state]
+        stream.tasks[call_id] = update
+        async with thread.lock:
+            await self._flush(thread)
+
+    async def end(self, key: ConversationKey) -> None:
+        thread = self.threads.pop(key, None)
+        if thread is None:
+            return
+        for timer in [*thread.timers, thread.flusher]:
+            if timer is not None:
+                timer.cancel()
+        async with thread.lock:
+            await self._close_preview(thread)
+            if thread.status:
+                await self._set_status(thread, "")
+            if thread.reacted:
+                await self._react(thread, add=False)
+
+    # -- the answer ---------------------------------------------------------------------
+
+    def open_stream(self, key: ConversationKey) -> str | None:
+        """The ts of the reply this process is streaming into the thread, if any."""
+        thread = self.threads.get(key)
+        if thread is None or thread.stream.done:
+            return None
+        return thread.stream.ts
+
+    async def finish_answer(
+        self,
+        key: ConversationKey,
+        answer: str,
+        *,
+        fallback: str,
+        blocks: list[dict[str, Any]],
+        footer: list[dict[str, Any]],
+        metadata: dict[str, Any],
+    ) -> bool:
+        """Deliver the answer's first part through the thread's open stream: closed as is
+        (with `footer` and the marks) when it holds exactly the answer, else replaced by
+        `blocks`. False when there is no open stream (the caller posts). Raises Slack's
+        error when the stream can neither be closed nor replaced."""
+        thread = self.threads.get(key)
+        if thread is None or thread.stream.ts is None or thread.stream.done:
+            return False
+        async with thread.lock:
+            stream = thread.stream
+            assert stream.ts is not None
+            if thread.flusher is not None:
+                thread.flusher.cancel()
+            stream.text += stream.escaper.flush()
+            exact = stream.whole and not stream.broken and stream.tail.strip() == answer.strip()
+            if exact:
+                try:
+                    await self._stop_stream(thread, blocks=footer, metadata=metadata)
+                    stream.done = True
+                    return True
+                except SlackApiError as exc:
+                    log.info("%s: closing the stream failed (%s); replacing it", key, _error(exc))
+            with contextlib.suppress(*ERRORS):
+                await self._stop_stream(thread)
+            await self.client.chat_update(
+                channel=key.channel,
+                ts=stream.ts,
+                text=fallback,
+                blocks=blocks,
+                metadata=metadata,
+            )
+            stream.done = True
+            return True
+
+    # -- streaming ----------------------------------------------------------------------
+
+    async def _flush_later(self, thread: LiveThread) -> None:
+        await asyncio.sleep(self.append_interval)
+        async with thread.lock:
+            await self._flush(thread)
+
+    async def _flush(self, thread: LiveThread) -> None:
+        """Send what is waiting: text and task updates, in one call."""
+        stream, key = thread.stream, thread.key
+        if stream.done or stream.broken or not (stream.text or stream.tasks):
+            return
+        text, tasks = stream.text, list(stream.tasks.values())
+        chunks = ([{"type": "markdown_text", "text": text}] if text else []) + tasks
+        try:
+            if stream.ts is None:
+                started = await self.client.chat_startStream(
+                    channel=key.channel,
+                    thread_ts=key.thread_ts,
+                    recipient_team_id=key.team if thread.requester else None,
+                    recipient_user_id=thread.requester,
+                    task_display_mode="timeline",
+                    chunks=chunks,
+                )
+                stream.ts = str(started["ts"])
+            else:
+                await self.client.chat_appendStream(
+                    channel=key.channel, ts=stream.ts, chunks=chunks
+                )
+        except ERRORS as exc:
+            log.info("%s: streaming stopped (%s); the answer will be posted", key, _error(exc))
+            stream.broken, stream.whole = True, False
+            if stream.ts is None:
+                self.no_stream.add(key)  # this thread gets plain posts from now on
+            return
+        stream.sent += len(text)
+        stream.text = stream.text[len(text) :]  # what arrived meanwhile stays
+        for sent in tasks:
+            if stream.tasks.get(sent["id"]) is sent:  # not updated meanwhile
+                del stream.tasks[sent["id"]]
+
+    async def _stop_stream(self, thread: LiveThread, **final: Any) -> None:
+        stream = thread.stream
+        assert stream.ts is not None
+        chunks: list[dict[str, Any]] = []
+        if stream.text and not stream.broken:
+            chunks.append({"type": "markdown_text", "text": stream.text})
+        chunks += list(stream.tasks.values())
+        await self.client.chat_stopStream(
+            channel=thread.key.channel, ts=stream.ts, chunks=chunks or None, **final
+        )
+        stream.text, stream.tasks = "", {}
+
+    async def _close_preview(self, thread: LiveThread) -> None:
+        """The run stopped working here without its answer going into the stream (it paused
+        for approval, was stopped, failed, or its answer's delivery failed). A reply cut
+        mid-answer is replaced by a note, so that the answer delivered later is not shown
+        twice; narration before a tool call stays."""
+        stream = thread.stream
+        if stream.ts is None or stream.done:
+            return
+        stream.done = True
+        try:
+            with contextlib.suppress(SlackApiError):  # Slack may have ended it already
+                await self._stop_stream(thread, metadata=mark(PREVIEW))
+            if stream.tail.strip():
+                await self.client.chat_update(
+                    channel=thread.key.channel,
+                    ts=stream.ts,
+                    text=CUT_SHORT,
+                    blocks=[],
+                    metadata=mark(PREVIEW),
+                )
+        except ERRORS as exc:
+            log.warning("%s: could not close the streamed reply: %s", thread.key, _error(exc))
+
+    # -- status, reactions, Stop --------------------------------------------------------
+
+    async def _set_status(self, thread: LiveThread, status: str) -> None:
+        key = thread.key
+        if key.team in self.no_status:
+            if status and not thread.reacted:
+                await self._react(thread, add=True)
+            return
+        try:
+            await self.client.assistant_threads_setStatus(
+                channel_id=key.channel,
+                thread_ts=key.thread_ts,
+                status=status,
+                loading_messages=LOADING if status == THINKING else None,
+            )
+            thread.status = status
+        except SlackApiError as exc:
+            log.info("%s: no status (%s); reactions instead", key, _error(exc))
+            self.no_status.add(key.team)
+            if status:
+                await self._react(thread, add=True)
+        except ERRORS as exc:
+            log.debug("%s: status not set: %s", key, _error(exc))
+
+    async def _renew(self, thread: LiveThread) -> None:
+        """Slack drops a status after about 2 minutes: say it again while the run works."""
+        while True:
+            await asyncio.sleep(self.status_renewal)
+            if thread.status:
+                async with thread.lock:
+                    await self._set_status(thread, thread.status)
+
+    async def _react(self, thread: LiveThread, *, add: bool) -> None:
+        key = thread.key
+        try:
+            if add:
+                await self.client.reactions_add(
+                    channel=key.channel, timestamp=key.thread_ts, name="eyes"
+                )
+            else:
+                await self.client.reactions_remove(
+                    channel=key.channel, timestamp=key.thread_ts, name="eyes"
+                )
+            thread.reacted = add
+        except ERRORS as exc:
+            log.debug("%s: reaction: %s", key, _error(exc))
+
+    async def _offer_stop(self, thread: LiveThread) -> None:
+        """A run still working after a few seconds: its requester gets a Stop control."""
+        assert self.stop_offer_after is not None and thread.requester
+        await asyncio.sleep(self.stop_offer_after)
+        if self.threads.get(thread.key) is not thread:
+            return
+        try:
+            await self.client.chat_postEphemeral(
+                channel=thread.key.channel,
+                user=thread.requester,
+                thread_ts=thread.key.thread_ts,
+                text="Working on it. Use Stop to end the run.",
+                blocks=stop_blocks(thread.key),
+            )
+        except ERRORS as exc:
+            log.debug("%s: no Stop control: %s", thread.key, _error(exc))

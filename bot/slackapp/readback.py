@@ -1,0 +1,112 @@
+"""Reading a thread back (`conversations.replies` with metadata): what the bot already
+posted there, by its marks (see `marks`). The poster uses it to post nothing twice after a
+crash, to find approval cards to close, and to tidy streamed replies a dead process left."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.slackapp.marks import INTERRUPTED, mark, payload_of
+from storage import ConversationKey
+
+log = logging.getLogger(__name__)
+LOOKUP_SECONDS = 30  # how long a thread's messages are reused for finding cards
+INTERRUPTED_NOTE = (
+    ":arrows_counterclockwise: _This reply was interrupted by a restart; it continues below._"
+)
+Message = dict[str, Any]
+
+
+class Readback:
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+        self._seen: dict[ConversationKey, tuple[float, list[Message]]] = {}
+        self._bot_id: str | None = None
+
+    async def messages(self, key: ConversationKey, *, fresh: bool) -> list[Message]:
+        """The thread's messages, oldest first; [] when it cannot be read (the caller then
+        posts anyway: at least once beats never)."""
+        cached = self._seen.get(key)
+        if cached and not fresh and time.monotonic() - cached[0] < LOOKUP_SECONDS:
+            return cached[1]
+        found: list[Message] = []
+        try:
+            cursor = None
+            while True:
+                page = await self.client.conversations_replies(
+                    channel=key.channel,
+                    ts=key.thread_ts,
+                    include_all_metadata=True,
+                    limit=200,
+                    cursor=cursor,
+                )
+                found += page.get("messages", [])
+                cursor = (page.get("response_metadata") or {}).get("next_cursor")
+                if not cursor:
+                    break
+        except SlackApiError as exc:
+            log.warning("%s: could not read the thread: %s", key, exc.response.get("error"))
+            return []
+        self._seen[key] = (time.monotonic(), found)
+        return found
+
+    async def already_posted(self, key: ConversationKey, outbox_id: str, part: int) -> bool:
+        for message in await self.messages(key, fresh=True):
+            payload = payload_of(message) or {}
+            if payload.get("id") == outbox_id and int(payload.get("part", 0)) == part:
+                return True
+        return False
+
+    async def find_card(self, key: ConversationKey, call_id: str) -> str | None:
+        """`channel:ts` of the approval request for `call_id` in the thread, if any."""
+        for message in await self.messages(key, fresh=False):
+            payload = payload_of(message) or {}
+            if call_id in str(payload.get("calls", "")).split(","):
+                return f"{key.channel}:{message['ts']}"
+        return None
+
+    async def tidy_interrupted(self, key: ConversationKey, *, keep: str | None = None) -> int:
+        """Streamed replies of a process that died mid-stream (the bot's posts without a
+        mark; `keep` is this process's open stream) are closed and replaced by a note, so
+        that the answer delivered again is the only one. Returns how many."""
+        bot_id = await self.bot_id()
+        if bot_id is None:
+            return 0
+        tidied = 0
+        for message in await self.messages(key, fresh=True):
+            ts = str(message.get("ts", ""))
+            if message.get("bot_id") != bot_id or payload_of(message) is not None:
+                continue
+            if ts in (keep, key.thread_ts):
+                continue
+            try:
+                with contextlib.suppress(SlackApiError):  # Slack may have ended it already
+                    await self.client.chat_stopStream(channel=key.channel, ts=ts)
+                await self.client.chat_update(
+                    channel=key.channel,
+                    ts=ts,
+                    text=INTERRUPTED_NOTE,
+                    blocks=[],
+                    metadata=mark(INTERRUPTED),
+                )
+                tidied += 1
+            except SlackApiError as exc:
+                log.warning("%s: could not tidy %s: %s", key, ts, exc.response.get("error"))
+        if tidied:
+            log.info("%s: replaced %d interrupted streamed replies", key, tidied)
+        return tidied
+
+    async def bot_id(self) -> str | None:
+        if self._bot_id is None:
+            try:
+                identity = await self.client.auth_test()
+                self._bot_id = str(identity.get("bot_id") or "") or None
+            except SlackApiError as exc:
+                log.warning("auth.test failed: %s", exc.response.get("error"))
+        return self._bot_id

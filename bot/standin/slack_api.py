@@ -41,6 +41,7 @@ class SlackWebApi(AgentMethods):
         self.rate_limited: dict[str, int] = {}  # method -> how many more 429s to answer
         self.failures: dict[str, list[str | int]] = {}  # method -> next answers: status/error
         self.channel_errors: dict[str, str] = {}  # channel -> error for chat.* and assistant.*
+        self.method_errors: dict[str, str] = {}  # method -> error for every call (a feature off)
         self.streaming_refused: set[str] = set()  # channels where chat.startStream is refused
         self.statuses: dict[tuple[str, str], list[StatusChange]] = {}  # per thread, in order
         self.status_timeout = STATUS_TIMEOUT
@@ -94,10 +95,12 @@ class SlackWebApi(AgentMethods):
 
     def _failure(self, method: str, args: dict[str, Any]) -> str | int | None:
         """A fault a test asked for: the next answers of a method (an HTTP status or a Slack
-        error), or a permanent error for every post (and status) in one channel."""
+        error), a permanent error for a method, or for every post (and status) in a channel."""
         queued = self.failures.get(method)
         if queued:
             return queued.pop(0)
+        if method in self.method_errors:
+            return self.method_errors[method]
         channel = args.get("channel") or args.get("channel_id")
         if method.startswith(("chat.", "assistant.")) and channel in self.channel_errors:
             return self.channel_errors[str(channel)]

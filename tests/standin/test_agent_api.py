@@ -226,6 +226,10 @@ async def test_streams_refuse_like_slack_and_take_the_faults_tests_ask_for() -> 
             assert await refused(call) == error
         assert api.messages == {}  # nothing refused was kept
 
+        api.method_errors["chat.startStream"] = "unknown_method"  # a workspace without it
+        start = client.chat_startStream(channel="D1", thread_ts=THREAD)
+        assert await refused(start) == "unknown_method"
+        del api.method_errors["chat.startStream"]
         api.streaming_refused.add("C2")
         start = client.chat_startStream(
             channel="C2", thread_ts=THREAD, recipient_team_id="T0LOCAL", recipient_user_id="U0ALICE"

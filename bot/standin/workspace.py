@@ -145,7 +145,7 @@ class Workspace:
         # What the page sent and the bot has not acknowledged yet, oldest first.
         self.outbox: list[dict[str, Any]] = []
         self.only_you = OnlyYou(self.api, f"http://{LOOPBACK}:{port}")
-        # Clicks the bot answered: {"user", "ts", "action_id", "type", "value", "status"}
+        # Clicks the bot answered: {"user", "ts", "action_id", "action_type", "value", "status"}
         self.clicks: list[dict[str, Any]] = []
         # Conversations a restart interrupted and the new bot should resume: key -> thread_ts
         self.recovering: dict[str, str] = {}

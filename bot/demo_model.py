@@ -1,10 +1,12 @@
 """The offline demo model: deterministic, no key, no network. It drives the demo agent's
 tools so that pause, approval, restart and resume can be seen without an OpenAI account.
-Used by local mode when OPENAI_API_KEY is not set (BOT_DEMO_MODEL=1)."""
+Used by local mode when OPENAI_API_KEY is not set (BOT_DEMO_MODEL=1). Streamed, it writes
+its answer a word at a time (BOT_DEMO_WORD_DELAY seconds apart), as a real model would."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import string
@@ -14,6 +16,7 @@ from typing import Any
 
 from agents.items import ModelResponse
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from openai.types.responses import ResponseTextDeltaEvent
 
 from bot.demo_agent import CITY_ZONES, city_key
 
@@ -79,13 +82,24 @@ def respond(call: Any) -> Any:
     return [assistant_message(HELP)]
 
 
+_WORDS = re.compile(r"\s*\S+\s*")
+
+
+def words(text: str) -> list[str]:
+    """`text` in pieces of one word each, spaces kept: joined, they are `text` again."""
+    return _WORDS.findall(text) or [text]
+
+
 class DemoModel(ScriptedModel):
     """`ScriptedModel` with an endless script: each call is answered by `respond`, after a
     short pause (BOT_DEMO_DELAY seconds) that makes a run visible, and interruptible."""
 
-    def __init__(self, delay: float | None = None) -> None:
+    def __init__(self, delay: float | None = None, word_delay: float | None = None) -> None:
         super().__init__()
         self.delay = float(os.getenv("BOT_DEMO_DELAY", "1.5")) if delay is None else delay
+        self.word_delay = (
+            float(os.getenv("BOT_DEMO_WORD_DELAY", "0.05")) if word_delay is None else word_delay
+        )
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         await asyncio.sleep(self.delay)
@@ -93,7 +107,16 @@ class DemoModel(ScriptedModel):
         return await super().get_response(*args, **kwargs)
 
     async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """The scripted events, with the answer's text split into one delta per word and
+        the events numbered again in order."""
         await asyncio.sleep(self.delay)
         self.enqueue(ModelStep.respond(respond))
+        number = itertools.count()
         async for event in super().stream_response(*args, **kwargs):
-            yield event
+            if not isinstance(event, ResponseTextDeltaEvent):
+                yield event.model_copy(update={"sequence_number": next(number)})
+                continue
+            for index, piece in enumerate(words(event.delta)):
+                if index:
+                    await asyncio.sleep(self.word_delay)
+                yield event.model_copy(update={"delta": piece, "sequence_number": next(number)})

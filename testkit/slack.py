@@ -129,6 +129,45 @@ class Harness:
         response = await self.post(body, requests.FORM)
         return response.status
 
+    async def press(
+        self, message: Message, action_id: str, user: str, *, thumb: str = "positive"
+    ) -> tuple[int, str]:
+        """A click on the element with `action_id` in `message`, as Slack sends it: a button
+        (in an `actions` block or a section's accessory) or one thumb (`positive` or
+        `negative`) of a `feedback_buttons` element; on an ephemeral message (the Stop
+        control) without the `message`. The HTTP status and the response_url's token."""
+        found = next(
+            (
+                (index, block, element)
+                for index, block in enumerate(message.blocks or [])
+                for element in [*block.get("elements", []), block.get("accessory") or {}]
+                if element.get("action_id") == action_id
+            ),
+            None,
+        )
+        assert found is not None, f"no {action_id!r} in {message.blocks}"
+        index, block, element = found
+        if element["type"] == "feedback_buttons":
+            value = element[f"{thumb}_button"]["value"]
+        else:
+            value = element.get("value", "")
+        token = uuid.uuid4().hex[:8]
+        body = requests.block_actions(
+            team=TEAM,
+            user=user,
+            channel=message.channel,
+            message={"ts": message.ts, "text": message.text, "blocks": message.blocks},
+            action_id=action_id,
+            value=value,
+            response_url=f"{self.api_url}/respond/{token}",
+            block_id=str(block.get("block_id") or f"b{index}"),
+            action_type=str(element["type"]),
+            thread_ts=message.thread_ts,
+            ephemeral=message.ephemeral_to is not None,
+        )
+        response = await self.post(body, requests.FORM)
+        return response.status, token
+
     async def command(
         self, command: str, text: str, user: str, *, channel: str = CHANNEL
     ) -> tuple[int, str]:

@@ -100,28 +100,43 @@ def block_actions(
     action_id: str,
     value: str,
     response_url: str,
+    block_id: str = "b",
+    action_type: str = "button",
+    thread_ts: str | None = None,
+    ephemeral: bool = False,
 ) -> str:
-    """A button click on `message` (`ts`, `text`, `blocks`), form-encoded."""
-    payload = {
+    """A click on an element (a `button`, a `feedback_buttons` thumb) of `message` (`ts`,
+    `text`, `blocks`), form-encoded. A click on an ephemeral message says so in its
+    container and carries no `message`, as Slack sends it."""
+    container: dict[str, Any] = {
+        "type": "message",
+        "message_ts": message["ts"],
+        "channel_id": channel,
+        "is_ephemeral": ephemeral,
+    }
+    if thread_ts:
+        container["thread_ts"] = thread_ts
+    payload: dict[str, Any] = {
         "type": "block_actions",
         "team": {"id": team},
         "user": {"id": user},
         "api_app_id": APP_ID,
         "trigger_id": uuid.uuid4().hex,
-        "container": {"type": "message", "message_ts": message["ts"], "channel_id": channel},
+        "container": container,
         "channel": {"id": channel},
-        "message": message,
         "response_url": response_url,
         "actions": [
             {
                 "action_id": action_id,
-                "block_id": "b",
-                "type": "button",
+                "block_id": block_id,
+                "type": action_type,
                 "value": value,
                 "action_ts": str(time.time()),
             }
         ],
     }
+    if not ephemeral:
+        payload["message"] = message
     return urlencode({"payload": json.dumps(payload)})
 
 

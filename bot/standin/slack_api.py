@@ -11,40 +11,23 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from bot.standin.records import Call, Message, StatusChange, json_list, json_object
+from bot.standin.streams import MARKDOWN_LIMIT, STATUS_TIMEOUT, AgentMethods, refused
+
+__all__ = ["BOT_ID", "BOT_USER", "TEAM", "Call", "Message", "SlackWebApi", "StatusChange"]
 
 BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 TEAM = "T0LOCAL"
 
 
-@dataclass
-class Call:
-    method: str
-    args: dict[str, Any]
-    at: float = field(default_factory=time.time)
-
-
-@dataclass
-class Message:
-    channel: str
-    ts: str
-    text: str
-    user: str
-    thread_ts: str | None = None
-    blocks: list[dict[str, Any]] | None = None
-    reactions: set[str] = field(default_factory=set)
-    ephemeral_to: str | None = None
-    metadata: dict[str, Any] | None = None
-
-
-class SlackWebApi:
+class SlackWebApi(AgentMethods):
     def __init__(
         self, team: str = TEAM, bot_user: str = BOT_USER, *, token: str | None = None
     ) -> None:
@@ -57,7 +40,11 @@ class SlackWebApi:
         self.socket_url: str | None = None
         self.rate_limited: dict[str, int] = {}  # method -> how many more 429s to answer
         self.failures: dict[str, list[str | int]] = {}  # method -> next answers: status/error
-        self.channel_errors: dict[str, str] = {}  # channel -> error for every chat.* call
+        self.channel_errors: dict[str, str] = {}  # channel -> error for chat.* and assistant.*
+        self.method_errors: dict[str, str] = {}  # method -> error for every call (a feature off)
+        self.streaming_refused: set[str] = set()  # channels where chat.startStream is refused
+        self.statuses: dict[tuple[str, str], list[StatusChange]] = {}  # per thread, in order
+        self.status_timeout = STATUS_TIMEOUT
         self.listeners: list[Callable[[Call], None]] = []
         self.changed = asyncio.Condition()
         self._clock = itertools.count(1)
@@ -74,10 +61,10 @@ class SlackWebApi:
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         args = await _read_args(request)
-        refused = self._auth_error(request, args)
-        if refused:
-            self._record(Call(f"{method}:{refused}", args))
-            return web.json_response({"ok": False, "error": refused})
+        auth_error = self._auth_error(request, args)
+        if auth_error:
+            self._record(Call(f"{method}:{auth_error}", args))
+            return web.json_response(refused(auth_error))
         if self.rate_limited.get(method, 0) > 0:
             self.rate_limited[method] -= 1
             self._record(Call(f"{method}:429", args))
@@ -100,18 +87,23 @@ class SlackWebApi:
                 result = handler(args)
             except KeyError as missing:
                 result = {"ok": False, "error": "invalid_arguments", "missing": str(missing)}
+            except (ValueError, TypeError):  # e.g. `blocks` that are not a JSON list
+                result = refused("invalid_arguments")
         self._record(call)
         await self._notify()
         return web.json_response(result)
 
     def _failure(self, method: str, args: dict[str, Any]) -> str | int | None:
         """A fault a test asked for: the next answers of a method (an HTTP status or a Slack
-        error), or a permanent error for every post to one channel."""
+        error), a permanent error for a method, or for every post (and status) in a channel."""
         queued = self.failures.get(method)
         if queued:
             return queued.pop(0)
-        if method.startswith("chat.") and args.get("channel") in self.channel_errors:
-            return self.channel_errors[str(args["channel"])]
+        if method in self.method_errors:
+            return self.method_errors[method]
+        channel = args.get("channel") or args.get("channel_id")
+        if method.startswith(("chat.", "assistant.")) and channel in self.channel_errors:
+            return self.channel_errors[str(channel)]
         return None
 
     def _auth_error(self, request: web.Request, args: dict[str, Any]) -> str | None:
@@ -199,25 +191,29 @@ class SlackWebApi:
 
     def m_chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
         text = args.get("text") or ""
-        if not text and not args.get("blocks"):
-            return {"ok": False, "error": "no_text"}
-        if len(text) > 40_000:
-            return {"ok": False, "error": "msg_too_long"}
+        markdown_text = args.get("markdown_text") or None
+        blocks = json_list(args.get("blocks"))
+        if not text and not markdown_text and not blocks:
+            return refused("no_text")
+        if len(text) > 40_000 or len(markdown_text or "") > MARKDOWN_LIMIT:
+            return refused("msg_too_long")
         message = Message(
             channel=args["channel"],
             ts=self.next_ts(),
             text=text,
             user=self.bot_user,
             thread_ts=args.get("thread_ts"),
-            blocks=_blocks(args.get("blocks")),
-            metadata=_json(args.get("metadata")),
+            blocks=blocks,
+            metadata=json_object(args.get("metadata")),
+            markdown_text=markdown_text,
         )
         self.messages[(message.channel, message.ts)] = message
+        self.replied(message.channel, message.thread_ts, "chat.postMessage")
         return {
             "ok": True,
             "channel": message.channel,
             "ts": message.ts,
-            "message": {"text": text, "ts": message.ts, "user": self.bot_user},
+            "message": {"text": message.shown_text(), "ts": message.ts, "user": self.bot_user},
         }
 
     def m_conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -232,11 +228,18 @@ class SlackWebApi:
         with_metadata = str(args.get("include_all_metadata", "")).lower() in ("1", "true")
         messages = []
         for m in page:
-            item: dict[str, Any] = {"type": "message", "ts": m.ts, "text": m.text, "user": m.user}
+            item: dict[str, Any] = {
+                "type": "message",
+                "ts": m.ts,
+                "text": m.shown_text(),
+                "user": m.user,
+            }
             if m.thread_ts:
                 item["thread_ts"] = m.thread_ts
             if m.user == self.bot_user:
                 item["bot_id"] = BOT_ID
+            if m.blocks:
+                item["blocks"] = m.blocks
             if with_metadata and m.metadata:
                 item["metadata"] = m.metadata
             messages.append(item)
@@ -249,12 +252,23 @@ class SlackWebApi:
         }
 
     def m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        """New content replaces the old, a stream's included; metadata only when given (Slack
+        keeps it otherwise)."""
         message = self.messages.get((args["channel"], args["ts"]))
         if message is None:
             return {"ok": False, "error": "message_not_found"}
+        blocks = json_list(args["blocks"]) if "blocks" in args else message.blocks
+        metadata = json_object(args.get("metadata"))
         message.text = args.get("text") or message.text
-        if "blocks" in args:
-            message.blocks = _blocks(args["blocks"])
+        if args.get("markdown_text"):
+            message.markdown_text, message.text = args["markdown_text"], ""
+        elif args.get("text") or "blocks" in args:
+            message.markdown_text = None
+        message.blocks = blocks
+        if metadata is not None:
+            message.metadata = metadata
+        message.streamed, message.tasks, message.task_at, message.plan = "", [], {}, None
+        message.streaming = False
         return {"ok": True, "channel": message.channel, "ts": message.ts}
 
     def m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -264,6 +278,7 @@ class SlackWebApi:
             text=args.get("text") or "",
             user=self.bot_user,
             thread_ts=args.get("thread_ts"),
+            blocks=json_list(args.get("blocks")),
             ephemeral_to=args.get("user"),
         )
         self.messages[(message.channel, message.ts)] = message
@@ -302,18 +317,3 @@ async def _read_args(request: web.Request) -> dict[str, Any]:
         form = await request.post()
         args.update({name: str(value) for name, value in form.items()})
     return args
-
-
-def _json(value: Any) -> dict[str, Any] | None:
-    """An object argument: sent as JSON text in forms, as an object in JSON bodies."""
-    if value is None or value == "":
-        return None
-    data = json.loads(value) if isinstance(value, str) else value
-    return data if isinstance(data, dict) else None
-
-
-def _blocks(value: Any) -> list[dict[str, Any]] | None:
-    if value is None:
-        return None
-    blocks = json.loads(value) if isinstance(value, str) else value
-    return list(blocks)

@@ -21,8 +21,8 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import hmac
-import itertools
 import json
 import logging
 import os
@@ -41,6 +41,7 @@ from typing import IO, TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
+from bot.standin.only_you import OnlyYou, element
 from bot.standin.requests import (
     FORM,
     app_mention,
@@ -51,22 +52,24 @@ from bot.standin.requests import (
 )
 from bot.standin.requests import message as message_event
 from bot.standin.slack_api import Call, Message, SlackWebApi
+from bot.standin.view import CHANNEL, permalink, threads_view, title
+
+__all__ = ["CHANNEL", "USERS", "LocalModeError", "Workspace", "permalink", "run_workspace", "title"]
 
 if TYPE_CHECKING:
     from storage import StorageSettings, Store
 
 log = logging.getLogger(__name__)
-CHANNEL = "C0GENERAL"
 USERS = {"alice": "U0ALICE", "bob": "U0BOB"}  # the only people the page may post as
 MENTION = "@agent"
 LOOPBACK = "127.0.0.1"  # the page signs requests as anyone: this machine only
 TOKEN_HEADER = "X-Standin-Token"
-PERMALINK_HOST = "local.slack.com"
 UP = ("running", "recovering")  # the bot answers; deliveries go out
 STARTUP_GRACE = 2.0  # seconds after the health check in which start-up lines still arrive
 RECOVERY_WATCH = 120.0  # seconds the page may say "recovering" after a start
-EPHEMERAL_KEPT = 30  # per person
-RESPONDERS_KEPT = 200  # response_urls still answered (Slack's live for 30 minutes)
+CLICKS_KEPT = 50  # clicks delivered, with the bot's answer, for the page and tests
+WATCH_TICK = 0.25  # seconds: how often a waiting /ui/state looks again without an API call
+WATCH_LIMIT = 15.0  # seconds a /ui/state with `seen` waits for something new
 SERVER_ERROR_RETRIES = 3  # like Slack: a 5xx answer is retried three times, then dropped
 
 
@@ -79,20 +82,6 @@ class Refused(Exception):
         super().__init__(error)
         self.status = status
         self.error = error
-
-
-def permalink(ts: str) -> str:
-    """The thread's link in Slack's format, which `/resume` and `/agent-admin` accept."""
-    return f"https://{PERMALINK_HOST}/archives/{CHANNEL}/p{ts.replace('.', '')}"
-
-
-def title(text: str, words: int = 8) -> str:
-    """A thread's first words, mentions left out."""
-    plain = re.sub(r"<@[A-Z0-9]+>", " ", text or "")
-    parts = plain.split()
-    if not parts:
-        return "(no text)"
-    return " ".join(parts[:words]) + ("…" if len(parts) > words else "")
 
 
 def _shape(line: str) -> str:
@@ -155,13 +144,11 @@ class Workspace:
         self.http: aiohttp.ClientSession | None = None
         # What the page sent and the bot has not acknowledged yet, oldest first.
         self.outbox: list[dict[str, Any]] = []
-        # response_url token -> where its answer shows: {"user": id, "thread_ts": ts | None}
-        self.responders: dict[str, dict[str, str | None]] = {}
-        # "Only visible to you" answers: {"id", "user", "thread_ts", "text", "blocks"}
-        self.ephemerals: list[dict[str, Any]] = []
+        self.only_you = OnlyYou(self.api, f"http://{LOOPBACK}:{port}")
+        # Clicks the bot answered: {"user", "ts", "action_id", "action_type", "value", "status"}
+        self.clicks: list[dict[str, Any]] = []
         # Conversations a restart interrupted and the new bot should resume: key -> thread_ts
         self.recovering: dict[str, str] = {}
-        self._ephemeral_ids = itertools.count(1)
         self._wake = asyncio.Event()
         self._restarting = False
         self._stopping = False
@@ -185,7 +172,7 @@ class Workspace:
                 message = Message(**{**raw, "reactions": set(raw.get("reactions", []))})
                 self.api.messages[(message.channel, message.ts)] = message
             self.outbox = list(saved.get("outbox", []))
-            self.responders = dict(saved.get("responders", {}))
+            self.only_you.responders = dict(saved.get("responders", {}))
         except (ValueError, TypeError, AttributeError) as exc:
             raise LocalModeError(
                 f"cannot read {self.state_file} ({exc}); move it aside to start over"
@@ -199,7 +186,7 @@ class Workspace:
                 if not m.ephemeral_to
             ],
             "outbox": self.outbox,
-            "responders": self.responders,
+            "responders": self.only_you.responders,
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -428,14 +415,21 @@ class Workspace:
             return body, FORM
         ts = item["ts"]
         message = self.api.messages.get((CHANNEL, ts)) or Message(CHANNEL, ts, "", item["user"])
+        shown: dict[str, Any] = {"ts": ts, "text": message.text, "blocks": message.blocks or []}
+        if message.thread_ts:
+            shown["thread_ts"] = message.thread_ts
         body = block_actions(
             team=team,
             user=item["user"],
             channel=CHANNEL,
-            message={"ts": ts, "text": message.text, "blocks": message.blocks or []},
+            message=shown,
             action_id=item["action_id"],
             value=item["value"],
             response_url=item["response_url"],
+            block_id=item.get("block_id", "b"),
+            action_type=item.get("action_type", "button"),
+            thread_ts=item.get("thread_ts"),
+            ephemeral=bool(item.get("ephemeral")),
         )
         return body, FORM
 
@@ -459,12 +453,20 @@ class Workspace:
             if status is not None and (status < 500 or item["attempts"] >= SERVER_ERROR_RETRIES):
                 if status >= 400:
                     log.error("the bot answered %s to a %s; dropped", status, item["kind"])
+                if item["kind"] == "click":
+                    self._clicked(item, status)
                 if self.outbox and self.outbox[0] is item:
                     self.outbox.pop(0)
                 self.save()
                 continue
             item["attempts"] += 1
             await asyncio.sleep(0.5)
+
+    def _clicked(self, item: dict[str, Any], status: int) -> None:
+        """A click the bot answered, and how."""
+        fields = ("user", "ts", "action_id", "action_type", "value")
+        self.clicks.append({name: item.get(name) for name in fields} | {"status": status})
+        del self.clicks[:-CLICKS_KEPT]
 
     async def _post(self, item: dict[str, Any]) -> int | None:
         assert self.http is not None
@@ -511,13 +513,6 @@ class Workspace:
             )
         return message
 
-    def response_url(self, user: str, thread_ts: str | None) -> str:
-        token = uuid.uuid4().hex
-        self.responders[token] = {"user": user, "thread_ts": thread_ts}
-        for old in list(self.responders)[:-RESPONDERS_KEPT]:
-            del self.responders[old]
-        return f"http://{LOOPBACK}:{self.port}/respond/{token}"
-
     def command(self, user: str, command: str, text: str, thread_ts: str | None) -> None:
         """A slash command; its answers show where it was typed (Slack does not tell the
         app the thread, but shows the person the answer there)."""
@@ -528,73 +523,54 @@ class Workspace:
                 "thread_ts": thread_ts,
                 "command": command,
                 "text": text,
-                "response_url": self.response_url(user, thread_ts),
+                "response_url": self.only_you.response_url(user, thread_ts),
             }
         )
 
     def click(
-        self, user: str, ts: str, action_id: str, value: str, thread_ts: str | None, label: str
+        self,
+        user: str,
+        ts: str,
+        action_id: str,
+        value: str,
+        thread_ts: str | None,
+        label: str,
+        *,
+        ephemeral: dict[str, Any] | None = None,
     ) -> None:
+        """A button clicked on message `ts`, or on one of this person's `ephemeral` ones;
+        sent as Slack would, naming the clicked element's block and type."""
+        if ephemeral is not None:
+            ts, blocks, origin = (
+                ephemeral["ts"],
+                ephemeral["blocks"],
+                {"ephemeral": ephemeral["id"]},
+            )
+        else:
+            message = self.api.messages.get((CHANNEL, ts))
+            blocks, origin = (message.blocks if message else None), {"ts": ts}
+        block_id, kind = element(blocks, action_id)
+        if kind == "feedback_buttons":
+            self.only_you.choose(user, ts, action_id, value)
         self.enqueue(
             {
                 "kind": "click",
                 "user": user,
                 "thread_ts": thread_ts,
                 "ts": ts,
+                "ephemeral": ephemeral is not None,
                 "action_id": action_id,
+                "action_type": kind,
+                "block_id": block_id,
                 "value": value,
                 "label": label,
-                "response_url": self.response_url(user, thread_ts),
+                "response_url": self.only_you.response_url(user, thread_ts, origin),
             }
         )
 
     def _on_call(self, call: Call) -> None:
-        """Answers for one person: to a response_url, or chat.postEphemeral."""
-        if call.method == "response_url":
-            place = self.responders.get(str(call.args.get("_token", "")))
-            if place is not None and place["user"]:
-                self._answer(place["user"], place["thread_ts"], call.args)
-        elif call.method == "chat.postEphemeral":
-            for key, message in list(self.api.messages.items()):
-                if message.ephemeral_to:
-                    del self.api.messages[key]
-                    self._answer(
-                        message.ephemeral_to,
-                        message.thread_ts,
-                        {"text": message.text, "blocks": call.args.get("blocks")},
-                    )
+        self.only_you.on_call(call)
         self.save()
-
-    def _answer(self, user: str, thread_ts: str | None, payload: dict[str, Any]) -> None:
-        blocks = payload.get("blocks")
-        if isinstance(blocks, str):
-            blocks = json.loads(blocks)
-        if thread_ts and (CHANNEL, thread_ts) not in self.api.messages:
-            thread_ts = None
-        if payload.get("response_type") == "in_channel":
-            message = self.api.add_user_message(
-                CHANNEL, self.api.bot_user, str(payload.get("text") or ""), thread_ts
-            )
-            message.blocks = blocks
-            return
-        self.ephemerals.append(
-            {
-                "id": next(self._ephemeral_ids),
-                "user": user,
-                "thread_ts": thread_ts,
-                "text": str(payload.get("text") or ""),
-                "blocks": blocks,
-            }
-        )
-        mine = [e for e in self.ephemerals if e["user"] == user]
-        for old in mine[:-EPHEMERAL_KEPT]:
-            self.ephemerals.remove(old)
-
-    def dismiss(self, user: str, ephemeral_id: int) -> bool:
-        kept = [e for e in self.ephemerals if not (e["user"] == user and e["id"] == ephemeral_id)]
-        found = len(kept) != len(self.ephemerals)
-        self.ephemerals = kept
-        return found
 
     def background(self, work: Any) -> None:
         """Answer the page at once, as Slack's client does, and work in the background."""
@@ -605,47 +581,18 @@ class Workspace:
     # -- the page's JSON API ------------------------------------------------------------
 
     def state(self, user: str) -> dict[str, Any]:
+        """Everything the page shows this person; `etag` names this version of it."""
         up = self.bot_state in UP
         # Shown as waiting when the bot is down, or did not take it at the first try; not
         # while a delivery is merely on its way.
         held = [item for item in self.outbox if not up or item["attempts"]]
-        pending = {item["ts"] for item in held if item["kind"] == "event"}
-
-        def view(m: Message) -> dict[str, Any]:
-            return {
-                "ts": m.ts,
-                "user": m.user,
-                "text": m.text,
-                "blocks": m.blocks,
-                "reactions": sorted(m.reactions),
-                "bot": m.user == self.api.bot_user,
-                "pending": m.ts in pending,
-            }
-
-        messages = sorted(self.api.messages.values(), key=lambda m: float(m.ts))
-        top = [
-            m for m in messages if m.channel == CHANNEL and not m.thread_ts and not m.ephemeral_to
-        ]
-        recovering = set(self.recovering.values())
-        threads = [
-            {
-                **view(m),
-                "title": title(m.text),
-                "link": permalink(m.ts),
-                "recovering": m.ts in recovering,
-                "replies": [
-                    view(r)
-                    for r in messages
-                    if r.thread_ts == m.ts and r.ts != m.ts and not r.ephemeral_to
-                ],
-            }
-            for m in top
-        ]
-        ephemeral = [
-            {key: e[key] for key in ("id", "thread_ts", "text", "blocks")}
-            for e in self.ephemerals
-            if e["user"] == user
-        ]
+        threads = threads_view(
+            self.api,
+            pending={item["ts"] for item in held if item["kind"] == "event"},
+            recovering=set(self.recovering.values()),
+            chosen=self.only_you.chosen.get(user, {}),
+            now=time.time(),
+        )
         waiting = [
             {
                 "id": item["id"],
@@ -660,19 +607,37 @@ class Workspace:
             if item["kind"] != "event" and item["user"] == user
         ]
         names = {uid: name for name, uid in USERS.items()} | {self.api.bot_user: "agent"}
-        return {
+        state = {
             "demo": self.demo,
             "bot": self.bot_state,
             "recovering": len(self.recovering),
             "queued": len(self.outbox),
             "channel": "general",
             "threads": threads,
-            "ephemeral": ephemeral,
+            "ephemeral": self.only_you.view(user),
             "waiting": waiting,
+            "clicks": [c for c in self.clicks if c["user"] == user],
             "users": list(USERS),
             "names": names,
             "roles": self.roles(),
         }
+        digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+        return state | {"etag": digest[:20]}
+
+    async def watch(self, user: str, seen: str, within: float = WATCH_LIMIT) -> dict[str, Any]:
+        """The state once it is no longer the one the page has (`seen`), or after `within`
+        seconds: a Web API call wakes it at once (streamed text shows as it comes), other
+        changes within WATCH_TICK."""
+        deadline = time.monotonic() + within
+        changed = self.api.changed
+        while True:
+            async with changed:
+                state = self.state(user)
+                if state["etag"] != seen or time.monotonic() >= deadline or self._stopping:
+                    return state
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(WATCH_TICK):
+                        await changed.wait()
 
     # -- who may ask ----------------------------------------------------------------------
 
@@ -756,7 +721,11 @@ class Workspace:
             return web.Response(text=page, content_type="text/html", headers=page_headers)
 
         async def get_state(request: web.Request) -> web.Response:
-            return web.json_response(self.state(self._user(request.query.get("user"))))
+            """At once; with `seen` (the etag the page has), once there is something new."""
+            user = self._user(request.query.get("user"))
+            seen = request.query.get("seen")
+            state = await self.watch(user, seen) if seen else self.state(user)
+            return web.json_response(state)
 
         async def post(request: web.Request) -> web.Response:
             data = await self._json(request)
@@ -776,7 +745,12 @@ class Workspace:
             data = await self._json(request)
             user = self._user(data.get("user"))
             ts = self._text(data, "ts", 40)
-            if ts and (CHANNEL, ts) not in self.api.messages:
+            ephemeral = None
+            if data.get("ephemeral") is not None:
+                ephemeral = self.only_you.find(user, data["ephemeral"])
+                if ephemeral is None:
+                    raise Refused(400, "no such message only visible to you")
+            elif ts and (CHANNEL, ts) not in self.api.messages:
                 raise Refused(400, f"no such message: {ts!r}")
             self.click(
                 user,
@@ -785,6 +759,7 @@ class Workspace:
                 self._text(data, "value", 2000),
                 self._thread(data.get("thread_ts")),
                 self._text(data, "label", 100),
+                ephemeral=ephemeral,
             )
             return web.json_response({"ok": True, "queued": self.bot_state not in UP})
 
@@ -794,7 +769,7 @@ class Workspace:
             ephemeral_id = data.get("id")
             if not isinstance(ephemeral_id, int):
                 raise Refused(400, "id: expected a number")
-            return web.json_response({"ok": self.dismiss(user, ephemeral_id)})
+            return web.json_response({"ok": self.only_you.dismiss(user, ephemeral_id)})
 
         async def restart(request: web.Request) -> web.Response:
             await self._json(request)

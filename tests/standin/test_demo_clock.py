@@ -1,17 +1,21 @@
 """The demo agent's tools and the offline demo model: the clock answers the city asked (or
-says plainly that it only knows UTC), and tickets are readable UTF-8."""
+says plainly that it only knows UTC), tickets are readable UTF-8, and answers stream a word
+at a time."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from agents import RunConfig, Runner, SQLiteSession
 
-from bot.demo_agent import append_ticket, time_in
-from bot.demo_model import respond
+from bot.demo_agent import append_ticket, build_agent, time_in
+from bot.demo_model import HELP, respond, words
+from bot.runtime.turns import run_one_turn
 
 WINTER = dt.datetime(2025, 1, 15, 12, 0, tzinfo=dt.UTC)
 SUMMER = dt.datetime(2025, 7, 15, 12, 0, tzinfo=dt.UTC)
@@ -50,3 +54,36 @@ def test_tickets_are_readable_utf8(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     line = path.read_text(encoding="utf-8")
     assert "Kaffeemaschine kaputt ☕" in line and "Grüße aus Zürich" in line
     assert json.loads(line) == {"title": "Kaffeemaschine kaputt ☕", "details": "Grüße aus Zürich"}
+
+
+async def test_the_demo_model_streams_its_answer_a_word_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the runtime's turn driver sees (`on_text`): the answer in word-sized deltas,
+    spaced out; the same answer as without streaming."""
+    monkeypatch.setenv("BOT_DEMO_MODEL", "1")
+    monkeypatch.setenv("BOT_DEMO_DELAY", "0")
+    monkeypatch.setenv("BOT_DEMO_WORD_DELAY", "0.02")
+    agent = build_agent()
+    seen: list[tuple[float, str]] = []
+
+    async def on_text(delta: str) -> None:
+        seen.append((time.monotonic(), delta))
+
+    result = await run_one_turn(
+        agent,
+        "hello there",
+        session=SQLiteSession("demo"),
+        run_config=RunConfig(tracing_disabled=True),
+        max_turns=3,
+        time_limit=30,
+        on_text=on_text,
+    )
+    assert result.final_output == HELP
+    assert "".join(delta for _, delta in seen) == HELP
+    assert len(seen) == len(words(HELP)) > 20
+    assert all(delta.strip() for _, delta in seen)  # a word each, never bare spaces
+    assert seen[-1][0] - seen[0][0] >= 0.02 * (len(seen) - 1) * 0.9
+    plain = await Runner.run(agent, "hello there")
+    assert plain.final_output == HELP
+    assert words("") == [""] and words(" a  b ") == [" a  ", "b "]

@@ -41,7 +41,7 @@ LINK = re.compile(r"https://local\.slack\.com/archives/C0GENERAL/p\d{16}")
 pytestmark = pytest.mark.slow
 
 
-def local_env(tmp_path: Path, port: int, delay: str) -> dict[str, str]:
+def local_env(tmp_path: Path, port: int, delay: str, **extra: str) -> dict[str, str]:
     env = {
         **os.environ,
         "PORT": str(port),
@@ -49,6 +49,7 @@ def local_env(tmp_path: Path, port: int, delay: str) -> dict[str, str]:
         "BOT_DATA_DIR": str(tmp_path / "data"),
         "BOT_DEMO_DELAY": delay,
         "BOT_STORAGE": "local",
+        **extra,
     }
     for name in ("OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "BOT_TABLE"):
         env.pop(name, None)
@@ -56,13 +57,13 @@ def local_env(tmp_path: Path, port: int, delay: str) -> dict[str, str]:
 
 
 @contextmanager
-def local_mode(tmp_path: Path, delay: str) -> Iterator[str]:
+def local_mode(tmp_path: Path, delay: str, **extra: str) -> Iterator[str]:
     """`python -m bot` in local mode; its terminal output goes to tmp_path/local.log."""
     port = free_port()
     log = (tmp_path / "local.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "bot"],
-        env=local_env(tmp_path, port, delay),
+        env=local_env(tmp_path, port, delay, **extra),
         stdout=log,
         stderr=log,
     )
@@ -299,3 +300,53 @@ def test_ctrl_c_and_run_again_keeps_the_conversation(tmp_path: Path) -> None:
     finally:
         second.send_signal(signal.SIGINT)
         second.wait(20)
+
+
+def test_status_streamed_answer_feedback_and_stop(tmp_path: Path) -> None:
+    """The agent experience in local mode: the thread's status line while the model thinks
+    (screenshot), the answer appearing word by word (screenshot mid-stream), the complete
+    answer with feedback buttons (screenshot), 👍 delivered to the bot and counted; a long
+    run offers its requester Stop, which ends it."""
+    with (
+        local_mode(tmp_path, delay="2.5", BOT_DEMO_WORD_DELAY="0.12") as url,
+        browser_page(url) as page,
+    ):
+        send(page, "@agent hello, what can you do?")
+        thread = page.locator(".thread", has_text="what can you do")
+        expect(thread.locator(".status-line")).to_contain_text("agent is", timeout=30_000)
+        screenshot(page, "local-mode-status.png")  # Slack clears it once the reply starts
+        streaming = thread.locator(".msg.bot.streaming")
+        expect(streaming).to_contain_text("I can tell the time", timeout=30_000)
+        partial = streaming.inner_text()
+        screenshot(page, "local-mode-streaming.png")
+        answer = thread.locator(".msg.bot", has_text="what time is it in Oslo?")
+        expect(answer.locator(".thumb.positive")).to_be_visible(timeout=30_000)
+        expect(thread.locator(".msg.bot.streaming")).to_have_count(0)
+        expect(thread.locator(".status-line")).to_have_count(0)
+        assert len(answer.inner_text()) > len(partial)  # the first screenshot was mid-stream
+        screenshot(page, "local-mode-answer.png")
+
+        good = answer.locator(".thumb.positive")
+        value = good.get_attribute("data-value")
+        good.click()
+        expect(good).to_have_attribute("aria-pressed", "true")
+        client = PageClient(url)
+
+        def answered() -> list[int]:
+            return [c["status"] for c in client.state()["clicks"] if c["value"] == value]
+
+        wait_until(lambda: answered() == [200])  # the bot took the signed block_actions
+        send(page, "/agent-admin status")  # and kept the verdict
+        expect(page.locator("#here .ephemeral")).to_contain_text(
+            re.compile(r"Feedback on answers: 1\b"), timeout=30_000
+        )
+
+        # A run still working after a few seconds offers its requester Stop, which ends it.
+        for dismiss in thread.locator(".ephemeral .dismiss").all():
+            dismiss.click()
+        send(page, "@agent what time is it in Tokyo?", thread.locator(".reply-box input"))
+        stop = thread.locator(".ephemeral").get_by_role("button", name="Stop")
+        stop.click(timeout=30_000)
+        expect(stop).to_have_count(0, timeout=30_000)  # the control answers the click
+        expect(thread).to_contain_text("Stopped by @alice", timeout=30_000)
+        expect(thread.locator(".msg.bot", has_text=" in Tokyo (")).to_have_count(0)

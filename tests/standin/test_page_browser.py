@@ -1,0 +1,121 @@
+"""The page draws Slack's agent surface in a real browser (Debian's Chromium via Playwright),
+with the bot played through the Web API stand-in: the status line with its loading message,
+a reply growing as it streams, task steps ticking, Markdown drawn safely (text that looks
+like HTML stays text), 👍 clicked and delivered, and the ephemeral Stop control clicked and
+replaced by the answer to its response_url. A screenshot goes to test-artifacts/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from playwright.async_api import async_playwright, expect
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.standin.view import CHANNEL
+from bot.standin.workspace import USERS
+from tests.standin.test_local_mode_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from tests.standin.test_page_endpoints import settle, standin
+from tests.standin.test_page_view import FEEDBACK, STOP, clicks, respond, thread_by
+
+pytestmark = pytest.mark.slow
+TRAP = "<img src=x onerror=\"document.title='pwned'\"> <b>not bold</b> &lt;i&gt;"
+
+
+async def test_the_page_draws_status_streams_tasks_markdown_and_clicks(tmp_path: Path) -> None:
+    async with (
+        standin(tmp_path / "data") as (workspace, fake, client),
+        async_playwright() as playwright,
+    ):
+        bot = AsyncWebClient(token=workspace.bot_token, base_url=f"{client.url}/api/")
+        thread = await thread_by(client)
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1000, "height": 800})
+            await page.goto(client.url)
+            await expect(page.locator(".thread")).to_have_count(1)
+
+            await bot.assistant_threads_setStatus(
+                channel_id=CHANNEL,
+                thread_ts=thread,
+                status="is thinking…",
+                loading_messages=["Reading the conversation…"],
+            )
+            status = page.locator(".thread .status-line")
+            await expect(status).to_have_text("agent is thinking…Reading the conversation…")
+
+            started = await bot.chat_startStream(
+                channel=CHANNEL,
+                thread_ts=thread,
+                recipient_team_id=workspace.api.team,
+                recipient_user_id=USERS["alice"],
+                chunks=[
+                    {"type": "markdown_text", "text": f"Looking **now**. {TRAP}"},
+                    {
+                        "type": "task_update",
+                        "id": "c1",
+                        "title": "current_time",
+                        "status": "in_progress",
+                    },
+                ],
+            )
+            reply = page.locator(".msg.bot.streaming")
+            await expect(reply).to_contain_text(f"Looking now. {TRAP[:-12]}")
+            await expect(reply.locator("b")).to_have_text("now")  # Markdown bold, nothing else
+            await expect(reply.locator(".cursor")).to_have_count(1)
+            await expect(reply.locator(".task.running")).to_contain_text("current_time")
+            await expect(status).to_have_count(0)  # the reply cleared it
+            ts = started["ts"]
+            await bot.chat_appendStream(
+                channel=CHANNEL,
+                ts=ts,
+                chunks=[
+                    {
+                        "type": "task_update",
+                        "id": "c1",
+                        "title": "current_time",
+                        "status": "complete",
+                    },
+                    {"type": "markdown_text", "text": "\n\nIt is *13:00*:\n\n- in Oslo\n- today"},
+                ],
+            )
+            await expect(reply.locator(".task.done .mark")).to_have_text("✓")
+            await expect(reply.locator("li")).to_have_count(3)  # the task and two items
+            await bot.chat_stopStream(
+                channel=CHANNEL,
+                ts=ts,
+                blocks=[{"type": "markdown", "text": "```\nprint('<b>')\n```"}, FEEDBACK],
+            )
+            answer = page.locator(".msg.bot", has_text="in Oslo")
+            await expect(answer.locator(".cursor")).to_have_count(0)
+            await expect(answer.locator("pre")).to_have_text("print('<b>')")
+            # Nothing the messages said became HTML.
+            await expect(page.locator("main img")).to_have_count(0)
+            await expect(answer.locator("i")).to_have_text("13:00")
+            assert "pwned" not in await page.title()
+
+            good = answer.get_by_role("button", name="Mark as a good answer")
+            await good.click()
+            await expect(good).to_have_attribute("aria-pressed", "true")
+            await expect(good).to_have_class("thumb positive chosen")
+            await settle(workspace)
+            [click] = clicks(fake, workspace.secret)
+            assert click["actions"][0]["type"] == "feedback_buttons"
+            assert click["actions"][0]["value"] == "good-1"
+
+            await bot.chat_postEphemeral(
+                channel=CHANNEL, user=USERS["alice"], thread_ts=thread, text="Working", blocks=STOP
+            )
+            only_you = page.locator(".thread .ephemeral")
+            await only_you.get_by_role("button", name="Stop").click()
+            await settle(workspace)
+            stop = clicks(fake, workspace.secret)[-1]
+            assert stop["actions"][0]["action_id"] == "stop_run"
+            assert stop["container"]["is_ephemeral"] is True
+            await respond(stop["response_url"], text="Stopping the run.", replace_original=True)
+            await expect(only_you).to_contain_text("Stopping the run.")
+            await expect(only_you.get_by_role("button", name="Stop")).to_have_count(0)
+            ARTIFACTS.mkdir(exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "local-mode-agent-surface.png"))
+        finally:
+            await browser.close()

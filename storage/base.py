@@ -337,14 +337,14 @@ class Store(ABC):
         token: str | None = None,
     ) -> Kept:
         """Keep a user message durably, claiming its event id (per conversation, for
-        `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the conversation `running` (it has work), bumps `inbox_seq` and
-        adds `participant` to its participants. With `owner`, the same write also takes the
-        lease if it is free (`Kept.lease`), and the record comes back with its inbox, so
-        that serving the message needs no further read. Nothing is written when the event
-        id was claimed before (`Kept.kept` is False). Without `create`, only an existing,
-        unexpired conversation takes it; otherwise raises `NotFound` (and claims nothing).
-        Retrying with the same `token` after an unanswered attempt is not mistaken for a
-        duplicate."""
+        `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
+        conversation `running` (it has work), bumps `inbox_seq` and adds `participant` to its
+        participants. With `owner`, the same write also takes the lease if it is free
+        (`Kept.lease`), and the record comes back with its inbox, so that serving the
+        message needs no further read. Nothing is written when the event id was claimed
+        before (`Kept.kept` is False). Without `create`, only an existing, unexpired
+        conversation takes it; otherwise raises `NotFound` (and claims nothing). Retrying
+        with the same `token` after an unanswered attempt is not mistaken for a duplicate."""
 
     def enqueue(
         self,

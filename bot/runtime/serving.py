@@ -137,8 +137,7 @@ class Serving:
                 await self._release_quietly()
                 raise
             finally:
-                if self.showing:
-                    await shown(lambda: self.rt.progress.end(self.key))
+                await self.end_showing()
         return self.outcomes
 
     async def show_work(self, requester: str | None) -> None:
@@ -146,6 +145,13 @@ class Serving:
         if not self.showing:
             self.showing = True
             await shown(lambda: self.rt.progress.begin(self.key, requester))
+
+    async def end_showing(self) -> None:
+        """Progress: done here. Before the lease goes, so that whoever takes the thread
+        next starts showing its own work, not onto this one's."""
+        if self.showing:
+            self.showing = False
+            await shown(lambda: self.rt.progress.end(self.key))
 
     async def _loop(self, opening: Callable[[], Awaitable[None]] | None) -> None:
         while True:
@@ -158,6 +164,7 @@ class Serving:
                 self.again = False
                 continue
             await self.outbox.deliver()
+            await self.end_showing()
             left = self.stopped or self.outbox.pending
             try:
                 await self.io(

@@ -64,6 +64,7 @@ class Stream:
     whole: bool = True  # every character the model wrote is in the stream
     broken: bool = False  # Slack refused or ended it: nothing more goes in
     done: bool = False  # closed (as the answer, or as a preview)
+    overtaken: bool = False  # something was posted below it: the answer goes below that
     escaper: MarkdownEscaper = field(default_factory=MarkdownEscaper)
 
 
@@ -101,8 +102,8 @@ class LiveThreads:
     # -- Progress -----------------------------------------------------------------------
 
     async def begin(self, key: ConversationKey, requester: str | None) -> None:
-        if key in self.threads:
-            return
+        if key in self.threads:  # a run that did not say it ended: its work is over
+            await self.end(key)
         thread = self.threads[key] = LiveThread(key, requester)
         await self._set_status(thread, THINKING)
         thread.timers.append(asyncio.create_task(self._renew(thread)))
@@ -170,6 +171,12 @@ class LiveThreads:
 
     # -- the answer ---------------------------------------------------------------------
 
+    def posted_below(self, key: ConversationKey) -> None:
+        """The poster put a message into the thread: an open stream is now above it."""
+        thread = self.threads.get(key)
+        if thread is not None and thread.stream.ts is not None and not thread.stream.done:
+            thread.stream.overtaken = True
+
     def open_stream(self, key: ConversationKey) -> str | None:
         """The ts of the reply this process is streaming into the thread, if any."""
         thread = self.threads.get(key)
@@ -189,11 +196,21 @@ class LiveThreads:
     ) -> bool:
         """Deliver the answer's first part through the thread's open stream: closed as is
         (with `footer` and the marks) when it holds exactly the answer, else replaced by
-        `blocks`. False when there is no open stream (the caller posts). Raises Slack's
-        error when the stream can neither be closed nor replaced."""
+        `blocks`. False when there is no open stream (the caller posts), or when something
+        was posted below the stream (a notice of the same turn): the thread must read in
+        order, so the stream goes and the answer is posted. Raises Slack's error when the
+        stream can neither be closed nor replaced."""
         thread = self.threads.get(key)
         if thread is None or thread.stream.ts is None or thread.stream.done:
             return False
+        if thread.stream.overtaken:
+            async with thread.lock:
+                try:
+                    await self.client.chat_delete(channel=key.channel, ts=thread.stream.ts)
+                    thread.stream.done = True
+                    return False
+                except ERRORS as exc:  # then it holds the answer where it is
+                    log.info("%s: could not remove the stream: %s", key, _error(exc))
         async with thread.lock:
             stream = thread.stream
             assert stream.ts is not None
@@ -265,24 +282,30 @@ class LiveThreads:
         stream = thread.stream
         assert stream.ts is not None
         chunks: list[dict[str, Any]] = []
-        if stream.text and not stream.broken:
-            chunks.append({"type": "markdown_text", "text": stream.text})
+        text = stream.text if not stream.broken else ""
+        if text:
+            chunks.append({"type": "markdown_text", "text": text})
         chunks += list(stream.tasks.values())
         await self.client.chat_stopStream(
             channel=thread.key.channel, ts=stream.ts, chunks=chunks or None, **final
         )
+        stream.sent += len(text)
         stream.text, stream.tasks = "", {}
 
     async def _close_preview(self, thread: LiveThread) -> None:
         """The run stopped working here without its answer going into the stream (it paused
-        for approval, was stopped, failed, or its answer's delivery failed). A reply cut
-        mid-answer is replaced by a note, so that the answer delivered later is not shown
-        twice; narration before a tool call stays."""
+        for approval, was stopped, failed, or its answer's delivery failed). A reply that
+        only showed tool steps goes (the approval request or the notice that follows says
+        it better); a reply cut mid-answer is replaced by a note, so that the answer
+        delivered later is not shown twice; narration before a tool call stays."""
         stream = thread.stream
         if stream.ts is None or stream.done:
             return
         stream.done = True
         try:
+            if not (stream.sent or stream.text):
+                await self.client.chat_delete(channel=thread.key.channel, ts=stream.ts)
+                return
             with contextlib.suppress(SlackApiError):  # Slack may have ended it already
                 await self._stop_stream(thread, metadata=mark(PREVIEW))
             if stream.tail.strip():

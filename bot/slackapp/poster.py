@@ -222,6 +222,8 @@ class SlackPoster:
             metadata=_mark(outcome, ref, part, calls),
             **message,
         )
+        if self.live is not None:
+            self.live.posted_below(key)
 
     async def _update(self, card: str, outcome: Outcome, blocks: list[dict[str, Any]]) -> None:
         channel, _, ts = card.partition(":")

@@ -74,7 +74,8 @@ class Readback:
     async def tidy_interrupted(self, key: ConversationKey, *, keep: str | None = None) -> int:
         """Streamed replies of a process that died mid-stream (the bot's posts without a
         mark; `keep` is this process's open stream) are closed and replaced by a note, so
-        that the answer delivered again is the only one. Returns how many."""
+        that the answer delivered again is the only one; one that only showed tool steps is
+        deleted. Returns how many."""
         bot_id = await self.bot_id()
         if bot_id is None:
             return 0
@@ -86,6 +87,10 @@ class Readback:
             if ts in (keep, key.thread_ts):
                 continue
             try:
+                if not str(message.get("text") or "").strip():  # only tool steps: it goes
+                    await self.client.chat_delete(channel=key.channel, ts=ts)
+                    tidied += 1
+                    continue
                 with contextlib.suppress(SlackApiError):  # Slack may have ended it already
                     await self.client.chat_stopStream(channel=key.channel, ts=ts)
                 await self.client.chat_update(

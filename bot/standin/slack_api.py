@@ -159,12 +159,15 @@ class SlackWebApi(AgentMethods):
         ]
         return sorted(found, key=lambda m: float(m.ts))
 
-    def bot_replies(self, channel: str, thread_ts: str) -> list[Message]:
-        """The bot's posts everyone in the thread sees (not its ephemeral messages)."""
+    def bot_replies(
+        self, channel: str, thread_ts: str, *, streaming: bool = False
+    ) -> list[Message]:
+        """The bot's posts everyone in the thread sees (not its ephemeral messages); replies
+        still being streamed only with `streaming`."""
         return [
             m
             for m in self.thread(channel, thread_ts)
-            if m.user == self.bot_user and not m.ephemeral_to
+            if m.user == self.bot_user and not m.ephemeral_to and (streaming or not m.streaming)
         ]
 
     def add_user_message(
@@ -269,6 +272,16 @@ class SlackWebApi(AgentMethods):
             message.metadata = metadata
         message.streamed, message.tasks, message.task_at, message.plan = "", [], {}, None
         message.streaming = False
+        return {"ok": True, "channel": message.channel, "ts": message.ts}
+
+    def m_chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Only the bot's own messages, like a bot token."""
+        message = self.messages.get((args["channel"], args["ts"]))
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        if message.user != self.bot_user:
+            return {"ok": False, "error": "cant_delete_message"}
+        del self.messages[(message.channel, message.ts)]
         return {"ok": True, "channel": message.channel, "ts": message.ts}
 
     def m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:

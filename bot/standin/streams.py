@@ -170,6 +170,7 @@ class AgentMethods:
         if metadata is not None:
             message.metadata = metadata
         message.streaming = False
+        message.text = message.text or message.streamed  # what conversations.replies gives
         return {"ok": True, "channel": message.channel, "ts": message.ts}
 
     def _stream(self, args: dict[str, Any]) -> Message | dict[str, Any]:

@@ -275,7 +275,7 @@ async def test_fifty_concurrent_events_are_all_acked_quickly(bot: Harness) -> No
 
     latencies = await asyncio.gather(*(one(i) for i in range(50)))
     assert max(latencies) < 3.0  # Slack's ack deadline; the benchmark reports p50/p99
-    await bot.api.wait_for(lambda: len(bot.api.called("chat.postMessage")) >= 50, within=60)
+    await bot.api.wait_for(lambda: len(bot.api.called("chat.stopStream")) >= 50, within=60)
 
 
 async def test_health_and_metrics(bot: Harness) -> None:
@@ -289,12 +289,15 @@ async def test_health_and_metrics(bot: Harness) -> None:
     assert 'bot_outcomes_total{type="Answer"}' in text
 
 
-async def test_rate_limited_posts_are_retried(bot: Harness) -> None:
-    bot.api.rate_limited["chat.postMessage"] = 1
+@pytest.mark.parametrize("method", ["chat.postMessage", "chat.startStream"])
+async def test_rate_limited_posts_are_retried(bot: Harness, method: str) -> None:
+    if method == "chat.postMessage":
+        bot.api.streaming_refused.add(CHANNEL)  # answers are posted, not streamed
+    bot.api.rate_limited[method] = 1
     top = await bot.mention(ALICE, "slowly")
     [answer] = await bot.bot_replies(top.ts, 1)
     assert answer.text == "echo: slowly"
-    assert len(bot.api.called("chat.postMessage:429")) == 1
+    assert len(bot.api.called(f"{method}:429")) == 1
 
 
 async def test_a_first_burst_does_not_call_auth_test_again(bot: Harness) -> None:

@@ -16,6 +16,7 @@ METHOD_SCOPES = {
     "chat_postMessage": "chat:write",
     "chat_update": "chat:write",
     "chat_postEphemeral": "chat:write",
+    "chat_delete": "chat:write",
     "chat_startStream": "chat:write",
     "chat_appendStream": "chat:write",
     "chat_stopStream": "chat:write",

@@ -365,3 +365,40 @@ async def test_a_transient_slack_error_that_clears_is_delivered_once(
     assert [r.text for r in bot.api.bot_replies(CHANNEL, question.ts)] == ["Delivered in the end."]
     assert replies
     assert state.status is Status.IDLE and state.lease_owner is None
+
+
+LONG_ANSWER = " ".join(f"word{n}" for n in range(40)) + "."
+
+
+async def test_killed_mid_stream_ends_with_exactly_one_complete_answer(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """SIGKILL while the answer streams into the thread: the half-written reply is replaced
+    by a note, the new process streams the answer again in a new reply, and the thread ends
+    with the answer once, complete."""
+    midway = threading.Event()
+    script = ScriptedResponses(
+        [[message(LONG_ANSWER)], [message(LONG_ANSWER)]], delta_delay=0.01, midway={0: midway}
+    )
+    async with deployment(backend, tmp_path, script) as bot:
+        await bot.start()
+        question = await bot.mention("UALICE", "say forty words")
+        half = await bot.api.wait_for(
+            lambda: [
+                m
+                for m in bot.api.bot_replies(CHANNEL, question.ts, streaming=True)
+                if "word5" in m.streamed
+            ]
+        )
+        assert await bot.signal(signal.SIGKILL) == -signal.SIGKILL
+        midway.set()
+        assert half[0].metadata is None and LONG_ANSWER not in half[0].streamed
+        await bot.start()
+        await finished(bot, question)
+    replies = bot.api.bot_replies(CHANNEL, question.ts)
+    complete = [r for r in replies if LONG_ANSWER in (r.streamed or r.text)]
+    assert len(complete) == 1, [r.streamed or r.text for r in replies]
+    assert (complete[0].metadata or {})["event_payload"]["kind"] == "Answer"
+    [old] = [r for r in replies if r.ts == half[0].ts]
+    assert "interrupted by a restart" in old.text and not old.streaming
+    assert any("resuming where I left off" in r.text for r in replies)

@@ -122,6 +122,7 @@ class Store(ABC):
         lease_skew: timedelta = timedelta(seconds=1),
         state_ttl: timedelta = timedelta(days=7),
         event_ttl: timedelta = timedelta(days=1),
+        claim_ttl: timedelta = timedelta(minutes=15),
         status_shards: int = 16,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -129,6 +130,7 @@ class Store(ABC):
         self.lease_skew = lease_skew
         self.state_ttl = state_ttl
         self.event_ttl = event_ttl
+        self.claim_ttl = claim_ttl
         self.status_shards = status_shards
         self.clock = clock
 
@@ -334,8 +336,8 @@ class Store(ABC):
         owner: str | None = None,
         token: str | None = None,
     ) -> Kept:
-        """Keep a user message durably, claiming its event id (per conversation) in the same
-        atomic write; marks the conversation `running` (it has work), bumps `inbox_seq` and
+        """Keep a user message durably, claiming its event id (per conversation, for
+        `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the conversation `running` (it has work), bumps `inbox_seq` and
         adds `participant` to its participants. With `owner`, the same write also takes the
         lease if it is free (`Kept.lease`), and the record comes back with its inbox, so
         that serving the message needs no further read. Nothing is written when the event

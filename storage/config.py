@@ -27,6 +27,11 @@ class StorageSettings(BaseSettings):
     lease_skew_seconds: float = Field(default=1.0, ge=0)
     state_ttl: Duration = timedelta(days=7)
     event_ttl: Duration = timedelta(days=1)
+    claim_ttl: Duration = Field(
+        default=timedelta(minutes=15),
+        description="how long a thread remembers a kept event's id (Slack retries an event "
+        "for about 5 minutes); claims live in the record, so shorter keeps it small",
+    )
     status_shards: int = Field(
         default=16,
         ge=1,

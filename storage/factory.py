@@ -15,6 +15,7 @@ def store_options(settings: StorageSettings) -> dict[str, Any]:
         "lease_skew": timedelta(seconds=settings.lease_skew_seconds),
         "state_ttl": settings.state_ttl,
         "event_ttl": settings.event_ttl,
+        "claim_ttl": settings.claim_ttl,
         "status_shards": settings.status_shards,
     }
 

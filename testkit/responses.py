@@ -1,13 +1,18 @@
 """A scripted stand-in for OpenAI's `POST /v1/responses`, on loopback, so that the real
 `OpenAIResponsesModel` (and the real openai client) is exercised end to end. Answers JSON,
-or server-sent events when the request asks for `stream: true`."""
+or server-sent events when the request asks for `stream: true`: a message's text then
+arrives word by word (`response.output_text.delta`), `delta_delay` seconds apart, and a
+request listed in `midway` stops halfway through its text until its event is set (a model
+that is mid-answer when the process dies)."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,10 +50,18 @@ def tool_call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, A
 
 class ScriptedResponses:
     def __init__(
-        self, script: list[list[dict[str, Any]]], holds: dict[int, threading.Event] | None = None
+        self,
+        script: list[list[dict[str, Any]]],
+        holds: dict[int, threading.Event] | None = None,
+        *,
+        delta_delay: float = 0.0,
+        midway: dict[int, threading.Event] | None = None,
     ) -> None:
         self.script = list(script)
         self.holds = holds or {}  # request number (0-based) -> answer only once this is set
+        self.delta_delay = delta_delay
+        self.midway = midway or {}  # request number -> finish its text only once this is set
+        self.first_delta_at: dict[int, float] = {}  # request number -> time.monotonic()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
@@ -65,6 +78,10 @@ class ScriptedResponses:
         if hold is not None:
             hold.wait(120)
         return output
+
+    def number_of(self, request: dict[str, Any]) -> int:
+        with self.lock:
+            return next(i for i, r in enumerate(self.requests) if r is request)
 
 
 def _response(request: dict[str, Any], output: list[dict[str, Any]], status: str) -> dict[str, Any]:
@@ -99,7 +116,7 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 self._json(500, {"error": {"message": str(exc), "type": "server_error"}})
                 return
             if body.get("stream"):
-                self._stream(body, output)
+                self._stream(body, output, script.number_of(body))
             else:
                 self._json(200, _response(body, output, "completed"))
 
@@ -111,29 +128,58 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _stream(self, body: dict[str, Any], output: list[dict[str, Any]]) -> None:
+        def _stream(self, body: dict[str, Any], output: list[dict[str, Any]], number: int) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             sequence = itertools.count()
-            events: list[dict[str, Any]] = [
-                {"type": "response.created", "response": _response(body, [], "in_progress")}
-            ]
-            for index, item in enumerate(output):
-                events.append(
-                    {"type": "response.output_item.added", "output_index": index, "item": item}
-                )
-                events.append(
-                    {"type": "response.output_item.done", "output_index": index, "item": item}
-                )
-            events.append(
-                {"type": "response.completed", "response": _response(body, output, "completed")}
-            )
-            for event in events:
+
+            def send(event: dict[str, Any]) -> None:
                 event["sequence_number"] = next(sequence)
                 chunk = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
                 self.wfile.write(chunk.encode())
                 self.wfile.flush()
+
+            send({"type": "response.created", "response": _response(body, [], "in_progress")})
+            for index, item in enumerate(output):
+                if item.get("type") == "message":
+                    self._stream_text(send, index, item, number)
+                else:
+                    send(
+                        {"type": "response.output_item.added", "output_index": index, "item": item}
+                    )
+                send({"type": "response.output_item.done", "output_index": index, "item": item})
+            send({"type": "response.completed", "response": _response(body, output, "completed")})
+
+        def _stream_text(
+            self,
+            send: Callable[[dict[str, Any]], None],
+            index: int,
+            item: dict[str, Any],
+            number: int,
+        ) -> None:
+            """The message's text, word by word."""
+            opening = {**item, "status": "in_progress", "content": []}
+            send({"type": "response.output_item.added", "output_index": index, "item": opening})
+            text = "".join(part.get("text", "") for part in item.get("content", []))
+            words = re.findall(r"\S+\s*|\s+", text)
+            midway = script.midway.get(number)
+            for position, word in enumerate(words):
+                if midway is not None and position == len(words) // 2:
+                    midway.wait(120)
+                if script.delta_delay and position:
+                    time.sleep(script.delta_delay)
+                script.first_delta_at.setdefault(number, time.monotonic())
+                send(
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "content_index": 0,
+                        "delta": word,
+                        "logprobs": [],
+                    }
+                )
 
     return Handler
 

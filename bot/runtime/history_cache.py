@@ -1,7 +1,8 @@
 """The latest session items of recently served threads, kept in memory: a thread served
 again by this process skips reading its history when the record shows nothing changed
 (same generation, floor and next sequence number). Any other writer changes `next_seq`,
-so a stale entry is never used. Bounded: least recently used threads go first."""
+so a stale entry is never used. A record with no items (a new thread) needs no read either.
+Bounded: least recently used threads go first."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ class HistoryCache:
         self.misses = 0
 
     def get(self, record: Conversation) -> KnownHistory | None:
+        if record.next_seq == record.session_floor:  # no items at all: nothing to read
+            return KnownHistory([], record.next_seq, complete=True)
         found = self._entries.get(record.key)
         if found is not None:
             generation, floor, known = found

@@ -168,7 +168,7 @@ class ConversationRuntime:
         take: bool,
     ) -> Kept:
         try:
-            kept = await self.io(
+            kept = await self.io.urgent(
                 self.store.keep,
                 key,
                 event_id,

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 IO_THREADS = 32
+URGENT_THREADS = 8  # for keeps, which a Slack request waits on before it is acknowledged
 
 
 class StorageCalls:
@@ -27,16 +28,27 @@ class StorageCalls:
         self.attempts = attempts
         self.first_delay = first_delay
         self.pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="storage")
+        self.urgent_pool = ThreadPoolExecutor(
+            max_workers=URGENT_THREADS, thread_name_prefix="storage-ack"
+        )
 
     async def __call__(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """`function(*args, **kwargs)` in a worker thread; retried while storage is
         unavailable (boto3 has already retried quickly underneath), then raised."""
+        return await self._run(self.pool, functools.partial(function, *args, **kwargs))
+
+    async def urgent(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """The same, on threads of their own: a keep that a Slack request waits on does not
+        queue behind the storage calls of the runs in progress."""
+        return await self._run(self.urgent_pool, functools.partial(function, *args, **kwargs))
+
+    async def _run(self, pool: ThreadPoolExecutor, call: Callable[[], R]) -> R:
         loop = asyncio.get_running_loop()
-        call = functools.partial(function, *args, **kwargs)
+        function = getattr(call, "func", call)
         delay = self.first_delay
         for attempt in range(1, self.attempts + 1):
             try:
-                return await loop.run_in_executor(self.pool, call)
+                return await loop.run_in_executor(pool, call)
             except StorageUnavailable as exc:
                 if attempt == self.attempts:
                     raise
@@ -53,3 +65,4 @@ class StorageCalls:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
+        self.urgent_pool.shutdown(wait=False)

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from slack_bolt import BoltResponse
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.logger.messages import (
+    warning_client_prioritized_and_token_skipped,
+    warning_token_skipped,
+)
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.runtime import ConversationRuntime
 from bot.slackapp.listeners import Listeners
@@ -20,14 +27,19 @@ from bot.slackapp.settings import SlackSettings
 from storage import StorageError
 
 log = logging.getLogger(__name__)
+AsyncAuthorize = Callable[..., Awaitable[AuthorizeResult]]
 
 
 class _ClientTokenWarning(logging.Filter):
     """bolt reads SLACK_BOT_TOKEN from the environment even when given `client=`, then warns
-    that this token is unused; it is the token our client carries, so the warning is noise."""
+    that this token is unused (and again when given `authorize=`); it is the token our
+    client and our `authorize` carry, so the warnings are noise."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+        return record.getMessage() not in (
+            warning_client_prioritized_and_token_skipped(),
+            warning_token_skipped(),
+        )
 
 
 _CLIENT_TOKEN_WARNING = _ClientTokenWarning()
@@ -46,16 +58,30 @@ def web_client(settings: SlackSettings) -> AsyncWebClient:
     )
 
 
+def single_team(identity: AsyncSlackResponse, token: str) -> AsyncAuthorize:
+    """bolt's authorization for one workspace, from the `auth.test` the server made at start:
+    bolt's own would call `auth.test` again on the first requests, once per request that
+    arrives before the first answer (50 calls for a first burst of 50 events)."""
+    result = AuthorizeResult.from_auth_test_response(bot_token=token, auth_test_response=identity)
+
+    async def authorize(**_: Any) -> AuthorizeResult:
+        return result
+
+    return authorize
+
+
 def build_app(
     settings: SlackSettings,
     runtime: ConversationRuntime,
     client: AsyncWebClient,
     admins: frozenset[str],
     workspace_url: str = "https://slack.com/",
+    identity: AsyncSlackResponse | None = None,
 ) -> AsyncApp:
     logging.getLogger("slack_bolt.AsyncApp").addFilter(_CLIENT_TOKEN_WARNING)
     app = AsyncApp(
         client=client,
+        authorize=single_team(identity, settings.bot_token) if identity else None,
         signing_secret=settings.signing_secret,
         # Socket Mode requests arrive over an authenticated websocket, unsigned.
         request_verification_enabled=not settings.socket_mode,

@@ -67,14 +67,23 @@ def events_route(app: AsyncApp) -> web.RouteDef:
 
 
 async def recovery_sweep(runtime: ConversationRuntime, interval: float) -> None:
-    """At start-up, then every `interval`: resume threads left `running` by a dead process."""
-    while not runtime.draining:
+    """At start-up, then every `interval`: resume threads left `running` by a dead process.
+    Each sweep's resumed runs go on in the background, so that a long run does not delay
+    the next sweep (another host's threads are found within a lease and one interval)."""
+    sweeps: set[asyncio.Task[None]] = set()
+
+    async def sweep() -> None:
         try:
             outcomes = await runtime.recover()
             if outcomes:
                 metrics.RESUMES.labels("recovery").inc(len({o.key for o in outcomes}))
         except Exception:
             log.exception("recovery sweep failed; trying again in %ss", interval)
+
+    while not runtime.draining:
+        task = asyncio.create_task(sweep())
+        sweeps.add(task)
+        task.add_done_callback(sweeps.discard)
         await asyncio.sleep(interval)
 
 
@@ -96,7 +105,9 @@ async def serve(
     identity = await client.auth_test()
     workspace_url = str(identity.get("url") or "https://slack.com/")
     await runtime.healthy()
-    app = build_app(settings, runtime, client, admins or runtime.settings.admins, workspace_url)
+    app = build_app(
+        settings, runtime, client, admins or runtime.settings.admins, workspace_url, identity
+    )
     web_app = web.Application()
     if not settings.socket_mode:
         web_app.add_routes([events_route(app)])
@@ -114,8 +125,9 @@ async def serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+    # A third of the lease: a dead replica's threads resume about a lease after it died.
     sweep = asyncio.create_task(
-        recovery_sweep(runtime, runtime.store.lease_duration.total_seconds())
+        recovery_sweep(runtime, runtime.store.lease_duration.total_seconds() / 3)
     )
     socket_handler = None
     if settings.socket_mode:

@@ -81,9 +81,9 @@ class History:
             return SessionPage(items=[], next_seq=0)
         newest_first: list[str] = []
         for item_row in rows:
-            if limit is not None and len(newest_first) >= limit:
-                break
             newest_first.extend(reversed(session_rows.expand(item_row, self.get_blob)))
+            if limit is not None and len(newest_first) >= limit:
+                break  # before the iterator pulls another row (and maybe another page)
         if limit is not None:
             newest_first = newest_first[: max(limit, 0)]
         return SessionPage(items=newest_first[::-1], next_seq=int(meta["next_seq"]["N"]))

@@ -272,7 +272,7 @@ class Records:
         update.sets.append("#entry = :entry")
         claim = EVENT_CLAIM + entry.event_id
         update.names["#claim"] = claim
-        update.values[":claim_until"] = n(epoch_seconds(now + self.t.event_ttl))
+        update.values[":claim_until"] = n(epoch_seconds(now + self.t.claim_ttl))
         update.sets.append("#claim = :claim_until")
         update.require(self.t.live(update, now, create=create))
         over = update.value("now_claim", n(epoch_seconds(now)))

@@ -57,6 +57,7 @@ class AwsStore(Store):
             clock=lambda: self.clock(),
             state_ttl=self.state_ttl,
             event_ttl=self.event_ttl,
+            claim_ttl=self.claim_ttl,
             lease_duration=self.lease_duration,
             lease_skew=self.lease_skew,
             shards=self.status_shards,

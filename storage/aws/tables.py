@@ -26,6 +26,7 @@ class Tables:
     clock: Callable[[], datetime]
     state_ttl: timedelta
     event_ttl: timedelta
+    claim_ttl: timedelta
     lease_duration: timedelta
     lease_skew: timedelta
     shards: int

@@ -351,7 +351,7 @@ class LocalStore(Store):
                 if not create:
                     raise NotFound(str(key))
                 record = self.new_record(key, now)
-            if not self._claim(db, f"{key}|{event_id}", now.timestamp()):
+            if not self._claim(db, f"{key}|{event_id}", now.timestamp(), self.claim_ttl):
                 return Kept(kept=False)
             entry = InboxEntry(
                 entry_id=f"{inbox_stamp(now)}#{event_id}",
@@ -407,14 +407,16 @@ class LocalStore(Store):
         with self._write() as db:
             return self._claim(db, event_id, self.clock().timestamp())
 
-    def _claim(self, db: sqlite3.Connection, event_id: str, now: float) -> bool:
+    def _claim(
+        self, db: sqlite3.Connection, event_id: str, now: float, ttl: timedelta | None = None
+    ) -> bool:
         row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
         found = row.fetchone()
         if found is not None and found[0] > now:
             return False  # an expired claim counts as absent, as with DynamoDB's late TTL
         db.execute(
             "INSERT OR REPLACE INTO events (event_id, expires_at) VALUES (?, ?)",
-            (event_id, now + self.event_ttl.total_seconds()),
+            (event_id, now + (ttl or self.event_ttl).total_seconds()),
         )
         return True
 

@@ -15,7 +15,7 @@ import boto3
 import pytest
 from cfnlint.decode import cfn_yaml
 
-from storage import CheckpointMeta, ConversationKey, Status, Store
+from storage import CheckpointMeta, ConversationKey, Status, Store, Verdict
 from storage.aws import AwsStore
 from storage.aws.provision import TABLE_DEFINITION, TTL_ATTRIBUTE, create_resources
 from storage.base import Commit
@@ -164,6 +164,8 @@ def workload(store: Store) -> set[str]:
     store.get_tool_call(KEY, "c1")
     store.set_status(lease, Status.RUNNING)
     store.request_stop(KEY, "U")
+    store.record_feedback(KEY, "a1", "U", Verdict.GOOD)
+    store.count_feedback()
     store.apply(Commit(key=KEY, lease=lease, status=Status.RUNNING))
     store.clear_items(KEY, lease)
     store.release(lease, status=Status.IDLE, delivered=True)
@@ -194,6 +196,8 @@ def workload(store: Store) -> set[str]:
         "get_tool_call",
         "set_status",
         "request_stop",
+        "record_feedback",
+        "count_feedback",
         "apply",
         "clear_items",
         "release",

@@ -1,53 +1,29 @@
-"""Storage benchmark: requests per operation, latency, checkpoint bytes per turn.
-
-    ./dev bench            (or: python -m bench.storage_bench [--iterations N])
-
-`aws` runs against Amazon DynamoDB Local and moto's S3 on loopback, so latencies are
-loopback figures, not AWS ones; request counts are exact (botocore's `before-send` event
-fires once per HTTP request, retries included)."""
+"""Storage operations one by one: requests, capacity and latency of each store call, on
+both backends (the figures the capacity model in docs/scale.md multiplies), and the stored
+checkpoint's bytes as a conversation grows (with and without the history window)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import functools
 import json
-import os
 import statistics
 import tempfile
 import time
-import uuid
-from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.common import percentile, section, table
+from bench.emulators import Emulators
+from bench.meter import METER, Tally
 from storage import CheckpointMeta, ConversationKey, Status, Store
-from storage.aws import AwsStore, create_resources
+from storage.aws import AwsStore
 from storage.codec import encode_state
 from storage.local import LocalStore
-from testkit.services import aws_environment, dynamodb_local, moto_s3
 
 META = CheckpointMeta(schema_version="1.21", agent_fingerprint="bench")
 OPS = ("acquire", "read history", "commit turn", "release", "load checkpoint")
-
-
-class RequestCounter:
-    def __init__(self, store: AwsStore) -> None:
-        self.counts: Counter[str] = Counter()
-        for service, client in (("dynamodb", store.dynamodb), ("s3", store.s3)):
-            client.meta.events.register("before-send", functools.partial(self._count, service))
-
-    def _count(self, service: str, **_: Any) -> None:
-        self.counts[service] += 1
-
-    @contextmanager
-    def measure(self) -> Iterator[Counter[str]]:
-        before = self.counts.copy()
-        delta: Counter[str] = Counter()
-        yield delta
-        delta.update(self.counts - before)
 
 
 def turn_items(turn: int) -> list[str]:
@@ -94,15 +70,14 @@ def run_turns(store: Store, iterations: int, state: dict[str, Any]) -> dict[str,
     return timings
 
 
-def count_requests(store: AwsStore, state: dict[str, Any]) -> dict[str, Counter[str]]:
-    counter = RequestCounter(store)
+def count_requests(store: AwsStore, state: dict[str, Any]) -> dict[str, Tally]:
     key = ConversationKey(team="TB", channel="CR", thread_ts=f"{time.time():.6f}")
-    counts: dict[str, Counter[str]] = {}
-    with counter.measure() as counts["acquire"]:
+    counts: dict[str, Tally] = {}
+    with METER.measure() as counts["acquire"]:
         lease, _ = store.acquire(key, "bench", status=Status.RUNNING)
-    with counter.measure() as counts["read history"]:
+    with METER.measure() as counts["read history"]:
         page = store.read_items(key, 40)
-    with counter.measure() as counts["commit turn"]:
+    with METER.measure() as counts["commit turn"]:
         done = store.commit(
             lease,
             state=state,
@@ -111,13 +86,13 @@ def count_requests(store: AwsStore, state: dict[str, Any]) -> dict[str, Counter[
             items=turn_items(0),
             base_seq=page.next_seq,
         )
-    with counter.measure() as counts["release"]:
+    with METER.measure() as counts["release"]:
         store.release(lease, status=Status.IDLE)
-    with counter.measure() as counts["load checkpoint"]:
+    with METER.measure() as counts["load checkpoint"]:
         assert done.checkpoint is not None
         store.load_checkpoint(done.checkpoint)
     lease, _ = store.acquire(key, "bench")
-    with counter.measure() as counts["commit turn + release in one write"]:
+    with METER.measure() as counts["commit turn + release in one write"]:
         store.commit(
             lease,
             state=state,
@@ -127,13 +102,15 @@ def count_requests(store: AwsStore, state: dict[str, Any]) -> dict[str, Counter[
             base_seq=page.next_seq + 2,
             release=True,
         )
+    with METER.measure() as counts["keep a message (taking the thread)"]:
+        kept = store.keep(key, "ev-1", '{"user":"U","text":"hi"}', owner="bench|keep")
+    assert kept.lease is not None
+    store.release(kept.lease, status=Status.IDLE)
+    with METER.measure() as counts["count by status (16 shards)"]:
+        store.count_by_status()
+    with METER.measure() as counts["list running (16 shards)"]:
+        store.list_by_status(Status.RUNNING)
     return counts
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 async def checkpoint_sizes(
@@ -173,58 +150,74 @@ async def checkpoint_sizes(
     return sizes
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--iterations", type=int, default=200)
-    args = parser.parse_args()
-    os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
+def run_storage(emulators: Emulators, iterations: int = 200) -> dict[str, Any]:
     state = {"$schemaVersion": "1.21", "payload": "x" * 3000}
-
-    with ExitStack() as stack:
-        dynamodb_url = stack.enter_context(dynamodb_local())
-        s3_url = stack.enter_context(moto_s3())
-        os.environ.update(aws_environment(dynamodb_url, s3_url))
-        suffix = uuid.uuid4().hex[:8]
-        create_resources(f"bench-{suffix}", f"bench-{suffix}")
-        aws = AwsStore(f"bench-{suffix}", f"bench-{suffix}")
-        local = LocalStore(Path(stack.enter_context(tempfile.TemporaryDirectory())))
-
-        print("## Requests per operation (aws backend, counted via botocore events)\n")
-        print("| operation | DynamoDB | S3 |")
-        print("|---|---:|---:|")
-        for op, counts in count_requests(aws, state).items():
-            print(f"| {op} | {counts['dynamodb']} | {counts['s3']} |")
-
-        print(f"\n## Latency per operation, ms ({args.iterations} turns; loopback emulators)\n")
-        print("| operation | local p50 | local p99 | aws p50 | aws p99 |")
-        print("|---|---:|---:|---:|---:|")
+    aws = emulators.store("ops")
+    with tempfile.TemporaryDirectory() as tmp:
+        local = LocalStore(Path(tmp))
+        counts = count_requests(aws, state)
         results = {
-            name: run_turns(store, args.iterations, state)
+            name: run_turns(store, iterations, state)
             for name, store in (("local", local), ("aws", aws))
         }
-        for op in OPS:
-            row = [
-                f"{percentile(results[b][op], p):.2f}" for b in ("local", "aws") for p in (50, 99)
-            ]
-            print(f"| {op} | " + " | ".join(row) + " |")
-        for name in ("local", "aws"):
-            turn_ms = [sum(results[name][op][i] for op in OPS[:4]) for i in range(args.iterations)]
-            print(
-                f"\nplain turn, {name}: p50 {statistics.median(turn_ms):.2f} ms, "
-                f"p99 {percentile(turn_ms, 99):.2f} ms"
-            )
-
-    print("\n## Checkpoint bytes written per turn, at the given conversation length\n")
-    print("Each turn is one tool call and an answer; bytes are the stored object (gzip) and the")
-    print("compact JSON inside it.\n")
+        local.close()
+    aws.close()
     unbounded = asyncio.run(checkpoint_sizes((10, 100, 500), None))
-    windowed = asyncio.run(checkpoint_sizes((10, 100, 500), 40))
-    print("| turns so far | unbounded history: stored | JSON | history window 40: stored | JSON |")
-    print("|---:|---:|---:|---:|---:|")
-    for turns in (10, 100, 500):
-        (u_gz, u_raw), (w_gz, w_raw) = unbounded[turns], windowed[turns]
-        print(f"| {turns} | {u_gz} | {u_raw} | {w_gz} | {w_raw} |")
+    windowed = asyncio.run(checkpoint_sizes((10, 100, 500), 60))
+    return {
+        "counts": counts,
+        "timings": results,
+        "iterations": iterations,
+        "sizes": {"unbounded": unbounded, "window": windowed},
+    }
 
 
-if __name__ == "__main__":
-    main()
+def report(found: dict[str, Any]) -> dict[str, Any]:
+    section(
+        "Storage operations: requests and capacity (aws backend)",
+        "A 3 KB checkpoint (not finished: it goes to S3), two session items per turn.",
+    )
+    rows = [
+        [
+            op,
+            t.dynamodb,
+            t.s3,
+            t.describe(),
+            f"{t.read_units:.1f}",
+            f"{t.write_units:.1f}",
+            f"{t.index_write_units:.1f}",
+        ]
+        for op, t in found["counts"].items()
+    ]
+    print(
+        table(
+            ["operation", "DynamoDB", "S3", "requests", "RCU", "WCU", "index WCU"], rows, "lrrlrrr"
+        )
+    )
+    iterations, results = found["iterations"], found["timings"]
+    section(f"Storage operations: latency, ms ({iterations} turns)")
+    rows = [
+        [op] + [f"{percentile(results[b][op], p):.2f}" for b in ("local", "aws") for p in (50, 99)]
+        for op in OPS
+    ]
+    print(table(["operation", "local p50", "local p99", "aws p50", "aws p99"], rows))
+    for name in ("local", "aws"):
+        turn_ms = [sum(results[name][op][i] for op in OPS[:4]) for i in range(iterations)]
+        print(
+            f"\nacquire + read + commit + release, {name}: p50 "
+            f"{statistics.median(turn_ms):.2f} ms, p99 {percentile(turn_ms, 99):.2f} ms"
+        )
+    section(
+        "Stored checkpoint bytes as a conversation grows (plain SDK run state)",
+        "Each turn is one tool call and an answer; the stored object (gzip) and the compact "
+        "JSON inside it; unbounded history, or the runtime's window of 60 items.",
+    )
+    sizes = found["sizes"]
+    rows = [
+        [turns, *sizes["unbounded"][turns], *sizes["window"][turns]] for turns in (10, 100, 500)
+    ]
+    print(table(["turns so far", "unbounded: stored", "JSON", "window 60: stored", "JSON"], rows))
+    return {
+        "counts": {op: dict(t.requests) for op, t in found["counts"].items()},
+        "sizes": sizes,
+    }

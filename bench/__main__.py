@@ -1,0 +1,103 @@
+"""`python -m bench [NAME ...] [--turns N] [--recover N] [--load N] [--json PATH]`
+
+Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
+and measured raw first (so that every figure has a scale). Names (default: all, in this
+order): path, turns, growth, recovery, burst, restart, storage, load. Tables are printed as
+markdown; the figures also go to a JSON file (default test-artifacts/bench/results.json)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import meter
+
+NAMES = ("path", "turns", "growth", "recovery", "burst", "restart", "storage", "load")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default all: {NAMES})")
+    parser.add_argument("--turns", type=int, default=200, help="turns per path (turns)")
+    parser.add_argument("--growth", type=int, default=500, help="turns per thread (growth)")
+    parser.add_argument("--recover", type=int, default=1000, help="conversations (recovery)")
+    parser.add_argument("--load", type=int, default=1000, help="conversations per step (load)")
+    parser.add_argument("--json", default="test-artifacts/bench/results.json")
+    args = parser.parse_args()
+    unknown = [name for name in args.names if name not in NAMES]
+    if unknown:
+        parser.error(f"unknown benchmark {unknown}; choose from {', '.join(NAMES)}")
+    chosen = args.names or list(NAMES)
+    meter.install()  # before any client exists
+
+    from bench.common import quiet, section
+    from bench.emulators import measure_raw, raw_table, running, warm
+
+    quiet()
+    results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}",
+    }
+    print(f"# Benchmarks, {results['date']} ({results['machine']})", flush=True)
+    with running() as emulators:
+        warmed = warm(emulators)
+        measure_raw(emulators)
+        section(
+            "Raw latency of the emulators (DynamoDB Local, moto S3; loopback)",
+            f"After a warm-up of {warmed:.0f} s. One request of each kind, interleaved, 300 "
+            "of each; every other figure here was measured in the same run.",
+        )
+        print(raw_table(emulators), flush=True)
+        results["raw_ms"] = emulators.raw_ms
+        for name in chosen:
+            results[name] = run_one(name, emulators, args)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, default=str))
+    print(f"\n(figures written to {path})", flush=True)
+
+
+def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:
+    if name == "path":
+        from bench import slack_path
+
+        return slack_path.report(asyncio.run(slack_path.run_path(emulators)))
+    if name == "turns":
+        from bench import turns
+
+        return turns.report(asyncio.run(turns.run_turns(emulators, args.turns)), emulators)
+    if name == "growth":
+        from bench import growth
+
+        sides, available = asyncio.run(growth.run_growth(emulators, args.growth))
+        return growth.report(sides, available)
+    if name == "recovery":
+        from bench import recovery
+
+        return recovery.report(asyncio.run(recovery.run_recovery(emulators, args.recover)))
+    if name == "burst":
+        from bench import burst
+
+        return burst.report(asyncio.run(burst.run_burst(emulators)))
+    if name == "restart":
+        from bench import restart
+
+        return restart.report(asyncio.run(restart.run_restart(emulators)))
+    if name == "storage":
+        from bench import storage_ops
+
+        return storage_ops.report(storage_ops.run_storage(emulators))
+    from bench import load
+
+    return load.report(asyncio.run(load.run_load(emulators, args.load)))
+
+
+if __name__ == "__main__":
+    main()

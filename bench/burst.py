@@ -1,0 +1,133 @@
+"""The first burst: a real `python -m bot serve` is started, and as soon as /healthz answers
+200, 50 signed events arrive at once; then two more rounds. Every delivery is acknowledged
+only after its message is kept (one durable write), so the ack time is that write plus
+bolt; the process warms up (imports, `auth.test`, storage clients and first connections)
+before it reports healthy. Also: Slack Web API calls per answer."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bots import Bot, Sender, answers, bot_env, slack_standin
+from bench.common import percentile, section, table
+from bench.emulators import Emulators
+
+TARGET_P99_MS = 100.0
+
+
+async def burst_on(storage: dict[str, str], events: int, rounds: int, logs: Path) -> dict[str, Any]:
+    async with slack_standin() as (api, api_url):
+        bot = Bot(bot_env(api_url, storage), logs / "burst.log")
+        bot.start()
+        try:
+            startup = await bot.wait_healthy()
+            sender = Sender(api)
+            results = []
+            for round_ in range(1, rounds + 1):
+                calls_before = len(api.calls)
+                answered_before = len(answers(api))
+                start = time.perf_counter()
+                acks = await asyncio.gather(
+                    *(sender.mention(bot, f"burst {round_}.{i}") for i in range(events))
+                )
+
+                def enough(target: int = answered_before + events) -> bool:
+                    return len(answers(api)) >= target
+
+                await api.wait_for(enough, within=300)
+                total = time.perf_counter() - start
+                await asyncio.sleep(0.3)  # the last reactions.remove calls
+                web = len(api.calls) - calls_before
+                methods: dict[str, int] = {}
+                for call in api.calls[calls_before:]:
+                    methods[call.method] = methods.get(call.method, 0) + 1
+                ack_ms = [a * 1000 for _, a in acks]
+                results.append(
+                    {
+                        "round": round_,
+                        "p50": percentile(ack_ms, 50),
+                        "p99": percentile(ack_ms, 99),
+                        "max": max(ack_ms),
+                        "all_answered_s": total,
+                        "web_api_per_answer": web / events,
+                        "web_api_methods": methods,
+                    }
+                )
+                await asyncio.sleep(0.5)
+            await sender.close()
+        finally:
+            await bot.stop()
+    return {"startup_s": startup, "rounds": results}
+
+
+async def run_burst(emulators: Emulators, events: int = 50, rounds: int = 3) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp)
+        table_name, bucket = emulators.new_names("burst")
+        out["aws"] = await burst_on(
+            {"BOT_STORAGE": "aws", "BOT_TABLE": table_name, "BOT_BUCKET": bucket, **emulators.env},
+            events,
+            rounds,
+            logs,
+        )
+        out["local"] = await burst_on(
+            {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(logs / "data")}, events, rounds, logs
+        )
+    out["events"] = events
+    return out
+
+
+def report(results: dict[str, Any]) -> dict[str, Any]:
+    events = results["events"]
+    section(
+        f"First burst: {events} concurrent signed events the moment /healthz says 200, "
+        "then two more rounds (a real `python -m bot serve`)",
+        "Ack = the HTTP answer to the event delivery (the message is kept before it). "
+        "Web API calls per answer: reactions.add, chat.postMessage, reactions.remove.",
+    )
+    rows = []
+    for backend in ("aws", "local"):
+        found = results[backend]
+        for r in found["rounds"]:
+            rows.append(
+                [
+                    f"{backend} (ready in {found['startup_s']:.1f} s)" if r["round"] == 1 else "",
+                    r["round"],
+                    f"{r['p50']:.1f}",
+                    f"{r['p99']:.1f}",
+                    f"{r['max']:.1f}",
+                    f"{r['all_answered_s']:.2f}",
+                    f"{r['web_api_per_answer']:.1f}",
+                ]
+            )
+    print(
+        table(
+            [
+                "backend",
+                "round",
+                "ack p50 ms",
+                "ack p99 ms",
+                "ack max ms",
+                "all answered, s",
+                "Web API calls per answer",
+            ],
+            rows,
+        )
+    )
+    for backend in ("aws", "local"):
+        for r in results[backend]["rounds"]:
+            listed = ", ".join(f"{m} {n}" for m, n in sorted(r["web_api_methods"].items()))
+            print(f"\n{backend}, round {r['round']}: Web API calls: {listed}.", end="")
+    print()
+    first = {b: results[b]["rounds"][0]["p99"] for b in ("aws", "local")}
+    verdict = ", ".join(
+        f"{b}: first-round p99 {v:.1f} ms ({'met' if v < TARGET_P99_MS else 'not met'})"
+        for b, v in first.items()
+    )
+    print(f"\nTarget p99 < {TARGET_P99_MS:.0f} ms from the first round: {verdict}.")
+    return results

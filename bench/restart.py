@@ -1,0 +1,153 @@
+"""Restart to resume: a real `python -m bot serve` is killed with SIGKILL in the middle of a
+run (its first turn, a tool call, is committed; the model is still working on the answer),
+and the thread's answer comes from the next process.
+
+- Same host: the process is started again. It proves its predecessor dead (the lease holder
+  names this host, boot, pid and start time) and takes the thread over at once: measured
+  from the new process answering /healthz to the resumed answer being posted.
+- Another host: a second process already runs on the same storage (`bench.other_host`,
+  which reports another host name). It can prove nothing, so the lease decides: measured
+  from the kill to the resumed answer (the default `BOT_LEASE_SECONDS`, and the sweep runs
+  every lease period)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bots import Bot, Sender, answers, bot_env, slack_standin
+from bench.common import section, table
+from bench.emulators import Emulators
+from storage import ConversationKey, StorageSettings, open_store
+from testkit.slack import CHANNEL, TEAM
+
+SLOW_ANSWER = "60"  # the first process's answer never comes: it is killed first
+
+
+async def _committed_first_turn(storage: dict[str, str], key: ConversationKey) -> None:
+    values: dict[str, Any] = {
+        k.removeprefix("BOT_").lower(): v for k, v in storage.items() if k.startswith("BOT_")
+    }
+    store = open_store(StorageSettings.model_validate(values))
+    try:
+        for _ in range(1000):
+            record = await asyncio.to_thread(store.get, key)
+            if record is not None and record.checkpoint_version >= 1:
+                return
+            await asyncio.sleep(0.02)
+        raise TimeoutError("the first turn was never committed")
+    finally:
+        store.close()
+
+
+async def _answer_time(api: Any, ts: str, within: float = 120) -> float:
+    found = await api.wait_for(
+        lambda: [c for c in answers(api) if c.args.get("thread_ts") == ts], within=within
+    )
+    return float(found[0].at)
+
+
+async def same_host(storage: dict[str, str], logs: Path) -> dict[str, float]:
+    async with slack_standin() as (api, api_url):
+        first = Bot(bot_env(api_url, storage, BENCH_ANSWER_DELAY=SLOW_ANSWER), logs / "a.log")
+        first.start()
+        await first.wait_healthy()
+        sender = Sender(api)
+        ts, _ = await sender.mention(first, "lookup the restart")
+        await _committed_first_turn(
+            storage, ConversationKey(team=TEAM, channel=CHANNEL, thread_ts=ts)
+        )
+        first.kill()
+        second = Bot(bot_env(api_url, storage), logs / "b.log", port=first.port)
+        second.start()
+        wall_started = time.time()
+        startup = await second.wait_healthy()
+        wall_healthy = wall_started + startup
+        answered = await _answer_time(api, ts)
+        await sender.close()
+        await second.stop()
+    return {
+        "startup_s": startup,
+        "healthy_to_answer_s": answered - wall_healthy,
+        "start_to_answer_s": answered - wall_started,
+    }
+
+
+async def other_host(storage: dict[str, str], logs: Path) -> dict[str, float]:
+    async with slack_standin() as (api, api_url):
+        first = Bot(bot_env(api_url, storage, BENCH_ANSWER_DELAY=SLOW_ANSWER), logs / "c.log")
+        other = Bot(bot_env(api_url, storage), logs / "d.log", module="bench.other_host")
+        first.start()
+        other.start()
+        await first.wait_healthy()
+        await other.wait_healthy()
+        sender = Sender(api)
+        ts, _ = await sender.mention(first, "lookup the failover")
+        await _committed_first_turn(
+            storage, ConversationKey(team=TEAM, channel=CHANNEL, thread_ts=ts)
+        )
+        first.kill()
+        killed = time.time()
+        answered = await _answer_time(api, ts, within=180)
+        await sender.close()
+        await other.stop()
+    lease = float(
+        storage.get("BOT_LEASE_SECONDS", StorageSettings.model_fields["lease_seconds"].default)
+    )
+    return {"kill_to_answer_s": answered - killed, "lease_s": lease}
+
+
+async def run_restart(emulators: Emulators) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp)
+        for backend in ("local", "aws"):
+            if backend == "aws":
+                table_name, bucket = emulators.new_names("restart")
+                storage = {"BOT_STORAGE": "aws", "BOT_TABLE": table_name, "BOT_BUCKET": bucket}
+            else:
+                storage = {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(logs / "data")}
+            out[backend] = {
+                "same host": await same_host(storage, logs),
+                "other host": await other_host(storage, logs),
+            }
+    return out
+
+
+def report(results: dict[str, Any]) -> dict[str, Any]:
+    section(
+        "Restart to resume: a bot process SIGKILLed mid-run",
+        "The run's first turn (a tool call) is committed, the answer is not. Same host: the "
+        "process is started again and takes the thread over at once (it proves its "
+        "predecessor dead). Another host: a second replica on the same storage waits for "
+        "the lease (default `BOT_LEASE_SECONDS`), then its recovery sweep (every lease "
+        "period) resumes the thread.",
+    )
+    rows = []
+    for backend, found in results.items():
+        same, other = found["same host"], found["other host"]
+        rows.append(
+            [
+                backend,
+                f"{same['startup_s']:.2f}",
+                f"{same['healthy_to_answer_s']:.2f}",
+                f"{same['start_to_answer_s']:.2f}",
+                f"{other['kill_to_answer_s']:.1f} (lease {other['lease_s']:.0f} s)",
+            ]
+        )
+    print(
+        table(
+            [
+                "backend",
+                "same host: start → healthy, s",
+                "healthy → resumed answer, s",
+                "start → resumed answer, s",
+                "other host: kill → resumed answer, s",
+            ],
+            rows,
+        )
+    )
+    return results

@@ -1,0 +1,132 @@
+"""Time per turn: a bare `Runner.run` with an in-memory `SQLiteSession` against the durable
+runtime (`handle_message`: keep, serve, checkpoint, release) on both backends, interleaved
+turn by turn so that the machine's noise falls on all three alike, with the same scripted
+model and agent. The durable overhead is compared with the raw latency of the requests a
+durable aws turn makes (measured in the same run on the same emulators): the target is
+(durable - bare) ≤ 1.5 x that I/O."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents import Runner, SQLiteSession
+from agents.memory import SessionSettings
+
+from bench.agents import build_agent
+from bench.common import percentile, section, table, unique_key
+from bench.emulators import Emulators
+from bench.meter import METER, Tally
+from bot.runtime import ConversationRuntime
+from bot.settings import RuntimeSettings
+from storage.local import LocalStore
+
+
+@dataclass
+class TurnFigures:
+    timings: dict[str, list[float]]  # path -> ms per turn
+    aws_requests: Tally  # all requests of the durable aws turns
+    turns: int
+
+    def p(self, path: str, pct: float) -> float:
+        return percentile(self.timings[path], pct)
+
+
+async def run_turns(emulators: Emulators, turns: int, text: str = "hello") -> TurnFigures:
+    """`turns` turns of each path, interleaved; a few unmeasured turns first."""
+    bare_agent = build_agent()
+    # The same history window as the runtime's (BOT_HISTORY_ITEMS), so both send the model
+    # the same input.
+    window = SessionSettings(limit=RuntimeSettings().history_items)
+    session = SQLiteSession(f"bench-{uuid.uuid4().hex[:6]}", session_settings=window)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = LocalStore(Path(tmp))
+        aws = emulators.store("turns")
+        runtimes = {
+            "durable, local": ConversationRuntime(local, build_agent()),
+            "durable, aws": ConversationRuntime(aws, build_agent()),
+        }
+        keys = {name: unique_key("CT") for name in runtimes}
+        timings: dict[str, list[float]] = {"bare": [], **{name: [] for name in runtimes}}
+        aws_tally = Tally()
+
+        async def bare_turn(n: int) -> float:
+            start = time.perf_counter()
+            await Runner.run(bare_agent, f"{text} {n}", session=session)
+            return (time.perf_counter() - start) * 1000
+
+        async def durable_turn(name: str, n: int) -> tuple[float, Tally]:
+            with METER.measure() as tally:
+                start = time.perf_counter()
+                await runtimes[name].handle_message(
+                    keys[name], event_id=uuid.uuid4().hex, user="U", text=f"{text} {n}"
+                )
+                elapsed = (time.perf_counter() - start) * 1000
+            return elapsed, tally
+
+        for n in range(-5, turns):
+            b = await bare_turn(n)
+            results = {name: await durable_turn(name, n) for name in runtimes}
+            if n < 0:
+                continue
+            timings["bare"].append(b)
+            for name, (elapsed, tally) in results.items():
+                timings[name].append(elapsed)
+                if name == "durable, aws":
+                    aws_tally.add(tally)
+        for runtime in runtimes.values():
+            runtime.io.close()
+        local.close()
+        aws.close()
+    return TurnFigures(timings, aws_tally, turns)
+
+
+def per_turn_requests(figures: TurnFigures) -> dict[str, float]:
+    return {kind: n / figures.turns for kind, n in figures.aws_requests.requests.items()}
+
+
+def report(figures: TurnFigures, emulators: Emulators) -> dict[str, Any]:
+    section(
+        f"Time per turn, ms ({figures.turns} turns each, interleaved, same scripted model)",
+        "Durable = `handle_message`: keep the message (taking the thread), run one model "
+        "turn, commit the checkpoint with the turn's items, post nothing (no Slack here), "
+        "release. Bare = `Runner.run` with an in-memory `SQLiteSession` and the same history "
+        "window (60 items).",
+    )
+    base50, base99 = figures.p("bare", 50), figures.p("bare", 99)
+    rows: list[list[object]] = [
+        ["bare Runner.run + SQLiteSession", f"{base50:.2f}", f"{base99:.2f}", "1.0", "—"]
+    ]
+    for name in ("durable, local", "durable, aws"):
+        p50, p99 = figures.p(name, 50), figures.p(name, 99)
+        rows.append(
+            [f"{name}", f"{p50:.2f}", f"{p99:.2f}", f"{p50 / base50:.1f}", f"{p50 - base50:.2f}"]
+        )
+    print(table(["path", "p50", "p99", "p50 ÷ bare", "p50 - bare"], rows))
+    requests = per_turn_requests(figures)
+    io = emulators.io_ms(requests)
+    overhead = figures.p("durable, aws", 50) - base50
+    ratio = overhead / io if io else float("inf")
+    listed = ", ".join(f"{kind.split('.', 1)[1]}x{n:g}" for kind, n in sorted(requests.items()))
+    print(
+        f"\nA durable aws turn makes {sum(requests.values()):g} requests ({listed}); their "
+        f"raw p50 latencies (measured above on the same emulators) sum to {io:.2f} ms. "
+        f"Durable overhead (p50 - bare p50) = {overhead:.2f} ms = **{ratio:.2f} x its I/O** "
+        f"(target ≤ 1.5x)."
+    )
+    return {
+        "bare_p50": base50,
+        "bare_p99": base99,
+        "local_p50": figures.p("durable, local", 50),
+        "local_p99": figures.p("durable, local", 99),
+        "aws_p50": figures.p("durable, aws", 50),
+        "aws_p99": figures.p("durable, aws", 99),
+        "requests_per_turn": requests,
+        "io_ms": io,
+        "overhead_ms": overhead,
+        "overhead_over_io": ratio,
+    }

@@ -130,7 +130,7 @@ def message_view(m: Message, *, bot: bool, pending: bool, chosen: dict[str, str]
     return {
         "ts": m.ts,
         "user": m.user,
-        "text": m.text,
+        "text": m.shown_text(),  # as Slack gives it back; drawn only when nothing else is
         "markdown": markdown(m.markdown_text) if m.markdown_text else None,
         "stream": stream_view(m),
         "streaming": m.streaming,

@@ -2,7 +2,7 @@
 
 Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
 and measured raw first (so that every figure has a scale). Names (default: all, in this
-order): path, turns, growth, recovery, burst, restart, storage, load. Tables are printed as
+order): path, live, turns, growth, recovery, burst, restart, storage, load. Tables are printed as
 markdown; the figures also go to a JSON file (default test-artifacts/bench/results.json)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from bench import meter
 
-NAMES = ("path", "turns", "growth", "recovery", "burst", "restart", "storage", "load")
+NAMES = ("path", "live", "turns", "growth", "recovery", "burst", "restart", "storage", "load")
 
 
 def main() -> None:
@@ -69,6 +69,10 @@ def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:
         from bench import slack_path
 
         return slack_path.report(asyncio.run(slack_path.run_path(emulators)))
+    if name == "live":
+        from bench import live
+
+        return live.report(asyncio.run(live.run_live(emulators)))
     if name == "turns":
         from bench import turns
 

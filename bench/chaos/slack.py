@@ -26,6 +26,9 @@ SECRET = "chaos-signing-secret"
 ACK_DEADLINE = 3.0
 EVENT_RETRY_PAUSES = (0.3, 1.0, 2.0)  # Slack waits ~1 min and 5 min; compressed here
 SlackFaultKind = Literal["ratelimit", "error5xx", "channel_error", "slow"]
+# Methods after which the thread shows a recorded outcome: a post, a stream closed as one, a
+# stream replaced by one.
+POSTING = ("chat.postMessage", "chat.stopStream", "chat.update")
 
 
 @dataclass
@@ -138,20 +141,44 @@ class SlackSide:
                 return web.json_response({"ok": False, "error": fault.error})
         response = await handler(request)
         self.last_call = time.monotonic()
-        if method == "chat.postMessage" and isinstance(response, web.Response) and response.body:
+        if method in POSTING and isinstance(response, web.Response) and response.body:
             result = json.loads(bytes(response.body))  # type: ignore[arg-type]
             if result.get("ok"):
-                self.posts.append(
-                    Post(
-                        channel=str(args["channel"]),
-                        ts=str(result["ts"]),
-                        thread_ts=args.get("thread_ts"),
-                        args=args,
-                        at=time.time(),
-                    )
-                )
+                self._posted(method, args, result)
         attempt["ok"] = getattr(response, "status", 0) == 200
         return response
+
+    def _posted(self, method: str, args: dict[str, Any], result: dict[str, Any]) -> None:
+        """A post, or a streamed reply closed (or replaced) as a recorded outcome: what
+        the thread shows from then on. Previews and interrupted streams are not posts."""
+        if method == "chat.postMessage":
+            self.posts.append(
+                Post(
+                    str(args["channel"]),
+                    str(result["ts"]),
+                    args.get("thread_ts"),
+                    args,
+                    time.time(),
+                )
+            )
+            return
+        payload = (_object(args.get("metadata")) or {}).get("event_payload") or {}
+        if not payload or payload.get("kind") in ("Preview", "Interrupted"):
+            return
+        message = self.api.messages.get((str(args["channel"]), str(args["ts"])))
+        if message is None:
+            return
+        shown = {
+            "text": message.text or message.streamed,
+            "blocks": message.blocks,
+            "metadata": message.metadata,
+        }
+        self.posts.append(Post(message.channel, message.ts, message.thread_ts, shown, time.time()))
+
+
+def _object(value: Any) -> dict[str, Any] | None:
+    data = json.loads(value) if isinstance(value, str) and value else value
+    return data if isinstance(data, dict) else None
 
 
 async def _args(request: web.Request) -> dict[str, Any]:

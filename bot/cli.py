@@ -5,7 +5,7 @@ python -m bot serve               serve Slack: Socket Mode or HTTP
 python -m bot admin init-storage  create the DynamoDB table and S3 bucket (development)
 python -m bot admin gc            local backend: drop expired rows and orphan blobs
 python -m bot admin migrate       aws backend: bring a first-release table up to date
-python -m bot admin status | list [stale] [--older-than D]
+python -m bot admin status | list [stale] [--older-than D]  (python -m bot admin --help)
                     | discard <permalink | team:channel:ts>
                     | discard stale --older-than D [--dry-run]
 """
@@ -28,7 +28,22 @@ if TYPE_CHECKING:
     from bot.runtime import ConversationRuntime
     from bot.settings import RuntimeSettings
 
-ADMIN_OWN = {"init-storage", "gc"}
+# Every admin command: its usage and what it does (shown by `python -m bot admin --help`).
+ADMIN_COMMANDS = {
+    "status": (
+        "status [<thread link>]",
+        "counts by status, oldest paused, feedback; or one thread",
+    ),
+    "list": ("list [stale] [--older-than 1d]", "paused / interrupted (or stale) conversations"),
+    "discard": (
+        "discard <thread link | team:channel:ts> | discard stale --older-than D [--dry-run]",
+        "discard one conversation's saved state, or every stale one",
+    ),
+    "init-storage": ("init-storage", "create the DynamoDB table and S3 bucket (development)"),
+    "gc": ("gc", "local backend: drop expired rows and orphan blobs"),
+    "migrate": ("migrate", "aws backend: bring a first-release table up to date"),
+    "help": ("help", "the admin commands' help text"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,10 +77,20 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("serve", help="serve Slack (Socket Mode or HTTP)").set_defaults(
         handler=_serve
     )
-    admin = commands.add_parser("admin", help="operator commands (see above)")
+    admin = commands.add_parser(
+        "admin",
+        help="operator commands",
+        description="Operator commands; status, list and discard are also /agent-admin's.",
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     admin.add_argument("--team", help="team id for permalinks (default: from auth.test)")
-    admin.add_argument("command", nargs=argparse.REMAINDER)
-    admin.set_defaults(handler=_admin)
+    actions = admin.add_subparsers(title="commands", dest="admin_command", metavar="COMMAND")
+    for name, (usage, summary) in ADMIN_COMMANDS.items():
+        action = actions.add_parser(
+            name, help=summary, usage=f"python -m bot admin {usage}", add_help=False
+        )
+        action.add_argument("words", nargs=argparse.REMAINDER)
+    admin.set_defaults(handler=_admin, admin_parser=admin)
     return parser
 
 
@@ -146,14 +171,18 @@ def _runtime(
 
 
 def _admin(settings: StorageSettings, args: argparse.Namespace) -> int:
-    words = list(args.command)
-    if words and words[0] == "init-storage":
+    command = args.admin_command
+    if command is None:
+        args.admin_parser.print_help(sys.stderr)
+        return 2
+    if command == "init-storage":
         return _init_storage(settings)
-    if words and words[0] == "gc":
+    if command == "gc":
         return _gc(settings)
-    if words and words[0] == "migrate":
+    if command == "migrate":
         return _migrate(settings)
-    return asyncio.run(_admin_command(settings, " ".join(words), args.team))
+    text = " ".join([command, *args.words])
+    return asyncio.run(_admin_command(settings, text, args.team))
 
 
 async def _admin_command(settings: StorageSettings, text: str, team: str | None) -> int:

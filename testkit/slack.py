@@ -52,12 +52,18 @@ async def running_api(api: SlackWebApi) -> AsyncIterator[str]:
 
 class Harness:
     def __init__(
-        self, api: SlackWebApi, api_url: str, bot_url: str, runtime: ConversationRuntime
+        self,
+        api: SlackWebApi,
+        api_url: str,
+        bot_url: str,
+        runtime: ConversationRuntime,
+        store: Store,
     ) -> None:
         self.api = api
         self.api_url = api_url
         self.bot_url = bot_url
         self.runtime = runtime
+        self.store = store  # the bot's storage, read directly (not through the runtime)
         self.http = aiohttp.ClientSession()
 
     async def post(
@@ -205,13 +211,13 @@ class Harness:
         """The thread's conversation as the bot's storage has it now. The bot answers an
         event only after keeping it (or deciding not to), so right after an answered event
         this says what was kept."""
-        return self.runtime.store.get(thread_key(thread_ts, channel))
+        return self.store.get(thread_key(thread_ts, channel))
 
     async def settled(self, thread_ts: str, status: Status, *, channel: str = CHANNEL) -> None:
         """Wait until the thread's run has released its lease in `status`."""
         key = thread_key(thread_ts, channel)
         for _ in range(300):
-            record = self.runtime.store.get(key)
+            record = self.store.get(key)
             if record is not None and record.status is status and record.lease_owner is None:
                 return
             await asyncio.sleep(0.05)
@@ -236,7 +242,7 @@ async def slack_bot(
         )
         stop = asyncio.Event()
         task = asyncio.create_task(serve(settings, runtime, admins, stop=stop, host="127.0.0.1"))
-        harness = Harness(api, api_url, f"http://127.0.0.1:{port}", runtime)
+        harness = Harness(api, api_url, f"http://127.0.0.1:{port}", runtime, store)
         try:
             for _ in range(200):
                 try:

@@ -337,6 +337,11 @@ class ConversationRuntime:
             and self.may_act(r, user)
         ]
 
+    @property
+    def lease_seconds(self) -> float:
+        """How long a thread's lease lasts: a dead holder's threads resume after it."""
+        return self.store.lease_duration.total_seconds()
+
     async def counts(self) -> dict[Status, int]:
         return await self.io(self.store.count_by_status)
 

@@ -126,9 +126,7 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     # A third of the lease: a dead replica's threads resume about a lease after it died.
-    sweep = asyncio.create_task(
-        recovery_sweep(runtime, runtime.store.lease_duration.total_seconds() / 3)
-    )
+    sweep = asyncio.create_task(recovery_sweep(runtime, runtime.lease_seconds / 3))
     socket_handler = None
     if settings.socket_mode:
         socket_handler = AsyncSocketModeHandler(app, settings.app_token)

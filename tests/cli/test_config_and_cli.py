@@ -79,3 +79,14 @@ def test_local_gc_removes_orphans_and_expired_conversations(tmp_path: Path) -> N
     time.sleep(1.1)
     assert store.collect_garbage(orphan_age=timedelta(0)) == 1  # expired with its record
     assert store.get(key) is None
+
+
+def test_admin_help_lists_every_admin_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bot", "admin", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0
+    for command in ("status", "list", "discard", "init-storage", "gc", "migrate", "help"):
+        assert f"\n    {command}" in done.stdout, command
+    missing = subprocess.run([sys.executable, "-m", "bot", "admin"], capture_output=True, text=True)
+    assert missing.returncode == 2 and "COMMAND" in missing.stderr

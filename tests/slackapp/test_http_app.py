@@ -246,7 +246,7 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
     _, token = await bot.command("/agent-admin", f"discard {link}", BOB)  # not an admin
     [refusal] = await bot.responses_for(token)
     assert "Only bot admins" in refusal["text"]
-    assert record_of(bot.runtime.store, thread_key(top.ts)).status is Status.AWAITING_APPROVAL
+    assert record_of(bot.store, thread_key(top.ts)).status is Status.AWAITING_APPROVAL
 
     _, token = await bot.command("/agent-admin", "status", ADMIN)
     [status] = await bot.responses_for(token)
@@ -257,7 +257,7 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
     assert "removed its checkpoint" in summary["text"] and "send_email" in summary["text"]
     replies = await bot.bot_replies(top.ts, 2)
     assert "discarded" in replies[1].text
-    assert record_of(bot.runtime.store, thread_key(top.ts)).status is Status.DISCARDED
+    assert record_of(bot.store, thread_key(top.ts)).status is Status.DISCARDED
     assert await bot.click(approval, APPROVE, ALICE) == 200
     await bot.api.wait_for(lambda: len(bot.api.responses) >= 4)
     assert effects.calls() == []

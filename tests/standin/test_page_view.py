@@ -366,7 +366,9 @@ async def test_the_harness_presses_thumbs_and_ephemeral_buttons_like_slack() -> 
     api = SlackWebApi(team="T0LOCAL")
     port = free_port()
     async with running_api(api) as api_url, fake_bot(port) as fake:
-        harness = Harness(api, api_url, f"http://127.0.0.1:{port}", cast(Any, None))
+        harness = Harness(
+            api, api_url, f"http://127.0.0.1:{port}", cast(Any, None), cast(Any, None)
+        )
         try:
             answer = Message(CHANNEL, "2.000001", "It is 13:00.", api.bot_user, "1.000001")
             answer.blocks = [{"type": "markdown", "text": "It is 13:00."}, FEEDBACK]

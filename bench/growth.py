@@ -236,7 +236,7 @@ def theirs(emulators: Emulators, turns: int) -> Side:
     from langgraph.prebuilt import ToolNode, tools_condition
     from langgraph_checkpoint_aws import DynamoDBSaver
 
-    @tool
+    @tool  # type: ignore[untyped-decorator, unused-ignore]  # untyped when the extra is absent
     def lookup(topic: str) -> str:
         """Look a topic up (read-only)."""
         return f"facts about {topic}: " + "lorem ipsum dolor sit amet " * 4

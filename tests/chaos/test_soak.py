@@ -1,11 +1,8 @@
 """A short chaos soak (`python -m bench.chaos`) over both backends: real bot processes, the
 Slack stand-in, the scripted model server and the storage emulators, with process, storage,
 Slack and model faults. The harness must run cleanly; the bot must break no invariant.
-
-Today's runtime still breaks some (a SIGTERM during a tool recorded as a failure, a
-permanent Slack error retried for ever, notices saying "not run" about calls that ran, ...):
-the invariant test is an expected failure until they are fixed. CHAOS_RUNS (runs per
-backend) and CHAOS_SEED change the soak."""
+The long soak (`./dev chaos --runs 500`) is run by hand and its figures are in
+docs/testing.md; CHAOS_RUNS (runs per backend) and CHAOS_SEED change this short one."""
 
 from __future__ import annotations
 
@@ -21,7 +18,7 @@ import pytest
 from testkit.services import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-RUNS = int(os.getenv("CHAOS_RUNS", "8"))
+RUNS = int(os.getenv("CHAOS_RUNS", "3"))
 SEED = int(os.getenv("CHAOS_SEED", "1000"))
 
 
@@ -53,12 +50,6 @@ def test_the_soak_runs_cleanly(soak: dict[str, Any]) -> None:
     assert all(Path(r["history"]).stat().st_size > 0 for r in runs)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="today's runtime breaks invariants under faults (SIGTERM mid-tool recorded as a "
-    "failure, permanent Slack errors retried for ever, 'not run' notices about calls that "
-    "ran); being fixed in parallel",
-)
 def test_no_invariant_is_violated(soak: dict[str, Any]) -> None:
     found = [
         f"seed {r['seed']} {r['backend']} {v['kind']}: {v['detail']}"

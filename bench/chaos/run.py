@@ -454,10 +454,12 @@ class Run:
         return 0.0
 
     def _any_running(self) -> bool:
-        dead = self.injector.dead_channels
+        # Threads in a permanently failing channel count too: the bot must end them (give
+        # up the delivery, release), and a recovery may take a dead replica's lease over
+        # only after the quiet window's Slack calls (to that channel alone) were ignored.
         for thread in self.threads:
             key = thread.key
-            if key is None or key.channel in dead:
+            if key is None:
                 continue
             record = self.store.get(key)
             if record is not None and record.status is Status.RUNNING:

@@ -133,7 +133,9 @@ def test_mention_approve_restart_resume(tmp_path: Path) -> None:
             timeout=30_000
         )
         expect(page.get_by_role("button", name="Approve")).to_have_count(0)
-        # The tool ran; the model is still "thinking": kill the bot process now.
+        # The tool ran (its step is shown done only once the ledger holds its result); the
+        # model is still "thinking": kill the bot process now.
+        expect(page.locator(".task.done", has_text="file_ticket")).to_be_visible(timeout=30_000)
         page.get_by_role("button", name="Restart bot").click()
         # The page says what is going on while the new process starts and resumes.
         expect(page.locator("#banner")).to_be_visible(timeout=5_000)

@@ -15,7 +15,10 @@ Kinds of violation:
                              ledger says otherwise
   record_contradicts_ledger  the stored history or tool ledger says so (what the model sees,
                              and what a later replay returns)
-  unknown_outcome_unannounced a call ended "outcome unknown" without a notice naming it
+  unknown_outcome_unannounced a call ended "outcome unknown" without a notice naming it (a
+                             channel that fails permanently cannot be told)
+  unknown_outcome_uncaused   a call ended "outcome unknown" in a run where nothing could
+                             have interrupted it (no process or storage fault, no discard)
   answer_posted_twice        one answer posted twice, or one message answered by two runs
   approval_posted_twice      one approval request (call, checkpoint version) posted twice
   thread_left_running        a thread still `running` once quiet (e.g. a delivery retried for
@@ -50,6 +53,7 @@ KINDS = (
     "notice_contradicts_ledger",
     "record_contradicts_ledger",
     "unknown_outcome_unannounced",
+    "unknown_outcome_uncaused",
     "answer_posted_twice",
     "approval_posted_twice",
     "thread_left_running",
@@ -89,6 +93,7 @@ class ThreadFacts:
     index: int
     key: ConversationKey
     dead_channel: bool = False
+    discarded: bool = False  # the workload had an admin discard this thread
     posts: list[BotPost] = field(default_factory=list)
     record: Conversation | None = None
     items: list[Any] = field(default_factory=list)
@@ -108,6 +113,7 @@ class RunFacts:
     calls: dict[str, CallMade]  # every call id the model invented for this run
     effects: list[dict[str, Any]]  # the ledger lines of this run
     now: datetime
+    interrupting_faults: bool = True  # a process or storage fault struck in this run
 
 
 def check(facts: RunFacts) -> list[Violation]:
@@ -118,7 +124,8 @@ def check(facts: RunFacts) -> list[Violation]:
         messages = [m for m in facts.messages if m.thread == thread.index]
         found += [Violation(kind, where, detail) for kind, detail in _thread(thread, messages)]
         found += [
-            Violation(kind, where, detail) for kind, detail in _calls(thread, facts.calls, effects)
+            Violation(kind, where, detail)
+            for kind, detail in _calls(thread, facts.calls, effects, facts.interrupting_faults)
         ]
     return found
 
@@ -194,7 +201,10 @@ def _thread(thread: ThreadFacts, messages: list[SentMessage]) -> list[tuple[str,
 
 
 def _calls(
-    thread: ThreadFacts, calls: dict[str, CallMade], effects: Counter[str]
+    thread: ThreadFacts,
+    calls: dict[str, CallMade],
+    effects: Counter[str],
+    interrupting_faults: bool,
 ) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     mine = {c: made for c, made in calls.items() if thread_of_tag(made.tag) == thread.index}
@@ -237,8 +247,10 @@ def _calls(
                         f"history says {call_id} {fate}; it ran {ran}x: {said[:80]!r}",
                     )
                 )
-            if fate == "unknown" and call_id not in unknown_notices:
+            if fate == "unknown" and call_id not in unknown_notices and not thread.dead_channel:
                 out.append(("unknown_outcome_unannounced", f"{call_id} ended outcome unknown"))
+            if fate == "unknown" and not (interrupting_faults or thread.discarded):
+                out.append(("unknown_outcome_uncaused", f"{call_id} ended outcome unknown"))
             if fate == "not_run" and ran:
                 for post in thread.posts:
                     if post.what.notice in EXPLAINING_NOTICES and made.tool in post.text:

@@ -490,6 +490,7 @@ class Run:
                 index=thread.plan.index,
                 key=key,
                 dead_channel=key.channel in self.injector.dead_channels,
+                discarded=any(step.kind == "discard" for step in thread.plan.steps),
                 approved_clicks=thread.approved_clicks,
                 rejected_clicks=thread.rejected_clicks,
                 approve_replies=thread.approve_replies,
@@ -504,7 +505,14 @@ class Run:
             await asyncio.to_thread(self._read_storage, facts, mine)
             threads.append(facts)
         return RunFacts(
-            threads=threads, messages=self.sent, calls=calls, effects=effects, now=utcnow()
+            threads=threads,
+            messages=self.sent,
+            calls=calls,
+            effects=effects,
+            now=utcnow(),
+            interrupting_faults=any(
+                kind.startswith(("process:", "storage:")) for kind in self.plan.fault_kinds
+            ),
         )
 
     def _read_storage(self, facts: ThreadFacts, calls: list[str]) -> None:

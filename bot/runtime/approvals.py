@@ -165,7 +165,8 @@ async def _decided(
     approved = envelope.model_copy(
         update={"run_state": state.to_json(), "held": held, "awaiting": [], "decided": decided}
     )
-    to_run = [call for call in envelope.humans if verdicts[call.call_id][0]]
+    # Approved calls, and calls that needed no person and waited with them, run next.
+    to_run = [c for c in envelope.awaiting if not c.human or verdicts[c.call_id][0]]
     await serving.commit(approved, consume=consume, outcomes=outcomes, arm=to_run)
     await serving.drive(state, envelope.started_by, held, [])
 

@@ -137,7 +137,7 @@ async def drive(
             envelope = Envelope(
                 run_state=state.to_json(),
                 started_by=started_by,
-                awaiting=humans,
+                awaiting=awaiting,
                 held=held,
                 finished=finished,
                 decided=serving.decided,
@@ -152,7 +152,9 @@ async def drive(
                 outcomes=outcomes,
                 items=session.pending,
                 base_seq=session.base_seq,
-                arm=[call for call in awaiting if not call.human],  # they run next turn
+                # Calls that need no person run next turn, unless one waits for a person:
+                # then they wait too, and are armed by the commit of the decision.
+                arm=[] if humans else [call for call in awaiting if not call.human],
             )
             if next_seq is not None:
                 session.committed(next_seq)

@@ -158,7 +158,10 @@ def tool_record(output: str) -> ToolCallRecord:
 
 
 def facts(
-    threads: list[ThreadFacts], effects: int = 1, messages: list[SentMessage] | None = None
+    threads: list[ThreadFacts],
+    effects: int = 1,
+    messages: list[SentMessage] | None = None,
+    interrupting_faults: bool = True,
 ) -> RunFacts:
     call = CallMade("call_s1t0m0_1", "transfer", "s1t0m0", {"amount": 5, "to": "bob"}, at=2.0)
     line = {"tool": "transfer", "call_id": call.call_id}
@@ -168,6 +171,7 @@ def facts(
         calls={call.call_id: call},
         effects=[line] * effects,
         now=NOW,
+        interrupting_faults=interrupting_faults,
     )
 
 
@@ -223,9 +227,16 @@ def test_each_check_fires() -> None:
         tool_records={},
     )
     assert kinds(facts([unknown])) == ["unknown_outcome_unannounced"]
+    unknown.dead_channel = True  # nothing can be posted there
+    assert kinds(facts([unknown])) == []
+    unknown.dead_channel = False
     announced = post(":grey_question: `transfer` (call call_s1t0m0_1) ... unknown", at=5)
     unknown.posts.append(announced)
     assert kinds(facts([unknown])) == []
+    # Nothing could have interrupted the call: an unknown outcome is a bug, announced or not.
+    assert kinds(facts([unknown], interrupting_faults=False)) == ["unknown_outcome_uncaused"]
+    unknown.discarded = True
+    assert kinds(facts([unknown], interrupting_faults=False)) == []
     twice = clean()
     twice.posts.append(twice.posts[0])
     assert kinds(facts([twice])) == ["answer_posted_twice"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents import function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import (
@@ -18,7 +19,7 @@ from bot.runtime import (
     StatusReply,
 )
 from bot.settings import RuntimeSettings
-from storage import Status, Store
+from storage import Status, Store, ToolCallStatus
 from testkit.runtime import (
     KEY,
     SideEffects,
@@ -201,3 +202,50 @@ async def test_model_failure_interrupts_and_resume_retries(
     assert await rt.resume(KEY) == [Answer(key=KEY, text="Back.")]
     assert kinds(store) == ["user", "message"]
     assert store.read_inbox(KEY) == []
+
+
+async def test_a_call_that_needs_no_person_waits_with_one_that_does(
+    store: Store, effects: SideEffects
+) -> None:
+    """One model turn asks for a side effect that needs no approval and one that does: the
+    first waits with the second (it has not run) and runs once when the second is decided;
+    it is not reported as "outcome unknown". (Found by the chaos soak, seed 50044.)"""
+
+    @function_tool
+    def post_note(text: str) -> str:
+        """Post a note (a side effect that needs no approval)."""
+        effects.record("post_note", {"text": text})
+        return f"posted {text}"
+
+    model = ScriptedModel(
+        [
+            [
+                function_call("post_note", {"text": "hi"}, call_id="call-note"),
+                function_call(
+                    "send_email", {"to": "ana@example.com", "body": "hi"}, call_id="call-email"
+                ),
+            ],
+            [assistant_message("Both done.")],
+        ]
+    )
+    agent = build_agent(model, effects)
+    agent.tools.append(post_note)
+    rt = ConversationRuntime(store, agent, RuntimeSettings())
+    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="note and email")
+    assert isinstance(request, ApprovalRequest)
+    assert [c.tool_name for c in request.calls] == ["send_email"]
+    assert effects.calls() == []
+    outcomes = await rt.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert [type(o) for o in outcomes] == [Decided, Answer], outcomes
+    assert [c["tool"] for c in effects.calls()] == ["post_note", "send_email"]
+    for call_id in ("call-note", "call-email"):
+        recorded = store.get_tool_call(KEY, call_id)
+        assert recorded is not None and recorded.status is ToolCallStatus.COMPLETED
+    outputs = [i["output"] for i in history(store) if i.get("type") == "function_call_output"]
+    assert outputs == ["posted hi", "sent to ana@example.com"]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from bot.runtime import ApprovalRequest, Decided, PendingCall
+from bot.slackapp.agent_blocks import feedback_blocks, parse_feedback, stop_blocks
 from bot.slackapp.blocks import (
     APPROVE,
     ARGUMENTS_LIMIT,
@@ -18,7 +19,6 @@ from bot.slackapp.blocks import (
     mentions,
     parse_button_value,
 )
-from bot.slackapp.agent_blocks import feedback_blocks, parse_feedback, stop_blocks
 from storage import ConversationKey, Verdict
 
 KEY = ConversationKey(team="T1", channel="C1", thread_ts="1700000000.000100")

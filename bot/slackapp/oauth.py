@@ -85,11 +85,25 @@ def installs(
         cache_enabled=True,
         client=client,
     )
-    rotator = AsyncTokenRotator(client_id=settings.client_id, client_secret=secret, client=client)
-    clients = InstalledWorkspaces(
+    return Installs(
+        installations, oauth, authorize, workspace_clients(settings, installations, client)
+    )
+
+
+def workspace_clients(
+    settings: SlackSettings, installations: StoredInstallations, client: AsyncWebClient
+) -> InstalledWorkspaces:
+    """Each workspace's client from its installation (rotating its token when due); also
+    what the admin CLI posts notices with."""
+    assert settings.client_id and settings.client_secret, "many workspaces need the client"
+    rotator = AsyncTokenRotator(
+        client_id=settings.client_id,
+        client_secret=settings.client_secret.get_secret_value(),
+        client=client,
+    )
+    return InstalledWorkspaces(
         installations, client, rotator, rotation_minutes=settings.token_rotation_minutes
     )
-    return Installs(installations, oauth, authorize, clients)
 
 
 def install_routes(flow: AsyncOAuthFlow) -> list[web.RouteDef]:

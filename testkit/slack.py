@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
@@ -84,11 +85,12 @@ class Harness:
             team=self.team, channel=channel, thread_ts=thread_ts, enterprise=self.enterprise
         )
 
-    async def install(self, *, scopes_seen: list[str] | None = None) -> str:
+    async def install(self, *, scopes: str | None = None) -> str:
         """Install the app in this workspace (its organisation when org-wide) the way a
         browser does: the bot's install page, its "Add to Slack" link to Slack's authorize
         page, which sends the browser back to the bot's redirect with a code and the state
-        (and the state cookie set by the install page). Returns the final page."""
+        (and the state cookie set by the install page). Returns the final page. `scopes`
+        replaces the bot scopes the link asks for (an app whose scopes changed)."""
         target = self.enterprise if self.org_wide else self.team
         async with self.http.get(f"{self.bot_url}/slack/install?team={target}") as page:
             assert page.status == 200, await page.text()
@@ -96,8 +98,8 @@ class Harness:
             found = re.search(r'<a href="([^"]+)"', await page.text())
         assert found is not None
         authorize = found.group(1).replace("&amp;", "&")
-        if scopes_seen is not None:
-            scopes_seen.append(authorize)
+        if scopes is not None:
+            authorize = re.sub(r"([?&]scope=)[^&]*", rf"\g<1>{quote(scopes)}", authorize)
         async with self.http.get(authorize, allow_redirects=False) as approved:
             assert approved.status == 302, await approved.text()
             back = approved.headers["Location"]

@@ -16,6 +16,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.installations import decode
+from bot.slackapp.oauth import BOT_SCOPES
 from bot.standin.slack_api import SlackWebApi
 from storage import Status, Store
 from testkit.runtime import SideEffects, build_agent, last_user_text
@@ -142,3 +143,59 @@ async def test_two_workspaces_installed_served_restarted_and_one_removed(
         assert answer.text == "echo: and now?"
         assert [c for c in standin.calls[before:] if c.team == ORG] == []
         assert {c.team for c in calls_to(standin, CHANNEL)} == {TEAM}
+
+
+async def test_rotating_tokens_a_reinstall_with_more_scopes_and_revoked_tokens(
+    local_store: Store, effects: SideEffects, api: tuple[SlackWebApi, str]
+) -> None:
+    standin, url = api
+    async with oauth_bot(runtime(local_store, effects), standin, url, rotating=True) as bot:
+        assert standin.oauth_app is not None
+        standin.oauth_app.expires_in = 600  # due for rotation at once (120 minutes ahead)
+        await bot.install()
+        installed = decode(local_store.find_installation(f"-:{TEAM}") or "")
+        assert installed.bot_refresh_token and installed.bot_token_expires_at
+        standin.oauth_app.expires_in = 43_200  # the rotated token lasts
+
+        top = await bot.mention(ALICE, "hello")
+        [answer] = await bot.bot_replies(top.ts, 1)
+        assert answer.text == "echo: hello"
+        rotations = [
+            c
+            for c in standin.called("oauth.v2.access")
+            if c.args.get("grant_type") == "refresh_token"
+        ]
+        assert rotations, "the expiring token was not rotated"
+        rotated = decode(local_store.find_installation(f"-:{TEAM}") or "")
+        assert rotated.bot_token != installed.bot_token
+        assert rotated.bot_token == standin.token_of(TEAM)
+        assert {c.team for c in calls_to(standin, CHANNEL)} == {TEAM}
+        assert refusals(standin) == []
+
+        # A re-install asking for one more scope: the latest installation wins.
+        await bot.install(scopes=",".join([*BOT_SCOPES, "users:read"]))
+        reinstalled = decode(local_store.find_installation(f"-:{TEAM}") or "")
+        assert "users:read" in (reinstalled.bot_scopes or [])
+        await bot.reply(ALICE, "after the re-install", top.ts)
+        replies = await bot.bot_replies(top.ts, 2)
+        assert replies[-1].text == "echo: after the re-install"
+
+        # The workspace revokes the bot's token: it is as good as uninstalled.
+        paused = await bot.mention(BOB, "email Ana please")
+        await bot.bot_replies(paused.ts, 1)
+        await bot.settled(paused.ts, Status.AWAITING_APPROVAL)
+        standin.uninstall(TEAM)
+        before = len(standin.calls)
+        revoked = {
+            "type": "tokens_revoked",
+            "tokens": {"oauth": [], "bot": [standin.bot_user]},
+            "event_ts": "1700000000.000002",
+        }
+        assert await bot.send_event(revoked) == 200
+        assert local_store.find_installation(f"-:{TEAM}") is None
+        record = bot.record(paused.ts)
+        assert record is not None and record.status is Status.DISCARDED
+        late = await bot.mention(ALICE, "anyone?")
+        assert bot.record(late.ts) is None
+        assert [c for c in standin.calls[before:] if c.team == TEAM or ":" in c.method] == []
+    assert effects.calls("send_email") == []

@@ -90,7 +90,14 @@ def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
             raise LocalModeError(f"PORT and BOT_LOCAL_BOT_PORT are both {port}; they must differ")
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         asyncio.run(
-            run_workspace(settings.data_dir.resolve(), port, bot_port, demo=demo, storage=settings)
+            run_workspace(
+                settings.data_dir.resolve(),
+                port,
+                bot_port,
+                demo=demo,
+                storage=settings,
+                oauth=os.getenv("BOT_LOCAL_OAUTH") == "1",
+            )
         )
     except LocalModeError as exc:
         # A busy port is the usual first-run problem: one line naming the variable.

@@ -71,6 +71,7 @@ def installs(
         token_rotation_expiration_minutes=settings.token_rotation_minutes,
         state_store=StoredStates(store, calls),
         authorization_url=settings.install_authorize_url,
+        success_url=settings.install_success_url,
         logger=log,
     )
     # bolt's own authorize would rotate tokens through a client of its own, at slack.com:

@@ -37,6 +37,11 @@ class SlackSettings(BaseSettings):
         validation_alias="SLACK_AUTHORIZE_URL",
         description="where the install link sends people (default: beside SLACK_API_URL)",
     )
+    install_success_url: str | None = Field(
+        default=None,
+        validation_alias="SLACK_INSTALL_SUCCESS_URL",
+        description="where a completed install sends the browser (default: the Slack app)",
+    )
     port: int = Field(default=3000, validation_alias="PORT", ge=1, le=65535)
     host: str = Field(default="0.0.0.0", validation_alias="HOST")
     admin_command: str = Field(default="/agent-admin", validation_alias="BOT_ADMIN_COMMAND")

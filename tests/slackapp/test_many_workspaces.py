@@ -76,17 +76,17 @@ async def api() -> AsyncIterator[tuple[SlackWebApi, str]]:
 
 
 async def test_two_workspaces_installed_served_restarted_and_one_removed(
-    local_store: Store, effects: SideEffects, api: tuple[SlackWebApi, str]
+    store: Store, effects: SideEffects, api: tuple[SlackWebApi, str]
 ) -> None:
     standin, url = api
-    async with oauth_bot(runtime(local_store, effects), standin, url) as bot:
+    async with oauth_bot(runtime(store, effects), standin, url) as bot:
         plain = bot
         grid = bot.workspace(GRID_TEAM, enterprise=ORG, org_wide=True)
         assert "Thank you" in await plain.install()
         await grid.install()
         documents = {
-            "-:T0LOCAL": local_store.find_installation(f"-:{TEAM}"),
-            "E0ACME:-": local_store.find_installation(f"{ORG}:-"),
+            "-:T0LOCAL": store.find_installation(f"-:{TEAM}"),
+            "E0ACME:-": store.find_installation(f"{ORG}:-"),
         }
         assert all(documents.values())
         org_install = decode(documents["E0ACME:-"] or "")
@@ -115,7 +115,7 @@ async def test_two_workspaces_installed_served_restarted_and_one_removed(
     assert refusals(standin) == []
 
     # A restart: a new process (runtime) on the same storage and Slack.
-    async with oauth_bot(runtime(local_store, effects), standin, url) as bot:
+    async with oauth_bot(runtime(store, effects), standin, url) as bot:
         plain = bot
         grid = bot.workspace(GRID_TEAM, enterprise=ORG, org_wide=True)
         await plain.reply(ALICE, "still there?", top.ts)
@@ -127,7 +127,7 @@ async def test_two_workspaces_installed_served_restarted_and_one_removed(
         standin.uninstall(ORG)
         event = {"type": "app_uninstalled", "event_ts": "1700000000.000001"}
         assert await grid.send_event(event) == 200
-        assert local_store.find_installation(f"{ORG}:-") is None
+        assert store.find_installation(f"{ORG}:-") is None
         record = grid.record(paused.ts, channel=GRID_CHANNEL)
         assert record is not None and record.status is Status.DISCARDED
         assert effects.calls("send_email") == []
@@ -137,7 +137,7 @@ async def test_two_workspaces_installed_served_restarted_and_one_removed(
         assert grid.record(late.ts, channel=GRID_CHANNEL) is None  # not kept: not authorized
 
         # The plain workspace is untouched and goes on.
-        assert local_store.find_installation(f"-:{TEAM}") is not None
+        assert store.find_installation(f"-:{TEAM}") is not None
         again = await plain.mention(ALICE, "and now?")
         [answer] = await plain.bot_replies(again.ts, 1)
         assert answer.text == "echo: and now?"

@@ -79,3 +79,21 @@ def test_local_gc_removes_orphans_and_expired_conversations(tmp_path: Path) -> N
     time.sleep(1.1)
     assert store.collect_garbage(orphan_age=timedelta(0)) == 1  # expired with its record
     assert store.get(key) is None
+
+
+def test_a_client_id_and_secret_serve_slack_not_local_mode(tmp_path: Path) -> None:
+    """`python -m bot` with SLACK_CLIENT_ID and SLACK_CLIENT_SECRET (no bot token) serves
+    Slack for many workspaces, so it wants the signing secret; with neither a bot token nor
+    a client, `serve` says what to set."""
+    env = {**os.environ, "BOT_STORAGE": "local", "BOT_DATA_DIR": str(tmp_path / "data")}
+    for name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "BOT_TABLE"):
+        env.pop(name, None)
+    many = {**env, "SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "s"}
+    run = subprocess.run([sys.executable, "-m", "bot"], env=many, capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "SLACK_SIGNING_SECRET is required" in run.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "bot", "serve"], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 2
+    assert "SLACK_CLIENT_ID and SLACK_CLIENT_SECRET" in run.stderr

@@ -4,7 +4,8 @@ status [<thread link>]                          counts by status, the oldest pau
                                                 feedback on answers, or one conversation
                                                 (its deliveries and feedback)
 list [stale] [--older-than 1d]                  paused / interrupted conversations
-discard <thread link | team:channel:ts>         discard one conversation's saved state
+discard <thread link | [enterprise:]team:channel:ts>
+                                                discard one conversation's saved state
 discard stale --older-than <duration> [--dry-run]
 """
 
@@ -82,8 +83,11 @@ class AdminCommands:
         self.runtime = runtime
         self.link = link
 
-    async def run(self, text: str, *, team: str, by: str | None) -> AdminReply:
-        """`by`: the Slack user running the command; None for an operator at the console."""
+    async def run(
+        self, text: str, *, team: str, by: str | None, enterprise: str | None = None
+    ) -> AdminReply:
+        """`by`: the Slack user running the command; None for an operator at the console.
+        Thread links name a conversation of `team` (in `enterprise`, if any)."""
         try:
             words = shlex.split(text or "help")
         except ValueError as exc:
@@ -101,7 +105,7 @@ class AdminCommands:
         try:
             if args.command == "status":
                 if args.target:
-                    return AdminReply(await self.one(_target(args.target, team)))
+                    return AdminReply(await self.one(_target(args.target, team, enterprise)))
                 return AdminReply(await self.status())
             if args.command == "list":
                 return AdminReply(
@@ -115,7 +119,8 @@ class AdminCommands:
                 return AdminReply(
                     await self.discard_stale(args.older_than, dry_run=args.dry_run, by=by)
                 )
-            return AdminReply(await self.discard(_target(args.target, team), by=by))
+            target = _target(args.target, team, enterprise)
+            return AdminReply(await self.discard(target, by=by))
         except PermalinkError as exc:
             return AdminReply(str(exc), ok=False)
 
@@ -188,11 +193,11 @@ class AdminCommands:
         )
 
 
-def _target(text: str, team: str) -> ConversationKey:
+def _target(text: str, team: str, enterprise: str | None = None) -> ConversationKey:
     try:
-        if text.count(":") == 2 and "/" not in text:
+        if text.count(":") in (2, 3) and "/" not in text:  # a key, with its enterprise or not
             return ConversationKey.parse(text)
-        return parse_permalink(text, team)
+        return parse_permalink(text, team, enterprise)
     except PermalinkError:
         raise
     except ValueError as exc:  # pydantic: a malformed id inside the link

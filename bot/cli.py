@@ -6,7 +6,7 @@ python -m bot admin init-storage  create the DynamoDB table and S3 bucket (devel
 python -m bot admin gc            local backend: drop expired rows and orphan blobs
 python -m bot admin migrate       aws backend: bring a first-release table up to date
 python -m bot admin status | list [stale] [--older-than D]  (python -m bot admin --help)
-                    | discard <permalink | team:channel:ts>
+                    | discard <permalink | [enterprise:]team:channel:ts>
                     | discard stale --older-than D [--dry-run]
 """
 
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from storage import StorageSettings, open_store
 
@@ -36,7 +36,8 @@ ADMIN_COMMANDS = {
     ),
     "list": ("list [stale] [--older-than 1d]", "paused / interrupted (or stale) conversations"),
     "discard": (
-        "discard <thread link | team:channel:ts> | discard stale --older-than D [--dry-run]",
+        "discard <thread link | [enterprise:]team:channel:ts>"
+        " | discard stale --older-than D [--dry-run]",
         "discard one conversation's saved state, or every stale one",
     ),
     "init-storage": ("init-storage", "create the DynamoDB table and S3 bucket (development)"),
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     admin.add_argument("--team", help="team id for permalinks (default: from auth.test)")
+    admin.add_argument("--enterprise", help="with many workspaces: the team's organisation")
     actions = admin.add_subparsers(title="commands", dest="admin_command", metavar="COMMAND")
     for name, (usage, summary) in ADMIN_COMMANDS.items():
         action = actions.add_parser(
@@ -100,7 +102,7 @@ def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
     BOT_LOCAL_BOT_PORT (PORT+1); a taken one is a one-line error naming its variable, exit
     code 2, rather than another port picked silently: the URL stays the one you expect, and
     a second local mode on the same BOT_DATA_DIR is not started by accident."""
-    if os.getenv("SLACK_BOT_TOKEN"):
+    if os.getenv("SLACK_BOT_TOKEN") or _many_workspaces():
         return _serve(settings, args)
     from bot.standin.workspace import LocalModeError, run_workspace
 
@@ -114,7 +116,14 @@ def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
             raise LocalModeError(f"PORT and BOT_LOCAL_BOT_PORT are both {port}; they must differ")
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         asyncio.run(
-            run_workspace(settings.data_dir.resolve(), port, bot_port, demo=demo, storage=settings)
+            run_workspace(
+                settings.data_dir.resolve(),
+                port,
+                bot_port,
+                demo=demo,
+                storage=settings,
+                oauth=os.getenv("BOT_LOCAL_OAUTH") == "1",
+            )
         )
     except LocalModeError as exc:
         # A busy port is the usual first-run problem: one line naming the variable.
@@ -182,10 +191,17 @@ def _admin(settings: StorageSettings, args: argparse.Namespace) -> int:
     if command == "migrate":
         return _migrate(settings)
     text = " ".join([command, *args.words])
-    return asyncio.run(_admin_command(settings, text, args.team))
+    return asyncio.run(_admin_command(settings, text, args.team, args.enterprise))
 
 
-async def _admin_command(settings: StorageSettings, text: str, team: str | None) -> int:
+def _many_workspaces() -> bool:
+    """SLACK_CLIENT_ID and SLACK_CLIENT_SECRET: installs in many workspaces (OAuth)."""
+    return bool(os.getenv("SLACK_CLIENT_ID") and os.getenv("SLACK_CLIENT_SECRET"))
+
+
+async def _admin_command(
+    settings: StorageSettings, text: str, team: str | None, enterprise: str | None
+) -> int:
     from bot.admin import AdminCommands
     from bot.permalink import permalink
     from bot.settings import RuntimeSettings
@@ -212,7 +228,24 @@ async def _admin_command(settings: StorageSettings, text: str, team: str | None)
         runtime.on_outcome = SlackPoster(client)
         if team is None:
             team = (await client.auth_test())["team_id"]
-    reply = await AdminCommands(runtime, permalink).run(text, team=team or "", by=None)
+    elif _many_workspaces():
+        # Each notice goes with its workspace's token, from the installations kept.
+        from bot.slackapp.app import web_client
+        from bot.slackapp.installations import StoredInstallations
+        from bot.slackapp.oauth import workspace_clients
+        from bot.slackapp.poster import SlackPoster
+        from bot.slackapp.settings import SlackSettings
+
+        slack = SlackSettings.model_construct(
+            client_id=os.environ["SLACK_CLIENT_ID"],
+            client_secret=SecretStr(os.environ["SLACK_CLIENT_SECRET"]),
+            api_url=os.getenv("SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/",
+        )
+        installations = StoredInstallations(runtime.store, runtime.io)
+        runtime.on_outcome = SlackPoster(workspace_clients(slack, installations, web_client(slack)))
+    reply = await AdminCommands(runtime, permalink).run(
+        text, team=team or "", by=None, enterprise=enterprise
+    )
     print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
     return 0 if reply.ok else 2
 

@@ -17,8 +17,10 @@ class PermalinkError(ValueError):
     pass
 
 
-def parse_permalink(text: str, team: str) -> ConversationKey:
-    """The conversation a permalink points at. Slack wraps links in `<...>` in commands."""
+def parse_permalink(text: str, team: str, enterprise: str | None = None) -> ConversationKey:
+    """The conversation a permalink points at, in the caller's workspace (`team`, and its
+    Enterprise Grid organisation when there is one). Slack wraps links in `<...>` in
+    commands."""
     link = text.strip().strip("<>").split("|", 1)[0]
     url = urlparse(link)
     match = _PATH.match(url.path)
@@ -30,7 +32,9 @@ def parse_permalink(text: str, team: str) -> ConversationKey:
     digits = match["digits"]
     ts = f"{digits[:-6]}.{digits[-6:]}"
     thread_ts = parse_qs(url.query).get("thread_ts", [ts])[0]
-    return ConversationKey(team=team, channel=match["channel"], thread_ts=thread_ts)
+    return ConversationKey(
+        team=team, channel=match["channel"], thread_ts=thread_ts, enterprise=enterprise
+    )
 
 
 def permalink(key: ConversationKey, base_url: str = "https://slack.com/") -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 from storage.codec import decode_state, encode_state
 from storage.errors import BlobExists, SessionConflict
+from storage.installations import InstallationRecords
 from storage.models import (
     CheckpointMeta,
     CheckpointPointer,
@@ -45,6 +46,8 @@ TRANSACTION_ITEM_LIMIT = 90  # session rows per transaction, leaving room for th
 TRANSACTION_BYTES_LIMIT = 3_000_000  # below the 4 MB transaction cap
 CONSUME_LIMIT = 50  # inbox entries one commit may consume; callers take larger backlogs in chunks
 APPEND_ATTEMPTS = 50
+# The statuses operational queries can find (idle conversations are not indexed).
+INDEXED = tuple(status for status in Status if status is not Status.IDLE)
 
 
 class _Keep:
@@ -112,8 +115,9 @@ class Commit:
             raise ValueError(f"one commit consumes at most {CONSUME_LIMIT} inbox entries")
 
 
-class Store(ABC):
-    """Durable conversation state. Blocking calls: run them off the event loop."""
+class Store(InstallationRecords, ABC):
+    """Durable conversation state (and the application's installations, see
+    `installations`). Blocking calls: run them off the event loop."""
 
     def __init__(
         self,
@@ -400,6 +404,20 @@ class Store(ABC):
 
     @abstractmethod
     def count_by_status(self) -> dict[Status, int]: ...
+
+    @abstractmethod
+    def list_by_team(
+        self,
+        team: str | None,
+        *,
+        enterprise: str | None = None,
+        statuses: Sequence[Status] = INDEXED,
+        limit: int = 1000,
+    ) -> list[Conversation]:
+        """Conversations in one of `statuses` (never idle) whose key names `team` and
+        `enterprise` (None: a key without one); with `team` None, those of every team of
+        `enterprise`. Least recently active first. A rare operator query (a workspace that
+        uninstalled the app): it may read every conversation in those statuses."""
 
     # -- feedback on answers ------------------------------------------------------------
 

@@ -48,26 +48,37 @@ class InboxEntry(BaseModel):
 
 
 class ConversationKey(BaseModel):
-    """One Slack thread: `team:channel:thread_ts`."""
+    """One Slack thread: `team:channel:thread_ts`, or `enterprise:team:channel:thread_ts` in
+    a workspace of an Enterprise Grid organisation. Keys without an enterprise (all keys
+    written before enterprises were known) keep their three-part form, so nothing stored
+    under them moves."""
 
     model_config = ConfigDict(frozen=True)
 
     team: str = Field(min_length=1, pattern=r"^[^:/\s]+$")
     channel: str = Field(min_length=1, pattern=r"^[^:/\s]+$")
     thread_ts: str = Field(min_length=1, pattern=r"^[0-9]+(\.[0-9]+)?$")
+    enterprise: str | None = Field(default=None, min_length=1, pattern=r"^[^:/\s]+$")
 
     @classmethod
     def parse(cls, text: str) -> ConversationKey:
-        team, channel, thread_ts = text.split(":", 2)
-        return cls(team=team, channel=channel, thread_ts=thread_ts)
+        parts = text.split(":")
+        if len(parts) == 3:
+            team, channel, thread_ts = parts
+            return cls(team=team, channel=channel, thread_ts=thread_ts)
+        if len(parts) == 4:
+            enterprise, team, channel, thread_ts = parts
+            return cls(enterprise=enterprise, team=team, channel=channel, thread_ts=thread_ts)
+        raise ValueError(f"not a conversation key: {text[:200]!r}")
 
     def __str__(self) -> str:
-        return f"{self.team}:{self.channel}:{self.thread_ts}"
+        workspace = f"{self.enterprise}:{self.team}" if self.enterprise else self.team
+        return f"{workspace}:{self.channel}:{self.thread_ts}"
 
     @property
     def path(self) -> str:
         """The key as an object-store path segment."""
-        return f"{self.team}/{self.channel}/{self.thread_ts}"
+        return str(self).replace(":", "/")
 
 
 class CheckpointPointer(BaseModel):

@@ -1,13 +1,17 @@
 """The real bolt app in HTTP mode, served in-process on loopback, fed properly signed
-requests, talking to the recording stand-in of the Slack Web API."""
+requests, talking to the recording stand-in of the Slack Web API: for one workspace (a bot
+token), or for many (installed through the OAuth flow; `oauth_bot`, `Harness.install`)."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
@@ -23,6 +27,8 @@ from testkit.services import free_port
 SECRET = "test-signing-secret"
 TEAM = "T0LOCAL"
 CHANNEL = "C0GENERAL"
+CLIENT_ID = "1234.5678"
+CLIENT_SECRET = "test-client-secret"
 
 
 def thread_key(thread_ts: str, channel: str = CHANNEL) -> ConversationKey:
@@ -51,6 +57,8 @@ async def running_api(api: SlackWebApi) -> AsyncIterator[str]:
 
 
 class Harness:
+    """Speaks for the people of one workspace (`TEAM` unless made by `workspace`)."""
+
     def __init__(
         self,
         api: SlackWebApi,
@@ -65,6 +73,46 @@ class Harness:
         self.runtime = runtime
         self.store = store  # the bot's storage, read directly (not through the runtime)
         self.http = aiohttp.ClientSession()
+        self.team = TEAM
+        self.enterprise: str | None = None  # an Enterprise Grid workspace's organisation
+        self.org_wide = False  # the app is installed in the whole organisation
+
+    def workspace(
+        self, team: str, *, enterprise: str | None = None, org_wide: bool = False
+    ) -> Harness:
+        """The same bot, spoken to from another workspace."""
+        other = copy.copy(self)
+        other.team, other.enterprise, other.org_wide = team, enterprise, org_wide
+        return other
+
+    def key(self, thread_ts: str, channel: str = CHANNEL) -> ConversationKey:
+        """A thread's conversation in this workspace."""
+        return ConversationKey(
+            team=self.team, channel=channel, thread_ts=thread_ts, enterprise=self.enterprise
+        )
+
+    async def install(self, *, scopes: str | None = None) -> str:
+        """Install the app in this workspace (its organisation when org-wide) the way a
+        browser does: the bot's install page, its "Add to Slack" link to Slack's authorize
+        page, which sends the browser back to the bot's redirect with a code and the state
+        (and the state cookie set by the install page). Returns the final page. `scopes`
+        replaces the bot scopes the link asks for (an app whose scopes changed)."""
+        target = self.enterprise if self.org_wide else self.team
+        async with self.http.get(f"{self.bot_url}/slack/install?team={target}") as page:
+            assert page.status == 200, await page.text()
+            cookie = page.headers["Set-Cookie"].split(";", 1)[0]
+            found = re.search(r'<a href="([^"]+)"', await page.text())
+        assert found is not None
+        authorize = found.group(1).replace("&amp;", "&")
+        if scopes is not None:
+            authorize = re.sub(r"([?&]scope=)[^&]*", rf"\g<1>{quote(scopes)}", authorize)
+        async with self.http.get(authorize, allow_redirects=False) as approved:
+            assert approved.status == 302, await approved.text()
+            back = approved.headers["Location"]
+        async with self.http.get(back, headers={"Cookie": cookie}) as done:
+            text = await done.text()
+            assert done.status == 200, text
+            return text
 
     async def post(
         self, body: str, content_type: str, headers: dict[str, str] | None = None
@@ -77,7 +125,9 @@ class Harness:
             return response
 
     def event_body(self, event: dict[str, Any], event_id: str | None = None) -> str:
-        return requests.event_callback(TEAM, event, event_id)
+        return requests.event_callback(
+            self.team, event, event_id, enterprise=self.enterprise, org_wide=self.org_wide
+        )
 
     async def send_event(
         self, event: dict[str, Any], *, event_id: str | None = None, retry: int | None = None
@@ -98,10 +148,10 @@ class Harness:
             channel, user, f"<@{self.api.bot_user}> {text}", thread_ts
         )
         said = {"user": user, "text": message.text, "ts": message.ts, "channel": channel}
-        mention = requests.app_mention(**said, thread_ts=thread_ts, team=TEAM)
+        mention = requests.app_mention(**said, thread_ts=thread_ts, team=self.team)
         assert await self.send_event(mention) == 200
         if thread_ts:
-            await self.send_event(requests.message(**said, thread_ts=thread_ts, team=TEAM))
+            await self.send_event(requests.message(**said, thread_ts=thread_ts, team=self.team))
         return message
 
     async def reply(
@@ -109,7 +159,12 @@ class Harness:
     ) -> Message:
         message = self.api.add_user_message(channel, user, text, thread_ts)
         event = requests.message(
-            user=user, text=text, ts=message.ts, channel=channel, thread_ts=thread_ts, team=TEAM
+            user=user,
+            text=text,
+            ts=message.ts,
+            channel=channel,
+            thread_ts=thread_ts,
+            team=self.team,
         )
         assert await self.send_event(event) == 200
         return message
@@ -124,13 +179,14 @@ class Harness:
             if element["action_id"] == action_id
         )
         body = requests.block_actions(
-            team=TEAM,
+            team=self.team,
             user=user,
             channel=message.channel,
             message={"ts": message.ts, "text": message.text, "blocks": message.blocks},
             action_id=action_id,
             value=button["value"],
             response_url=f"{self.api_url}/respond/{uuid.uuid4().hex[:8]}",
+            **requests.org(self.enterprise, self.org_wide),
         )
         response = await self.post(body, requests.FORM)
         return response.status
@@ -159,7 +215,7 @@ class Harness:
             value = element.get("value", "")
         token = uuid.uuid4().hex[:8]
         body = requests.block_actions(
-            team=TEAM,
+            team=self.team,
             user=user,
             channel=message.channel,
             message={"ts": message.ts, "text": message.text, "blocks": message.blocks},
@@ -170,6 +226,7 @@ class Harness:
             action_type=str(element["type"]),
             thread_ts=message.thread_ts,
             ephemeral=message.ephemeral_to is not None,
+            **requests.org(self.enterprise, self.org_wide),
         )
         response = await self.post(body, requests.FORM)
         return response.status, token
@@ -179,12 +236,13 @@ class Harness:
     ) -> tuple[int, str]:
         token = uuid.uuid4().hex[:8]
         body = requests.slash_command(
-            team=TEAM,
+            team=self.team,
             channel=channel,
             user=user,
             command=command,
             text=text,
             response_url=f"{self.api_url}/respond/{token}",
+            **requests.org(self.enterprise, self.org_wide),
         )
         response = await self.post(body, requests.FORM)
         return response.status, token
@@ -211,11 +269,11 @@ class Harness:
         """The thread's conversation as the bot's storage has it now. The bot answers an
         event only after keeping it (or deciding not to), so right after an answered event
         this says what was kept."""
-        return self.store.get(thread_key(thread_ts, channel))
+        return self.store.get(self.key(thread_ts, channel))
 
     async def settled(self, thread_ts: str, status: Status, *, channel: str = CHANNEL) -> None:
         """Wait until the thread's run has released its lease in `status`."""
-        key = thread_key(thread_ts, channel)
+        key = self.key(thread_ts, channel)
         for _ in range(300):
             record = self.store.get(key)
             if record is not None and record.status is status and record.lease_owner is None:
@@ -240,19 +298,63 @@ async def slack_bot(
             SLACK_API_URL=f"{api_url}/api/",
             PORT=port,
         )
-        stop = asyncio.Event()
-        task = asyncio.create_task(serve(settings, runtime, admins, stop=stop, host="127.0.0.1"))
-        harness = Harness(api, api_url, f"http://127.0.0.1:{port}", runtime, store)
-        try:
-            for _ in range(200):
-                try:
-                    async with harness.http.get(f"{harness.bot_url}/healthz") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.05)
+        async with _serving(settings, api, api_url, store, runtime, admins) as harness:
             yield harness
-        finally:
-            stop.set()
-            await task
-            await harness.close()
+
+
+@asynccontextmanager
+async def oauth_bot(
+    store: Store,
+    runtime: ConversationRuntime,
+    api: SlackWebApi,
+    api_url: str,
+    *,
+    admins: frozenset[str] = frozenset(),
+    rotating: bool = False,
+    rotation_minutes: int = 120,
+) -> AsyncIterator[Harness]:
+    """The bot for many workspaces (SLACK_CLIENT_ID and SLACK_CLIENT_SECRET, no bot token)
+    in front of `api` (served at `api_url`; `running_api`), which knows the app's client and
+    sends installs back to this bot. Starting another on the same storage and stand-in is a
+    restart: the installations are the storage's."""
+    port = free_port()
+    api.configure_oauth(
+        CLIENT_ID, CLIENT_SECRET, f"http://127.0.0.1:{port}/slack/oauth_redirect", rotating=rotating
+    )
+    settings = SlackSettings(
+        SLACK_CLIENT_ID=CLIENT_ID,
+        SLACK_CLIENT_SECRET=CLIENT_SECRET,
+        SLACK_SIGNING_SECRET=SECRET,
+        SLACK_API_URL=f"{api_url}/api/",
+        SLACK_TOKEN_ROTATION_MINUTES=rotation_minutes,
+        PORT=port,
+    )
+    async with _serving(settings, api, api_url, store, runtime, admins) as harness:
+        yield harness
+
+
+@asynccontextmanager
+async def _serving(
+    settings: SlackSettings,
+    api: SlackWebApi,
+    api_url: str,
+    store: Store,
+    runtime: ConversationRuntime,
+    admins: frozenset[str],
+) -> AsyncIterator[Harness]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(settings, runtime, admins, stop=stop, host="127.0.0.1"))
+    harness = Harness(api, api_url, f"http://127.0.0.1:{settings.port}", runtime, store)
+    try:
+        for _ in range(200):
+            try:
+                async with harness.http.get(f"{harness.bot_url}/healthz") as response:
+                    if response.status == 200:
+                        break
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.05)
+        yield harness
+    finally:
+        stop.set()
+        await task
+        await harness.close()

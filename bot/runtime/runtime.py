@@ -40,7 +40,7 @@ from bot.runtime.outcomes import (
 from bot.runtime.progress import Progress, Quiet
 from bot.runtime.replies import is_stop_word
 from bot.runtime.serving import Serving
-from bot.runtime.stewardship import discard_conversation
+from bot.runtime.stewardship import discard_conversation, discard_team
 from bot.runtime.text import clean_text
 from bot.settings import RuntimeSettings
 from storage import (
@@ -325,13 +325,16 @@ class ConversationRuntime:
     async def conversation(self, key: ConversationKey) -> Conversation | None:
         return await self.io(self.store.get, key)
 
-    async def paused_in(self, team: str, channel: str, user: str) -> list[Conversation]:
+    async def paused_in(
+        self, team: str, channel: str, user: str, *, enterprise: str | None = None
+    ) -> list[Conversation]:
         """Paused or interrupted conversations of one channel that `user` may act on."""
         records = await self.stale(timedelta(0))
         return [
             r
             for r in records
             if r.key.team == team
+            and r.key.enterprise == enterprise
             and r.key.channel == channel
             and r.status in (Status.AWAITING_APPROVAL, Status.INTERRUPTED)
             and self.may_act(r, user)
@@ -376,6 +379,13 @@ class ConversationRuntime:
     ) -> list[Outcome]:
         """Admin: set the conversation's saved state aside (see `stewardship`)."""
         return await discard_conversation(self, key, by=by, only_if=only_if)
+
+    async def discard_team(
+        self, team: str | None, *, enterprise: str | None = None
+    ) -> list[ConversationKey]:
+        """A workspace removed the app: discard each of its conversations that could still
+        run or resume (see `stewardship`)."""
+        return await discard_team(self, team, enterprise)
 
     async def stale(self, older_than: timedelta, *, limit: int = 500) -> list[Conversation]:
         """Paused, interrupted or set-aside conversations idle for longer than `older_than`."""

@@ -5,10 +5,13 @@ the old holder's writes), closes the history's open calls as the tool ledger say
 queued and held messages (and counts them), and replaces the checkpoint by a finished one
 carrying the notice. The history is kept. A message that arrives while the discard holds the
 thread is not lost: the release sees it (`InboxChanged`) and the thread serves it as a new
-run. A stale sweep re-checks status and age after taking each lease."""
+run. A stale sweep re-checks status and age after taking each lease. A workspace that
+removed the app has every conversation that could still run or resume discarded at once
+(`discard_team`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from bot.runtime import trust
@@ -26,6 +29,15 @@ from storage import (
     NotFound,
     Status,
 )
+
+# What a workspace that removed the app may still have running or waiting to resume.
+UNFINISHED = (
+    Status.RUNNING,
+    Status.AWAITING_APPROVAL,
+    Status.INTERRUPTED,
+    Status.NEEDS_RESTART,
+)
+TEAM_SWEEP_CONCURRENCY = 8
 
 if TYPE_CHECKING:
     from bot.runtime.runtime import ConversationRuntime, StaleFilter
@@ -58,6 +70,24 @@ async def discard_conversation(
         await _discard(serving, by)
 
     return await serving.run(opening)
+
+
+async def discard_team(
+    rt: ConversationRuntime, team: str | None, enterprise: str | None
+) -> list[ConversationKey]:
+    """Discard every unfinished conversation of a workspace (every workspace of `enterprise`
+    when `team` is None), live holders included: their next write is fenced off, so nothing
+    of theirs goes on. Returns the keys discarded."""
+    found = await rt.io(rt.store.list_by_team, team, enterprise=enterprise, statuses=UNFINISHED)
+    gate = asyncio.Semaphore(TEAM_SWEEP_CONCURRENCY)
+
+    async def one(key: ConversationKey) -> ConversationKey | None:
+        async with gate:
+            outcomes = await discard_conversation(rt, key, by=None)
+        return key if any(isinstance(o, Discarded) for o in outcomes) else None
+
+    done = await asyncio.gather(*(one(record.key) for record in found))
+    return [key for key in done if key is not None]
 
 
 async def _discard(serving: Serving, by: str | None) -> None:

@@ -1,4 +1,6 @@
-"""Build the bolt `AsyncApp` and its Web API client."""
+"""Build the bolt `AsyncApp` and its Web API client: for one workspace (a bot token, bolt
+authorizing from the start-up `auth.test`), or for many (bolt's OAuth flow, each request
+authorized by its workspace's installation; see `oauth`)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.runtime import ConversationRuntime
+from bot.slackapp.clients import OneWorkspace
 from bot.slackapp.listeners import Listeners
+from bot.slackapp.oauth import Installs
 from bot.slackapp.settings import SlackSettings
+from bot.slackapp.uninstall import Uninstalls
 from storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -46,7 +51,8 @@ _CLIENT_TOKEN_WARNING = _ClientTokenWarning()
 
 
 def web_client(settings: SlackSettings) -> AsyncWebClient:
-    """slack_sdk's own retry handlers: 429 Retry-After, connection errors, 5xx."""
+    """slack_sdk's own retry handlers: 429 Retry-After, connection errors, 5xx. With many
+    workspaces it has no token: each workspace's client copies it (`clients`)."""
     return AsyncWebClient(
         token=settings.bot_token,
         base_url=settings.api_url,
@@ -77,11 +83,17 @@ def build_app(
     admins: frozenset[str],
     workspace_url: str = "https://slack.com/",
     identity: AsyncSlackResponse | None = None,
+    installs: Installs | None = None,
 ) -> AsyncApp:
+    """`installs` for many workspaces; otherwise `identity` is the bot token's auth.test."""
     logging.getLogger("slack_bolt.AsyncApp").addFilter(_CLIENT_TOKEN_WARNING)
+    authorize: Any = installs.authorize if installs else None
+    if identity is not None and settings.bot_token:
+        authorize = single_team(identity, settings.bot_token)
     app = AsyncApp(
         client=client,
-        authorize=single_team(identity, settings.bot_token) if identity else None,
+        authorize=authorize,
+        oauth_settings=installs.oauth if installs else None,
         signing_secret=settings.signing_secret,
         # Socket Mode requests arrive over an authenticated websocket, unsigned.
         request_verification_enabled=not settings.socket_mode,
@@ -90,6 +102,12 @@ def build_app(
         process_before_response=True,
     )
     Listeners(runtime, settings, admins, workspace_url).register(app)
+    Uninstalls(
+        runtime,
+        installs.clients if installs else OneWorkspace(client),
+        installs.installations if installs else None,
+        many_workspaces=installs is not None,
+    ).register(app)
     app.error(on_error)
     return app
 

@@ -24,6 +24,7 @@ from bot.runtime.runtime import EXPIRED, NEUTRAL
 from bot.slackapp.agent_blocks import FEEDBACK, STOP, parse_feedback
 from bot.slackapp.blocks import APPROVE, REJECT, RESUME, parse_button_value, paused_list_blocks
 from bot.slackapp.settings import SlackSettings
+from bot.slackapp.teams import conversation_enterprise, workspace_url
 from storage import ConversationKey
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,7 @@ class Listeners:
         self.runtime = runtime
         self.settings = settings
         self.admins = admins
-        self.link = linker(workspace_url)
-        self.admin = AdminCommands(runtime, self.link)
+        self.workspace_url = workspace_url  # thread links where a request names none
 
     def register(self, app: AsyncApp) -> None:
         app.event("app_mention")(ack=self.keep_mention, lazy=[self.serve_message])
@@ -104,7 +104,9 @@ class Listeners:
         ):
             log.warning("ignored a message event without valid ids")
             return
-        key = ConversationKey(team=team, channel=channel, thread_ts=thread_ts)
+        key = ConversationKey(
+            team=team, channel=channel, thread_ts=thread_ts, enterprise=self._enterprise(context)
+        )
         text = MENTION.sub("", raw_text).strip()
         # One message, one id: a retried delivery and the app_mention + message pair Slack
         # sends for a mention in a thread are the same message.
@@ -213,35 +215,48 @@ class Listeners:
 
     # -- /resume ------------------------------------------------------------------------
 
-    async def resume_command(self, body: dict[str, Any], respond: Respond) -> None:
+    async def resume_command(
+        self, body: dict[str, Any], respond: Respond, context: AsyncBoltContext
+    ) -> None:
         metrics.EVENTS.labels("resume_command").inc()
         team, text = str(body.get("team_id", "")), str(body.get("text") or "").strip()
         user = str(body.get("user_id", ""))
+        enterprise, link = self._enterprise(context), self._link(context)
         if not text:
-            paused = await self.runtime.paused_in(team, str(body.get("channel_id", "")), user)
-            await respond(blocks=paused_list_blocks(paused, self.link), text="Paused conversations")
+            paused = await self.runtime.paused_in(
+                team, str(body.get("channel_id", "")), user, enterprise=enterprise
+            )
+            await respond(blocks=paused_list_blocks(paused, link), text="Paused conversations")
             return
         try:
-            key = parse_permalink(text, team)
+            key = parse_permalink(text, team, enterprise)
         except (PermalinkError, ValueError) as exc:
             await respond(text=str(exc))
             return
-        await self._resume(key, user, respond)
+        await self._resume(key, user, respond, link)
 
-    async def resume_button(self, body: dict[str, Any], respond: Respond) -> None:
+    async def resume_button(
+        self, body: dict[str, Any], respond: Respond, context: AsyncBoltContext
+    ) -> None:
         try:
             key = ConversationKey.parse(str(body["actions"][0]["value"]))
             user = str(body["user"]["id"])
         except (KeyError, IndexError, ValueError, ValidationError):
             await respond(text="That button is not one of mine.", replace_original=False)
             return
-        await self._resume(key, user, respond)
+        await self._resume(key, user, respond, self._link(context))
 
-    async def _resume(self, key: ConversationKey, user: str, respond: Respond) -> None:
+    async def _resume(
+        self,
+        key: ConversationKey,
+        user: str,
+        respond: Respond,
+        link: Callable[[ConversationKey], str],
+    ) -> None:
         metrics.RESUMES.labels("command").inc()
         outcomes = await self.runtime.resume(key, user=user)
         replies = [o.text for o in outcomes if isinstance(o, StatusReply | Refused)]
-        thread = f"<{self.link(key)}|the thread>"
+        thread = f"<{link(key)}|the thread>"
         text = " ".join(replies) or "Resumed the conversation."
         if any(isinstance(o, StatusReply) and o.text != NEUTRAL for o in outcomes):
             text += f" Go to {thread}."
@@ -251,17 +266,31 @@ class Listeners:
 
     # -- /agent-admin -------------------------------------------------------------------
 
-    async def admin_command(self, body: dict[str, Any], respond: Respond) -> None:
+    async def admin_command(
+        self, body: dict[str, Any], respond: Respond, context: AsyncBoltContext
+    ) -> None:
         metrics.EVENTS.labels("admin_command").inc()
         user = str(body.get("user_id", ""))
         if user not in self.admins:
             log.warning("refused %s from non-admin %s", self.settings.admin_command, user)
             await respond(text="Only bot admins may use this command; nothing was changed.")
             return
-        reply = await self.admin.run(
-            str(body.get("text") or ""), team=str(body.get("team_id", "")), by=user
+        admin = AdminCommands(self.runtime, self._link(context))
+        reply = await admin.run(
+            str(body.get("text") or ""),
+            team=str(body.get("team_id", "")),
+            by=user,
+            enterprise=self._enterprise(context),
         )
         await respond(text=reply.text[:3900])
+
+    # -- the request's workspace --------------------------------------------------------
+
+    def _enterprise(self, context: AsyncBoltContext) -> str | None:
+        return conversation_enterprise(context, many_workspaces=self.settings.many_workspaces)
+
+    def _link(self, context: AsyncBoltContext) -> Callable[[ConversationKey], str]:
+        return linker(workspace_url(context, self.workspace_url))
 
 
 def _matches(pattern: re.Pattern[str], *values: object) -> bool:

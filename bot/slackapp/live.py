@@ -8,7 +8,9 @@ here never touches the run. The committed outbox stays the source of truth: when
 is delivered, the poster hands it to `finish_answer`, which closes the stream *as* the answer
 (with its marks and feedback buttons) when the stream holds exactly it, and otherwise
 replaces the stream's content with it. Where Slack refuses a stream (a channel type without
-streaming) the thread falls back to plain posts; where it refuses a status, to a reaction."""
+streaming) the thread falls back to plain posts; where it refuses a status, to a reaction.
+A thread's calls use its workspace's client (`clients`), chosen when its run begins; a
+workspace where the app is not installed shows nothing."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.runtime.progress import Step
 from bot.slackapp.agent_blocks import stop_blocks
+from bot.slackapp.clients import SlackClients, TeamNotInstalled, as_clients
 from bot.slackapp.markdown import MARKDOWN_LIMIT, MarkdownEscaper
 from bot.slackapp.marks import PREVIEW, mark
 from storage import ConversationKey
@@ -69,8 +72,9 @@ class Stream:
 
 
 class LiveThread:
-    def __init__(self, key: ConversationKey, requester: str | None) -> None:
+    def __init__(self, key: ConversationKey, requester: str | None, client: AsyncWebClient) -> None:
         self.key = key
+        self.client = client  # the workspace's
         self.requester = requester
         self.stream = Stream()
         self.lock = asyncio.Lock()  # one Slack call at a time per thread, in order
@@ -85,13 +89,13 @@ class LiveThreads:
 
     def __init__(
         self,
-        client: AsyncWebClient,
+        client: AsyncWebClient | SlackClients,
         *,
         append_interval: float = APPEND_INTERVAL,
         status_renewal: float = STATUS_RENEWAL,
         stop_offer_after: float | None = STOP_OFFER_AFTER,
     ) -> None:
-        self.client = client
+        self.clients = as_clients(client)
         self.append_interval = append_interval
         self.status_renewal = status_renewal
         self.stop_offer_after = stop_offer_after
@@ -104,7 +108,11 @@ class LiveThreads:
     async def begin(self, key: ConversationKey, requester: str | None) -> None:
         if key in self.threads:  # a run that did not say it ended: its work is over
             await self.end(key)
-        thread = self.threads[key] = LiveThread(key, requester)
+        try:
+            client = await self.clients.for_key(key)
+        except TeamNotInstalled:
+            return  # nothing to show it to: every other call finds no thread
+        thread = self.threads[key] = LiveThread(key, requester, client)
         await self._set_status(thread, THINKING)
         thread.timers.append(asyncio.create_task(self._renew(thread)))
         if requester and self.stop_offer_after is not None:
@@ -206,7 +214,7 @@ class LiveThreads:
         if thread.stream.overtaken:
             async with thread.lock:
                 try:
-                    await self.client.chat_delete(channel=key.channel, ts=thread.stream.ts)
+                    await thread.client.chat_delete(channel=key.channel, ts=thread.stream.ts)
                     thread.stream.done = True
                     return False
                 except ERRORS as exc:  # then it holds the answer where it is
@@ -227,7 +235,7 @@ class LiveThreads:
                     log.info("%s: closing the stream failed (%s); replacing it", key, _error(exc))
             with contextlib.suppress(*ERRORS):
                 await self._stop_stream(thread)
-            await self.client.chat_update(
+            await thread.client.chat_update(
                 channel=key.channel,
                 ts=stream.ts,
                 text=fallback,
@@ -253,7 +261,7 @@ class LiveThreads:
         chunks = ([{"type": "markdown_text", "text": text}] if text else []) + tasks
         try:
             if stream.ts is None:
-                started = await self.client.chat_startStream(
+                started = await thread.client.chat_startStream(
                     channel=key.channel,
                     thread_ts=key.thread_ts,
                     recipient_team_id=key.team if thread.requester else None,
@@ -263,7 +271,7 @@ class LiveThreads:
                 )
                 stream.ts = str(started["ts"])
             else:
-                await self.client.chat_appendStream(
+                await thread.client.chat_appendStream(
                     channel=key.channel, ts=stream.ts, chunks=chunks
                 )
         except ERRORS as exc:
@@ -286,7 +294,7 @@ class LiveThreads:
         if text:
             chunks.append({"type": "markdown_text", "text": text})
         chunks += list(stream.tasks.values())
-        await self.client.chat_stopStream(
+        await thread.client.chat_stopStream(
             channel=thread.key.channel, ts=stream.ts, chunks=chunks or None, **final
         )
         stream.sent += len(text)
@@ -304,12 +312,12 @@ class LiveThreads:
         stream.done = True
         try:
             if not (stream.sent or stream.text):
-                await self.client.chat_delete(channel=thread.key.channel, ts=stream.ts)
+                await thread.client.chat_delete(channel=thread.key.channel, ts=stream.ts)
                 return
             with contextlib.suppress(SlackApiError):  # Slack may have ended it already
                 await self._stop_stream(thread, metadata=mark(PREVIEW))
             if stream.tail.strip():
-                await self.client.chat_update(
+                await thread.client.chat_update(
                     channel=thread.key.channel,
                     ts=stream.ts,
                     text=CUT_SHORT,
@@ -328,7 +336,7 @@ class LiveThreads:
                 await self._react(thread, add=True)
             return
         try:
-            await self.client.assistant_threads_setStatus(
+            await thread.client.assistant_threads_setStatus(
                 channel_id=key.channel,
                 thread_ts=key.thread_ts,
                 status=status,
@@ -355,11 +363,11 @@ class LiveThreads:
         key = thread.key
         try:
             if add:
-                await self.client.reactions_add(
+                await thread.client.reactions_add(
                     channel=key.channel, timestamp=key.thread_ts, name="eyes"
                 )
             else:
-                await self.client.reactions_remove(
+                await thread.client.reactions_remove(
                     channel=key.channel, timestamp=key.thread_ts, name="eyes"
                 )
             thread.reacted = add
@@ -373,7 +381,7 @@ class LiveThreads:
         if self.threads.get(thread.key) is not thread:
             return
         try:
-            await self.client.chat_postEphemeral(
+            await thread.client.chat_postEphemeral(
                 channel=thread.key.channel,
                 user=thread.requester,
                 thread_ts=thread.key.thread_ts,

@@ -8,7 +8,9 @@ first part closes the reply this process streamed while the run worked (`live`),
 Failures are sorted for the runtime: permanent Slack errors (the bot left the channel, the
 message is invalid, the token was revoked) are not retried; anything else is, later, with
 backoff. Approval requests decided by a reply, or set aside, get their buttons replaced
-like clicked ones."""
+like clicked ones. Each post goes out with the token of its conversation's workspace
+(`clients`); a workspace where the app is no longer installed is a permanent failure, and
+nothing is sent."""
 
 from __future__ import annotations
 
@@ -35,11 +37,13 @@ from bot.runtime import (
 )
 from bot.slackapp.agent_blocks import feedback_blocks, markdown_block
 from bot.slackapp.blocks import approval_blocks, decided_blocks, set_aside_blocks
+from bot.slackapp.clients import NOT_INSTALLED, SlackClients, TeamNotInstalled, as_clients
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.markdown import safe_markdown, split_markdown
 from bot.slackapp.marks import mark
 from bot.slackapp.readback import Readback
 from bot.slackapp.text import MESSAGE_LIMIT, escape, truncate
+from storage import StorageError
 
 log = logging.getLogger(__name__)
 NOTICE_ICONS = {
@@ -97,10 +101,12 @@ def slack_error(exc: SlackApiError) -> str:
 
 
 class SlackPoster:
-    def __init__(self, client: AsyncWebClient, live: LiveThreads | None = None) -> None:
-        self.client = client
+    def __init__(
+        self, client: AsyncWebClient | SlackClients, live: LiveThreads | None = None
+    ) -> None:
+        self.clients = as_clients(client)
         self.live = live
-        self.readback = Readback(client)
+        self.readback = Readback(self.clients)
 
     async def __call__(self, outcome: Outcome, ref: DeliveryRef) -> None:
         metrics.OUTCOMES.labels(type(outcome).__name__).inc()
@@ -115,6 +121,14 @@ class SlackPoster:
             metrics.DELIVERY_FAILURES.labels("connection").inc()
             log.error("posting %s to %s failed: %r", type(outcome).__name__, outcome.key, exc)
             raise DeliveryFailed(type(exc).__name__, permanent=False) from exc
+        except TeamNotInstalled as exc:  # uninstalled or revoked: there is no one to post to
+            metrics.DELIVERY_FAILURES.labels(NOT_INSTALLED).inc()
+            log.warning("not posting %s to %s: %s", type(outcome).__name__, outcome.key, exc)
+            raise DeliveryFailed(NOT_INSTALLED, permanent=True) from exc
+        except StorageError as exc:  # the installation could not be read: later
+            metrics.DELIVERY_FAILURES.labels("storage").inc()
+            log.error("posting %s to %s: no token: %r", type(outcome).__name__, outcome.key, exc)
+            raise DeliveryFailed("storage", permanent=False) from exc
 
     async def _deliver(self, outcome: Outcome, ref: DeliveryRef) -> None:
         if isinstance(outcome, Answer):
@@ -175,7 +189,8 @@ class SlackPoster:
                 )
                 if streamed:
                     continue
-            await self.client.chat_postMessage(
+            client = await self.clients.for_key(key)
+            await client.chat_postMessage(
                 channel=key.channel,
                 thread_ts=key.thread_ts,
                 text=fallback,
@@ -216,7 +231,8 @@ class SlackPoster:
         if ref.id and ref.maybe_posted and await self.readback.already_posted(key, ref.id, part):
             log.info("%s: %s part %d is already in the thread", key, ref.id, part)
             return
-        await self.client.chat_postMessage(
+        client = await self.clients.for_key(key)
+        await client.chat_postMessage(
             channel=key.channel,
             thread_ts=key.thread_ts,
             metadata=_mark(outcome, ref, part, calls),
@@ -227,8 +243,9 @@ class SlackPoster:
 
     async def _update(self, card: str, outcome: Outcome, blocks: list[dict[str, Any]]) -> None:
         channel, _, ts = card.partition(":")
+        client = await self.clients.for_key(outcome.key)
         try:
-            await self.client.chat_update(
+            await client.chat_update(
                 channel=channel, ts=ts, text="Approval request (closed)", blocks=blocks
             )
         except SlackApiError as exc:  # the outcome stands; only the old buttons remain
@@ -243,7 +260,8 @@ class SlackPoster:
             if response.status_code >= 400:
                 log.warning("%s: response_url answered %s", outcome.key, response.status_code)
         elif isinstance(outcome, Refused) and outcome.user:
-            await self.client.chat_postEphemeral(
+            client = await self.clients.for_key(outcome.key)
+            await client.chat_postEphemeral(
                 channel=outcome.key.channel,
                 user=outcome.user,
                 thread_ts=outcome.key.thread_ts,

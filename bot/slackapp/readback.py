@@ -1,6 +1,7 @@
 """Reading a thread back (`conversations.replies` with metadata): what the bot already
 posted there, by its marks (see `marks`). The poster uses it to post nothing twice after a
-crash, to find approval cards to close, and to tidy streamed replies a dead process left."""
+crash, to find approval cards to close, and to tidy streamed replies a dead process left.
+Each thread is read with its workspace's token (`clients`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slackapp.clients import SlackClients, as_clients
 from bot.slackapp.marks import INTERRUPTED, mark, payload_of
 from storage import ConversationKey
 
@@ -24,10 +26,10 @@ Message = dict[str, Any]
 
 
 class Readback:
-    def __init__(self, client: AsyncWebClient) -> None:
-        self.client = client
+    def __init__(self, client: AsyncWebClient | SlackClients) -> None:
+        self.clients = as_clients(client)
         self._seen: dict[ConversationKey, tuple[float, list[Message]]] = {}
-        self._bot_id: str | None = None
+        self._bot_ids: dict[tuple[str | None, str], str] = {}  # per workspace
 
     async def messages(self, key: ConversationKey, *, fresh: bool) -> list[Message]:
         """The thread's messages, oldest first; [] when it cannot be read (the caller then
@@ -36,10 +38,11 @@ class Readback:
         if cached and not fresh and time.monotonic() - cached[0] < LOOKUP_SECONDS:
             return cached[1]
         found: list[Message] = []
+        client = await self.clients.for_key(key)
         try:
             cursor = None
             while True:
-                page = await self.client.conversations_replies(
+                page = await client.conversations_replies(
                     channel=key.channel,
                     ts=key.thread_ts,
                     include_all_metadata=True,
@@ -76,9 +79,10 @@ class Readback:
         mark; `keep` is this process's open stream) are closed and replaced by a note, so
         that the answer delivered again is the only one; one that only showed tool steps is
         deleted. Returns how many."""
-        bot_id = await self.bot_id()
+        bot_id = await self.bot_id(key)
         if bot_id is None:
             return 0
+        client = await self.clients.for_key(key)
         tidied = 0
         for message in await self.messages(key, fresh=True):
             ts = str(message.get("ts", ""))
@@ -88,12 +92,12 @@ class Readback:
                 continue
             try:
                 if not str(message.get("text") or "").strip():  # only tool steps: it goes
-                    await self.client.chat_delete(channel=key.channel, ts=ts)
+                    await client.chat_delete(channel=key.channel, ts=ts)
                     tidied += 1
                     continue
                 with contextlib.suppress(SlackApiError):  # Slack may have ended it already
-                    await self.client.chat_stopStream(channel=key.channel, ts=ts)
-                await self.client.chat_update(
+                    await client.chat_stopStream(channel=key.channel, ts=ts)
+                await client.chat_update(
                     channel=key.channel,
                     ts=ts,
                     text=INTERRUPTED_NOTE,
@@ -107,11 +111,15 @@ class Readback:
             log.info("%s: replaced %d interrupted streamed replies", key, tidied)
         return tidied
 
-    async def bot_id(self) -> str | None:
-        if self._bot_id is None:
+    async def bot_id(self, key: ConversationKey) -> str | None:
+        """The bot's id in the conversation's workspace (each workspace has its own)."""
+        workspace = (key.enterprise, key.team)
+        if workspace not in self._bot_ids:
+            client = await self.clients.for_key(key)
             try:
-                identity = await self.client.auth_test()
-                self._bot_id = str(identity.get("bot_id") or "") or None
+                identity = await client.auth_test()
+                if identity.get("bot_id"):
+                    self._bot_ids[workspace] = str(identity["bot_id"])
             except SlackApiError as exc:
                 log.warning("auth.test failed: %s", exc.response.get("error"))
-        return self._bot_id
+        return self._bot_ids.get(workspace)

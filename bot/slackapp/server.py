@@ -1,5 +1,7 @@
 """`python -m bot serve`: Socket Mode or HTTP (`POST /slack/events`), plus `GET /healthz`,
-`GET /metrics`, and a recovery sweep that resumes threads whose process died.
+`GET /metrics`, and a recovery sweep that resumes threads whose process died; with many
+workspaces also bolt's install page and OAuth redirect (`GET /slack/install`,
+`GET /slack/oauth_redirect`).
 
 Stopping (SIGTERM, SIGINT): health turns 503 at once so that a load balancer drains the
 replica; requests still arriving are kept (never lost) and left for the next process; runs in
@@ -23,7 +25,9 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from bot import metrics
 from bot.runtime import ConversationRuntime
 from bot.slackapp.app import build_app, web_client
+from bot.slackapp.clients import OneWorkspace, SlackClients
 from bot.slackapp.live import LiveThreads
+from bot.slackapp.oauth import install_routes, installs
 from bot.slackapp.poster import SlackPoster
 from bot.slackapp.settings import SlackSettings
 
@@ -97,20 +101,32 @@ async def serve(
 ) -> None:
     """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given)."""
     client = web_client(settings)
-    live = LiveThreads(client)
+    many = None
+    if settings.many_workspaces:
+        many = installs(settings, runtime.store, runtime.io, client)
+    clients: SlackClients = many.clients if many else OneWorkspace(client)
+    live = LiveThreads(clients)
     runtime.progress = live
-    runtime.on_outcome = SlackPoster(client, live)
+    runtime.on_outcome = SlackPoster(clients, live)
     # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
-    # Slack's and the storage's first connections.
-    identity = await client.auth_test()
-    workspace_url = str(identity.get("url") or "https://slack.com/")
+    # Slack's and the storage's first connections. Many workspaces have no one token.
+    identity = None if many else await client.auth_test()
+    workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
     await runtime.healthy()
     app = build_app(
-        settings, runtime, client, admins or runtime.settings.admins, workspace_url, identity
+        settings,
+        runtime,
+        client,
+        admins or runtime.settings.admins,
+        workspace_url,
+        identity,
+        installs=many,
     )
     web_app = web.Application()
     if not settings.socket_mode:
         web_app.add_routes([events_route(app)])
+    if app.oauth_flow is not None:
+        web_app.add_routes(install_routes(app.oauth_flow))
     web_app.add_routes(health_routes(runtime))
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()

@@ -37,10 +37,11 @@ class OnlyYou:
     def __init__(self, api: SlackWebApi, base_url: str) -> None:
         self.api = api
         self.base_url = base_url
-        # response_url token -> where its answer shows: {"user", "thread_ts"} and the
-        # clicked message: "ephemeral" (its id) or "ts"
+        # response_url token -> where its answer shows: {"user", "thread_ts"}, its
+        # "channel" (local mode's general channel when absent) and the clicked message:
+        # "ephemeral" (its id) or "ts"
         self.responders: dict[str, dict[str, Any]] = {}
-        # {"id", "ts", "user", "thread_ts", "text", "blocks"}, oldest first
+        # {"id", "ts", "user", "channel", "thread_ts", "text", "blocks"}, oldest first
         self.ephemerals: list[dict[str, Any]] = []
         self.chosen: dict[str, Chosen] = {}  # user -> message ts -> action_id -> value
         # Ids the page names; not reused after a restart (a saved response_url may name one).
@@ -70,12 +71,13 @@ class OnlyYou:
     def add(self, message: Message) -> dict[str, Any]:
         assert message.ephemeral_to is not None
         thread_ts = message.thread_ts
-        if thread_ts and (CHANNEL, thread_ts) not in self.api.messages:
+        if thread_ts and (message.channel, thread_ts) not in self.api.messages:
             thread_ts = None
         shown = {
             "id": next(self._ids),
             "ts": message.ts,
             "user": message.ephemeral_to,
+            "channel": message.channel,
             "thread_ts": thread_ts,
             "text": message.text,
             "blocks": message.blocks,
@@ -95,14 +97,15 @@ class OnlyYou:
         if change and self._change_original(place, payload, text, blocks):
             return
         thread_ts = place.get("thread_ts")
+        channel = str(place.get("channel") or CHANNEL)
         if payload.get("response_type") == "in_channel":
-            if thread_ts and (CHANNEL, thread_ts) not in self.api.messages:
+            if thread_ts and (channel, thread_ts) not in self.api.messages:
                 thread_ts = None
-            message = self.api.add_user_message(CHANNEL, self.api.bot_user, text, thread_ts)
+            message = self.api.add_user_message(channel, self.api.bot_user, text, thread_ts)
             message.blocks = blocks
             return
         bot, ts = self.api.bot_user, self.api.next_ts()
-        self.add(Message(CHANNEL, ts, text, bot, thread_ts, blocks, ephemeral_to=place["user"]))
+        self.add(Message(channel, ts, text, bot, thread_ts, blocks, ephemeral_to=place["user"]))
 
     def _change_original(
         self,
@@ -122,11 +125,12 @@ class OnlyYou:
             else:
                 found.update(text=text, blocks=blocks)
             return True
-        message = self.api.messages.get((CHANNEL, str(place.get("ts") or "")))
+        channel = str(place.get("channel") or CHANNEL)
+        message = self.api.messages.get((channel, str(place.get("ts") or "")))
         if message is None:
             return delete
         if delete:
-            del self.api.messages[(CHANNEL, message.ts)]
+            del self.api.messages[(channel, message.ts)]
         else:
             message.text, message.blocks = text, blocks
         return True
@@ -146,7 +150,8 @@ class OnlyYou:
         """A feedback button clicked: it shows as chosen to this person."""
         self.chosen.setdefault(user, {}).setdefault(ts, {})[action_id] = value
 
-    def view(self, user: str) -> list[dict[str, Any]]:
+    def view(self, user: str, channel: str = CHANNEL) -> list[dict[str, Any]]:
+        """This person's messages in `channel` (local mode's general channel by default)."""
         chosen = self.chosen.get(user, {})
         return [
             {
@@ -156,5 +161,5 @@ class OnlyYou:
                 "blocks": blocks_view(e["blocks"], chosen.get(e["ts"], {})),
             }
             for e in self.ephemerals
-            if e["user"] == user
+            if e["user"] == user and e.get("channel", CHANNEL) == channel
         ]

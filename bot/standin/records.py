@@ -17,6 +17,7 @@ class Call:
     method: str
     args: dict[str, Any]
     at: float = field(default_factory=time.time)
+    team: str | None = None  # the workspace (or organisation) of an installed token
 
 
 @dataclass

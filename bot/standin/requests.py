@@ -77,18 +77,43 @@ def direct_message(
     return message(user=user, text=text, ts=ts, channel=channel, team=team, channel_type="im")
 
 
-def event_callback(team: str, event: dict[str, Any], event_id: str | None = None) -> str:
-    return json.dumps(
-        {
-            "token": "standin",
-            "team_id": team,
-            "api_app_id": APP_ID,
-            "type": "event_callback",
-            "event_id": event_id or f"Ev{uuid.uuid4().hex[:12]}",
-            "event_time": int(time.time()),
-            "event": event,
-        }
-    )
+def event_callback(
+    team: str,
+    event: dict[str, Any],
+    event_id: str | None = None,
+    *,
+    enterprise: str | None = None,
+    org_wide: bool = False,
+) -> str:
+    """An event for the app, from a workspace (of an Enterprise Grid organisation, where
+    the app may be installed org-wide)."""
+    body: dict[str, Any] = {
+        "token": "standin",
+        "team_id": team,
+        "api_app_id": APP_ID,
+        "type": "event_callback",
+        "event_id": event_id or f"Ev{uuid.uuid4().hex[:12]}",
+        "event_time": int(time.time()),
+        "event": event,
+    }
+    if enterprise:
+        body["enterprise_id"] = enterprise
+        body["authorizations"] = [
+            {
+                "enterprise_id": enterprise,
+                "team_id": None if org_wide else team,
+                "user_id": "UBOT",
+                "is_bot": True,
+                "is_enterprise_install": org_wide,
+            }
+        ]
+        body["is_ext_shared_channel"] = False
+    return json.dumps(body)
+
+
+def org(enterprise: str | None, org_wide: bool) -> dict[str, Any]:
+    """What interactivity payloads and commands say of an Enterprise Grid workspace."""
+    return {"enterprise": enterprise, "org_wide": org_wide} if enterprise else {}
 
 
 def block_actions(
@@ -104,6 +129,8 @@ def block_actions(
     action_type: str = "button",
     thread_ts: str | None = None,
     ephemeral: bool = False,
+    enterprise: str | None = None,
+    org_wide: bool = False,
 ) -> str:
     """A click on an element (a `button`, a `feedback_buttons` thumb) of `message` (`ts`,
     `text`, `blocks`), form-encoded. A click on an ephemeral message says so in its
@@ -137,22 +164,35 @@ def block_actions(
     }
     if not ephemeral:
         payload["message"] = message
+    if enterprise:
+        payload["enterprise"] = {"id": enterprise, "name": enterprise}
+        payload["is_enterprise_install"] = org_wide
+        payload["user"]["team_id"] = team
     return urlencode({"payload": json.dumps(payload)})
 
 
 def slash_command(
-    *, team: str, channel: str, user: str, command: str, text: str, response_url: str
+    *,
+    team: str,
+    channel: str,
+    user: str,
+    command: str,
+    text: str,
+    response_url: str,
+    enterprise: str | None = None,
+    org_wide: bool = False,
 ) -> str:
-    return urlencode(
-        {
-            "token": "standin",
-            "team_id": team,
-            "channel_id": channel,
-            "user_id": user,
-            "command": command,
-            "text": text,
-            "api_app_id": APP_ID,
-            "trigger_id": uuid.uuid4().hex,
-            "response_url": response_url,
-        }
-    )
+    fields = {
+        "token": "standin",
+        "team_id": team,
+        "channel_id": channel,
+        "user_id": user,
+        "command": command,
+        "text": text,
+        "api_app_id": APP_ID,
+        "trigger_id": uuid.uuid4().hex,
+        "response_url": response_url,
+    }
+    if enterprise:
+        fields |= {"enterprise_id": enterprise, "is_enterprise_install": str(org_wide).lower()}
+    return urlencode(fields)

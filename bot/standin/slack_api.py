@@ -4,7 +4,9 @@ aiohttp on loopback. Tests read `calls` and `messages`; local mode builds its pa
 Answers like Slack: form or JSON bodies, `{"ok": true, ...}` or `{"ok": false, "error": ...}`,
 and 429 with `Retry-After` for methods told to be rate limited. Given a `token`, it also
 checks it like Slack does (`Authorization: Bearer` or a `token` argument): `not_authed`
-without one, `invalid_auth` for another."""
+without one, `invalid_auth` for another. Workspaces installed through its OAuth side
+(`oauth`) get tokens of their own, which it checks too (`token_revoked` after an
+uninstall), answering each call for its token's workspace."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.standin.oauth import Grant, OAuthApp, OAuthMethods, Team, basic_auth
 from bot.standin.records import Call, Message, StatusChange, json_list, json_object
 from bot.standin.streams import MARKDOWN_LIMIT, STATUS_TIMEOUT, AgentMethods, refused
 
@@ -27,12 +30,19 @@ BOT_ID = "BBOT"
 TEAM = "T0LOCAL"
 
 
-class SlackWebApi(AgentMethods):
+class SlackWebApi(AgentMethods, OAuthMethods):
     def __init__(
         self, team: str = TEAM, bot_user: str = BOT_USER, *, token: str | None = None
     ) -> None:
         self.team = team
         self.token = token
+        self.teams: dict[str, Team] = {team: Team(team, "Local")}
+        self.tokens: dict[str, Grant] = {}
+        self.revoked: set[str] = set()
+        self.oauth_app: OAuthApp | None = None
+        self.codes: dict[str, Grant] = {}
+        self.refresh_tokens: dict[str, Grant] = {}
+        self._caller: Grant | None = None  # whose token the call being answered carries
         self.bot_user = bot_user
         self.calls: list[Call] = []
         self.messages: dict[tuple[str, str], Message] = {}
@@ -56,15 +66,22 @@ class SlackWebApi(AgentMethods):
             web.post("/api/{method}", self._api),
             web.get("/api/{method}", self._api),
             web.post("/respond/{token}", self._respond),
+            web.get("/oauth/v2/authorize", self.authorize_page),
         ]
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         args = await _read_args(request)
-        auth_error = self._auth_error(request, args)
+        if method == "oauth.v2.access":  # the app's client id and secret, not a token
+            return web.json_response(self._oauth_access(request, args))
+        auth_error, grant = self._auth_error(request, args)
         if auth_error:
             self._record(Call(f"{method}:{auth_error}", args))
             return web.json_response(refused(auth_error))
+        channel = args.get("channel") or args.get("channel_id")
+        if grant is not None and channel and not self.may_use(grant, str(channel)):
+            self._record(Call(f"{method}:channel_not_found", args, team=grant.team))
+            return web.json_response(refused("channel_not_found"))
         if self.rate_limited.get(method, 0) > 0:
             self.rate_limited[method] -= 1
             self._record(Call(f"{method}:429", args))
@@ -78,8 +95,9 @@ class SlackWebApi(AgentMethods):
             if isinstance(failure, int):
                 return web.json_response({"ok": False, "error": "fatal_error"}, status=failure)
             return web.json_response({"ok": False, "error": failure})
-        call = Call(method, args)
+        call = Call(method, args, team=grant.team if grant else None)
         handler = getattr(self, "m_" + method.replace(".", "_"), None)
+        self._caller = grant
         if handler is None:
             result: dict[str, Any] = {"ok": False, "error": "unknown_method"}
         else:
@@ -89,6 +107,7 @@ class SlackWebApi(AgentMethods):
                 result = {"ok": False, "error": "invalid_arguments", "missing": str(missing)}
             except (ValueError, TypeError):  # e.g. `blocks` that are not a JSON list
                 result = refused("invalid_arguments")
+        self._caller = None
         self._record(call)
         await self._notify()
         return web.json_response(result)
@@ -106,14 +125,34 @@ class SlackWebApi(AgentMethods):
             return self.channel_errors[str(channel)]
         return None
 
-    def _auth_error(self, request: web.Request, args: dict[str, Any]) -> str | None:
-        if self.token is None:
-            return None
+    def _auth_error(
+        self, request: web.Request, args: dict[str, Any]
+    ) -> tuple[str | None, Grant | None]:
+        """An error for a call with a wrong token (only once there are tokens to check),
+        else what its token grants (None: the start-up token, or no check)."""
+        if self.token is None and not self.tokens:
+            return None, None
         header = request.headers.get("Authorization", "")
         given = header.removeprefix("Bearer ").strip() if header else str(args.get("token", ""))
         if not given:
-            return "not_authed"
-        return None if hmac.compare_digest(given.encode(), self.token.encode()) else "invalid_auth"
+            return "not_authed", None
+        if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
+            return None, None
+        if given in self.revoked:
+            return "token_revoked", None
+        grant = self.grant_for(given)
+        if grant is None:
+            return ("token_expired" if given in self.tokens else "invalid_auth"), None
+        return None, grant
+
+    def _oauth_access(self, request: web.Request, args: dict[str, Any]) -> dict[str, Any]:
+        basic = basic_auth(request.headers.get("Authorization", ""))
+        if basic is not None:
+            args["_basic"] = basic
+        result = self.m_oauth_v2_access(args)
+        recorded = {k: v for k, v in args.items() if k not in ("_basic", "client_secret")}
+        self._record(Call("oauth.v2.access", recorded))
+        return result
 
     async def _respond(self, request: web.Request) -> web.Response:
         payload = await request.json()
@@ -182,6 +221,21 @@ class SlackWebApi(AgentMethods):
     # -- methods ------------------------------------------------------------------------
 
     def m_auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        grant = self._caller
+        if grant is not None:  # an installed workspace's (or organisation's) token
+            team = self.teams[grant.team]
+            enterprise = team.id if team.org else team.enterprise
+            return {
+                "ok": True,
+                "url": team.url,
+                "team": team.name,
+                "user": "bot",
+                "team_id": None if team.org else team.id,
+                "user_id": self.bot_user,
+                "bot_id": BOT_ID,
+                "enterprise_id": enterprise,
+                "is_enterprise_install": team.org,
+            }
         return {
             "ok": True,
             "url": "https://local.slack.com/",

@@ -26,9 +26,9 @@ FEEDBACK = ("positive", "negative")  # the page draws 👍 and 👎
 Chosen = dict[str, dict[str, str]]  # message ts -> action_id -> the value clicked
 
 
-def permalink(ts: str) -> str:
+def permalink(ts: str, channel: str = CHANNEL) -> str:
     """The thread's link in Slack's format, which `/resume` and `/agent-admin` accept."""
-    return f"https://{PERMALINK_HOST}/archives/{CHANNEL}/p{ts.replace('.', '')}"
+    return f"https://{PERMALINK_HOST}/archives/{channel}/p{ts.replace('.', '')}"
 
 
 def title(text: str, words: int = 8) -> str:
@@ -148,6 +148,7 @@ def threads_view(
     recovering: set[str],
     chosen: Chosen,
     now: float,
+    channel: str = CHANNEL,
 ) -> list[dict[str, Any]]:
     """The channel's threads, oldest first, each with its replies and status line."""
 
@@ -157,7 +158,7 @@ def threads_view(
         )
 
     messages = sorted(
-        (m for m in api.messages.values() if m.channel == CHANNEL and not m.ephemeral_to),
+        (m for m in api.messages.values() if m.channel == channel and not m.ephemeral_to),
         key=lambda m: float(m.ts),
     )
     replies: dict[str, list[Message]] = {}
@@ -168,9 +169,9 @@ def threads_view(
         {
             **view(m),
             "title": title(m.text),
-            "link": permalink(m.ts),
+            "link": permalink(m.ts, channel),
             "recovering": m.ts in recovering,
-            "status": status_view(api.status(CHANNEL, m.ts, now), "agent", now),
+            "status": status_view(api.status(channel, m.ts, now), "agent", now),
             "replies": [view(r) for r in replies.get(m.ts, [])],
         }
         for m in messages

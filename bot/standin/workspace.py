@@ -42,6 +42,7 @@ import aiohttp
 from aiohttp import web
 
 from bot.standin.only_you import OnlyYou, element
+from bot.standin.places import Place, Places
 from bot.standin.requests import (
     FORM,
     app_mention,
@@ -124,9 +125,17 @@ class Workspace:
         *,
         demo: bool,
         storage: StorageSettings | None = None,
+        oauth: bool = False,
     ) -> None:
         self.bot_token = f"xoxb-local-{secrets.token_hex(12)}"
         self.api = SlackWebApi(token=self.bot_token)
+        # One workspace (a bot token), or two installed through the OAuth flow (`oauth`).
+        self.places = Places(
+            self.api,
+            oauth=oauth,
+            page_url=f"http://{LOOPBACK}:{port}",
+            bot_url=f"http://{LOOPBACK}:{bot_port}",
+        )
         self.data_dir = data_dir
         self.port = port
         self.bot_port = bot_port
@@ -172,6 +181,7 @@ class Workspace:
                 message = Message(**{**raw, "reactions": set(raw.get("reactions", []))})
                 self.api.messages[(message.channel, message.ts)] = message
             self.outbox = list(saved.get("outbox", []))
+            self.places.load(saved.get("installs") or {})
             self.only_you.responders = dict(saved.get("responders", {}))
         except (ValueError, TypeError, AttributeError) as exc:
             raise LocalModeError(
@@ -187,6 +197,7 @@ class Workspace:
             ],
             "outbox": self.outbox,
             "responders": self.only_you.responders,
+            "installs": self.places.dump(),
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -209,6 +220,9 @@ class Workspace:
             "BOT_LEASE_SECONDS": os.getenv("BOT_LEASE_SECONDS", "3"),
         }
         env.pop("SLACK_APP_TOKEN", None)
+        if self.places.oauth:  # installed through the OAuth flow: no one token
+            env.pop("SLACK_BOT_TOKEN")
+            env |= self.places.bot_env()
         if self.demo:
             env["BOT_DEMO_MODEL"] = "1"
         return env
@@ -353,7 +367,10 @@ class Workspace:
         return {
             str(record.key): record.key.thread_ts
             for record in store.list_by_status(Status.RUNNING, limit=100)
-            if record.key.team == self.api.team and record.key.channel == CHANNEL
+            if any(
+                record.key.team == p.team and record.key.channel == p.channel
+                for p in self.places.all
+            )
         }
 
     def _still_running(self, keys: list[str]) -> set[str]:
@@ -400,13 +417,14 @@ class Workspace:
 
     def _body(self, item: dict[str, Any]) -> tuple[str, str]:
         """Built at delivery time, so the signature's time stamp is fresh."""
-        team = self.api.team
+        place = self.places.find(item.get("team")) or self.places.all[0]
+        team, channel = place.team, place.channel
         if item["kind"] == "event":
             return event_callback(team, item["event"], item["event_id"]), "application/json"
         if item["kind"] == "command":
             body = slash_command(
                 team=team,
-                channel=CHANNEL,
+                channel=channel,
                 user=item["user"],
                 command=item["command"],
                 text=item["text"],
@@ -414,14 +432,14 @@ class Workspace:
             )
             return body, FORM
         ts = item["ts"]
-        message = self.api.messages.get((CHANNEL, ts)) or Message(CHANNEL, ts, "", item["user"])
+        message = self.api.messages.get((channel, ts)) or Message(channel, ts, "", item["user"])
         shown: dict[str, Any] = {"ts": ts, "text": message.text, "blocks": message.blocks or []}
         if message.thread_ts:
             shown["thread_ts"] = message.thread_ts
         body = block_actions(
             team=team,
             user=item["user"],
-            channel=CHANNEL,
+            channel=channel,
             message=shown,
             action_id=item["action_id"],
             value=item["value"],
@@ -490,20 +508,24 @@ class Workspace:
 
     # -- what the page does ---------------------------------------------------------------
 
-    def post_message(self, user: str, text: str, thread_ts: str | None) -> Message:
+    def post_message(
+        self, user: str, text: str, thread_ts: str | None, place: Place | None = None
+    ) -> Message:
+        place = place or self.places.all[0]
         mentioned = MENTION in text
         text = text.replace(MENTION, f"<@{self.api.bot_user}>")
-        message = self.api.add_user_message(CHANNEL, user, text, thread_ts)
-        said = {"user": user, "text": text, "ts": message.ts, "channel": CHANNEL}
+        message = self.api.add_user_message(place.channel, user, text, thread_ts)
+        said = {"user": user, "text": text, "ts": message.ts, "channel": place.channel}
         events = []  # as Slack sends them: a mention in a thread is both events
         if mentioned:
-            events.append(app_mention(**said, thread_ts=thread_ts, team=self.api.team))
+            events.append(app_mention(**said, thread_ts=thread_ts, team=place.team))
         if thread_ts or not mentioned:
-            events.append(message_event(**said, thread_ts=thread_ts, team=self.api.team))
+            events.append(message_event(**said, thread_ts=thread_ts, team=place.team))
         for event in events:
             self.enqueue(
                 {
                     "kind": "event",
+                    "team": place.team,
                     "user": user,
                     "ts": message.ts,
                     "thread_ts": thread_ts,
@@ -513,17 +535,27 @@ class Workspace:
             )
         return message
 
-    def command(self, user: str, command: str, text: str, thread_ts: str | None) -> None:
+    def command(
+        self,
+        user: str,
+        command: str,
+        text: str,
+        thread_ts: str | None,
+        place: Place | None = None,
+    ) -> None:
         """A slash command; its answers show where it was typed (Slack does not tell the
         app the thread, but shows the person the answer there)."""
+        place = place or self.places.all[0]
+        where = {"channel": place.channel}
         self.enqueue(
             {
                 "kind": "command",
+                "team": place.team,
                 "user": user,
                 "thread_ts": thread_ts,
                 "command": command,
                 "text": text,
-                "response_url": self.only_you.response_url(user, thread_ts),
+                "response_url": self.only_you.response_url(user, thread_ts, where),
             }
         )
 
@@ -537,9 +569,11 @@ class Workspace:
         label: str,
         *,
         ephemeral: dict[str, Any] | None = None,
+        place: Place | None = None,
     ) -> None:
         """A button clicked on message `ts`, or on one of this person's `ephemeral` ones;
         sent as Slack would, naming the clicked element's block and type."""
+        place = place or self.places.all[0]
         if ephemeral is not None:
             ts, blocks, origin = (
                 ephemeral["ts"],
@@ -547,14 +581,16 @@ class Workspace:
                 {"ephemeral": ephemeral["id"]},
             )
         else:
-            message = self.api.messages.get((CHANNEL, ts))
+            message = self.api.messages.get((place.channel, ts))
             blocks, origin = (message.blocks if message else None), {"ts": ts}
+        origin["channel"] = place.channel
         block_id, kind = element(blocks, action_id)
         if kind == "feedback_buttons":
             self.only_you.choose(user, ts, action_id, value)
         self.enqueue(
             {
                 "kind": "click",
+                "team": place.team,
                 "user": user,
                 "thread_ts": thread_ts,
                 "ts": ts,
@@ -580,8 +616,10 @@ class Workspace:
 
     # -- the page's JSON API ------------------------------------------------------------
 
-    def state(self, user: str) -> dict[str, Any]:
-        """Everything the page shows this person; `etag` names this version of it."""
+    def state(self, user: str, place: Place | None = None) -> dict[str, Any]:
+        """Everything the page shows this person of a workspace (the first unless `place`
+        says); `etag` names this version of it."""
+        place = place or self.places.all[0]
         up = self.bot_state in UP
         # Shown as waiting when the bot is down, or did not take it at the first try; not
         # while a delivery is merely on its way.
@@ -592,6 +630,7 @@ class Workspace:
             recovering=set(self.recovering.values()),
             chosen=self.only_you.chosen.get(user, {}),
             now=time.time(),
+            channel=place.channel,
         )
         waiting = [
             {
@@ -604,7 +643,9 @@ class Workspace:
                 ),
             }
             for item in held
-            if item["kind"] != "event" and item["user"] == user
+            if item["kind"] != "event"
+            and item["user"] == user
+            and item.get("team", self.places.all[0].team) == place.team
         ]
         names = {uid: name for name, uid in USERS.items()} | {self.api.bot_user: "agent"}
         state = {
@@ -612,9 +653,11 @@ class Workspace:
             "bot": self.bot_state,
             "recovering": len(self.recovering),
             "queued": len(self.outbox),
-            "channel": "general",
+            "channel": place.channel_name,
+            "team": place.team,
+            "workspaces": self.places.view(),
             "threads": threads,
-            "ephemeral": self.only_you.view(user),
+            "ephemeral": self.only_you.view(user, place.channel),
             "waiting": waiting,
             "clicks": [c for c in self.clicks if c["user"] == user],
             "users": list(USERS),
@@ -624,7 +667,9 @@ class Workspace:
         digest = hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
         return state | {"etag": digest[:20]}
 
-    async def watch(self, user: str, seen: str, within: float = WATCH_LIMIT) -> dict[str, Any]:
+    async def watch(
+        self, user: str, seen: str, within: float = WATCH_LIMIT, place: Place | None = None
+    ) -> dict[str, Any]:
         """The state once it is no longer the one the page has (`seen`), or after `within`
         seconds: a Web API call wakes it at once (streamed text shows as it comes), other
         changes within WATCH_TICK."""
@@ -632,7 +677,7 @@ class Workspace:
         changed = self.api.changed
         while True:
             async with changed:
-                state = self.state(user)
+                state = self.state(user, place)
                 if state["etag"] != seen or time.monotonic() >= deadline or self._stopping:
                     return state
                 with contextlib.suppress(TimeoutError):
@@ -672,11 +717,19 @@ class Workspace:
             raise Refused(400, f"unknown user {name!r}; one of {', '.join(USERS)}")
         return USERS[name]
 
-    def _thread(self, value: object) -> str | None:
-        """None, or a thread (a top-level message) of the channel."""
+    def _place(self, team: object) -> Place:
+        """The workspace the page names (the first when it names none)."""
+        place = self.places.find(team)
+        if place is None:
+            raise Refused(400, f"unknown workspace {team!r}")
+        return place
+
+    def _thread(self, value: object, place: Place | None = None) -> str | None:
+        """None, or a thread (a top-level message) of the workspace's channel."""
         if value in (None, ""):
             return None
-        message = self.api.messages.get((CHANNEL, value)) if isinstance(value, str) else None
+        channel = (place or self.places.all[0]).channel
+        message = self.api.messages.get((channel, value)) if isinstance(value, str) else None
         if message is None or message.thread_ts or message.ephemeral_to:
             raise Refused(400, f"no such thread: {value!r}")
         return message.ts
@@ -723,43 +776,47 @@ class Workspace:
         async def get_state(request: web.Request) -> web.Response:
             """At once; with `seen` (the etag the page has), once there is something new."""
             user = self._user(request.query.get("user"))
+            place = self._place(request.query.get("team"))
             seen = request.query.get("seen")
-            state = await self.watch(user, seen) if seen else self.state(user)
+            state = await self.watch(user, seen, place=place) if seen else self.state(user, place)
             return web.json_response(state)
 
         async def post(request: web.Request) -> web.Response:
             data = await self._json(request)
             user = self._user(data.get("user"))
+            place = self._place(data.get("team"))
             text = self._text(data, "text").strip()
-            thread_ts = self._thread(data.get("thread_ts"))
+            thread_ts = self._thread(data.get("thread_ts"), place)
             if not text:
                 raise Refused(400, "empty message")
             if text.startswith("/"):
                 command, _, rest = text.partition(" ")
-                self.command(user, command, rest.strip(), thread_ts)
+                self.command(user, command, rest.strip(), thread_ts, place)
             else:
-                self.post_message(user, text, thread_ts)
+                self.post_message(user, text, thread_ts, place)
             return web.json_response({"ok": True, "queued": self.bot_state not in UP})
 
         async def click(request: web.Request) -> web.Response:
             data = await self._json(request)
             user = self._user(data.get("user"))
+            place = self._place(data.get("team"))
             ts = self._text(data, "ts", 40)
             ephemeral = None
             if data.get("ephemeral") is not None:
                 ephemeral = self.only_you.find(user, data["ephemeral"])
                 if ephemeral is None:
                     raise Refused(400, "no such message only visible to you")
-            elif ts and (CHANNEL, ts) not in self.api.messages:
+            elif ts and (place.channel, ts) not in self.api.messages:
                 raise Refused(400, f"no such message: {ts!r}")
             self.click(
                 user,
                 ts,
                 self._text(data, "action_id", 255),
                 self._text(data, "value", 2000),
-                self._thread(data.get("thread_ts")),
+                self._thread(data.get("thread_ts"), place),
                 self._text(data, "label", 100),
                 ephemeral=ephemeral,
+                place=place,
             )
             return web.json_response({"ok": True, "queued": self.bot_state not in UP})
 
@@ -829,10 +886,12 @@ async def run_workspace(
     *,
     demo: bool,
     storage: StorageSettings | None = None,
+    oauth: bool = False,
 ) -> None:
     """Serve the stand-in and run the bot behind it until SIGINT/SIGTERM. `data_dir` exists.
-    LocalModeError (one line to print) when a port is taken."""
-    workspace = Workspace(data_dir, port, bot_port, demo=demo, storage=storage)
+    LocalModeError (one line to print) when a port is taken. `oauth`: two workspaces, the
+    app installed in each through the OAuth flow (see `places`)."""
+    workspace = Workspace(data_dir, port, bot_port, demo=demo, storage=storage, oauth=oauth)
     async with workspace.serving():
         check_port_free(bot_port, "BOT_LOCAL_BOT_PORT", "the bot's")
         stop = asyncio.Event()

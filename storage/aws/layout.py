@@ -9,6 +9,8 @@
     pk = COUNT#<shard:03d>              sk = DAY#<yyyymmdd>             conversations by status
     pk = COUNT#<shard:03d>              sk = FEEDBACK                   verdicts (see `feedback`)
     pk = EVENT#<event id>               sk = EVENT                      a claimed event (global)
+    pk = INSTALL#<install id>           sk = INSTALL                    an installation document
+    pk = STATE#<state>                  sk = STATE                      a one-time state
 
 Queued messages live in the record itself (`in:<entry id>` attributes) with their event claims
 (`ev:<event id>`, the claim's expiry), so that keeping a message, taking the thread and
@@ -25,7 +27,8 @@ any code running.
 removed and that is created again starts a new generation, so none of the old rows (which
 expire on their own) are seen or collided with. Records written before generations existed
 have generation 0 and unscoped keys (`ITEM#<seq>`, `TOOL#<call id>`). Every row carries
-`expires_at` (epoch seconds, DynamoDB's TTL attribute). Index `by_status` (sparse, META only):
+`expires_at` (epoch seconds, DynamoDB's TTL attribute), except installation documents, which
+are kept until deleted. Index `by_status` (sparse, META only):
 hash `conv_status`, range `last_activity_ms`. Session items are opaque JSON strings.
 """
 
@@ -102,6 +105,19 @@ def day_of(moment: datetime) -> str:
 def bucket(status: Status, expires: datetime) -> str:
     """The counter bucket of a conversation in `status` that expires at `expires`."""
     return f"{status.value}#{day_of(expires)}"
+
+
+def install_key(install_id: str) -> dict[str, Value]:
+    return {"pk": s(f"INSTALL#{install_id}"), "sk": s("INSTALL")}
+
+
+def state_key(state: str) -> dict[str, Value]:
+    return {"pk": s(f"STATE#{state}"), "sk": s("STATE")}
+
+
+def team_prefix(team: str | None, enterprise: str | None) -> str:
+    """What the `conv_key` of a team's conversations starts with (see `ConversationKey`)."""
+    return ":".join(part for part in (enterprise, team) if part) + ":"
 
 
 def meta_key(key: ConversationKey) -> dict[str, Value]:

@@ -5,13 +5,21 @@ counters (one query per shard)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from storage.aws.expressions import Item, n, s
-from storage.aws.layout import STATUS_INDEX, day_of, expired, ms, record_from_item, status_key
+from storage.aws.layout import (
+    STATUS_INDEX,
+    day_of,
+    expired,
+    ms,
+    record_from_item,
+    status_key,
+    team_prefix,
+)
 from storage.aws.tables import Tables
 from storage.models import Conversation, Status
 
@@ -58,6 +66,49 @@ class Queries:
         paginator = self.t.dynamodb.get_paginator("query")
         for page in paginator.paginate(**query):  # type: ignore[misc]
             yield from page["Items"]
+
+    def list_by_team(
+        self,
+        team: str | None,
+        enterprise: str | None,
+        statuses: Sequence[Status],
+        limit: int,
+    ) -> list[Conversation]:
+        """Every shard of every status, filtered on the key's start: a full read of those
+        index partitions, for a rare event (a workspace uninstalled the app)."""
+        if team is None and enterprise is None:
+            raise ValueError("list_by_team needs a team or an enterprise")
+        prefix = team_prefix(team, enterprise)
+        partitions = [
+            status_key(status, shard)
+            for status in statuses
+            if status is not Status.IDLE
+            for shard in range(self.t.shards)
+        ]
+        now = self.t.clock()
+        found = [
+            record_from_item(item)
+            for items in self.pool.map(lambda key: self._starting(key, prefix), partitions)
+            for item in items
+            if not expired(item, now)
+        ]
+        mine = [
+            r
+            for r in found
+            if r.key.enterprise == enterprise and (team is None or r.key.team == team)
+        ]
+        return sorted(mine, key=lambda r: r.last_activity_at)[:limit]
+
+    def _starting(self, key: str, prefix: str) -> list[Item]:
+        query: QueryInputTypeDef = {
+            "TableName": self.t.table,
+            "IndexName": STATUS_INDEX,
+            "KeyConditionExpression": "status_key = :key",
+            "FilterExpression": "begins_with(conv_key, :prefix)",
+            "ExpressionAttributeValues": {":key": s(key), ":prefix": s(prefix)},
+        }
+        paginator = self.t.dynamodb.get_paginator("query")
+        return [item for page in paginator.paginate(**query) for item in page["Items"]]  # type: ignore[misc]
 
     def count_by_status(self) -> dict[Status, int]:
         """From the counters: conversations by the status they last settled in, whose state

@@ -3,11 +3,13 @@ region and endpoints (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDP
 
 The store only wires its parts and translates errors (`errors.translated`): the record and
 its inbox (`records`), the atomic write (`commits`), session items (`history`), ledgers
-(`ledger`), operational queries (`queries`), verdicts on answers (`feedback`), S3
-(`blobs`); request pieces are built in `expressions`, keys laid out in `layout`."""
+(`ledger`), operational queries (`queries`), verdicts on answers (`feedback`), installation
+documents and one-time states (`installations`), S3 (`blobs`); request pieces are built in
+`expressions`, keys laid out in `layout`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -19,12 +21,13 @@ from storage.aws.commits import Commits
 from storage.aws.errors import translated
 from storage.aws.feedback import Feedback
 from storage.aws.history import History
+from storage.aws.installations import Installations
 from storage.aws.ledger import Ledger
 from storage.aws.migrate import Migrated, migrate
 from storage.aws.queries import Queries
 from storage.aws.records import Records
 from storage.aws.tables import Tables
-from storage.base import Commit, Committed, Kept, SessionPage, Store
+from storage.base import INDEXED, Commit, Committed, Kept, SessionPage, Store
 from storage.models import (
     Conversation,
     ConversationKey,
@@ -71,6 +74,7 @@ class AwsStore(Store):
         self.ledger = Ledger(self.tables, self._generation, self._put_blob_once, self._get_blob)
         self.queries = Queries(self.tables)
         self.feedback = Feedback(self.tables)
+        self.installations = Installations(self.tables)
 
     def close(self) -> None:
         self.queries.close()
@@ -197,6 +201,39 @@ class AwsStore(Store):
     @translated
     def count_by_status(self) -> dict[Status, int]:
         return self.queries.count_by_status()
+
+    @translated
+    def list_by_team(
+        self,
+        team: str | None,
+        *,
+        enterprise: str | None = None,
+        statuses: Sequence[Status] = INDEXED,
+        limit: int = 1000,
+    ) -> list[Conversation]:
+        return self.queries.list_by_team(team, enterprise, statuses, limit)
+
+    # -- installations ------------------------------------------------------------------
+
+    @translated
+    def save_installation(self, install_id: str, document: str) -> None:
+        self.installations.save(install_id, document)
+
+    @translated
+    def find_installation(self, install_id: str) -> str | None:
+        return self.installations.find(install_id)
+
+    @translated
+    def delete_installation(self, install_id: str) -> bool:
+        return self.installations.delete(install_id)
+
+    @translated
+    def issue_state(self, state: str, ttl: timedelta) -> None:
+        self.installations.issue_state(state, ttl)
+
+    @translated
+    def consume_state(self, state: str) -> bool:
+        return self.installations.consume_state(state)
 
     # -- feedback -----------------------------------------------------------------------
 

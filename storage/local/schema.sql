@@ -40,3 +40,12 @@ CREATE TABLE IF NOT EXISTS feedback_totals (
     verdict TEXT PRIMARY KEY,
     count INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS installations (
+    install_id TEXT PRIMARY KEY,
+    document TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS one_time_states (
+    state TEXT PRIMARY KEY,
+    expires_at REAL NOT NULL
+);

@@ -6,14 +6,14 @@ from __future__ import annotations
 import functools
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from storage.base import KEEP, Commit, Committed, Kept, SessionPage, Store
+from storage.base import INDEXED, KEEP, Commit, Committed, Kept, SessionPage, Store
 from storage.errors import (
     CheckpointConflict,
     InboxChanged,
@@ -24,6 +24,7 @@ from storage.errors import (
     StorageError,
     StorageUnavailable,
 )
+from storage.installations import check_document, check_id
 from storage.local.blobs import BlobDir
 from storage.models import (
     Conversation,
@@ -495,6 +496,69 @@ class LocalStore(Store):
         counts.update({Status(status): count for status, count in rows})
         return counts
 
+    @translated
+    def list_by_team(
+        self,
+        team: str | None,
+        *,
+        enterprise: str | None = None,
+        statuses: Sequence[Status] = INDEXED,
+        limit: int = 1000,
+    ) -> list[Conversation]:
+        if team is None and enterprise is None:
+            raise ValueError("list_by_team needs a team or an enterprise")
+        wanted = [status.value for status in statuses if status is not Status.IDLE]
+        prefix = ":".join(part for part in (enterprise, team) if part) + ":"
+        rows = self._connection().execute(
+            f"SELECT record FROM conversations WHERE status IN ({','.join('?' * len(wanted))})"
+            " AND substr(key, 1, ?) = ? ORDER BY last_activity_at",
+            (*wanted, len(prefix), prefix),
+        )
+        found = [Conversation.model_validate_json(row[0]) for row in rows]
+        return [r for r in found if _of_team(r.key, team, enterprise)][:limit]
+
+    # -- installations ------------------------------------------------------------------
+
+    @translated
+    def save_installation(self, install_id: str, document: str) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO installations (install_id, document, updated_at)"
+                " VALUES (?, ?, ?)",
+                (check_id(install_id), check_document(document), self.clock().timestamp()),
+            )
+
+    @translated
+    def find_installation(self, install_id: str) -> str | None:
+        row = (
+            self._connection()
+            .execute("SELECT document FROM installations WHERE install_id = ?", (install_id,))
+            .fetchone()
+        )
+        return str(row[0]) if row else None
+
+    @translated
+    def delete_installation(self, install_id: str) -> bool:
+        with self._write() as db:
+            gone = db.execute("DELETE FROM installations WHERE install_id = ?", (install_id,))
+            return gone.rowcount > 0
+
+    @translated
+    def issue_state(self, state: str, ttl: timedelta) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO one_time_states (state, expires_at) VALUES (?, ?)",
+                (check_id(state, "state"), (self.clock() + ttl).timestamp()),
+            )
+
+    @translated
+    def consume_state(self, state: str) -> bool:
+        with self._write() as db:
+            row = db.execute(
+                "DELETE FROM one_time_states WHERE state = ? RETURNING expires_at", (state,)
+            ).fetchone()
+        return row is not None and row[0] >= self.clock().timestamp()
+
     # -- feedback -----------------------------------------------------------------------
 
     @translated
@@ -565,7 +629,7 @@ class LocalStore(Store):
             for key in expired:
                 for table in ("conversations", *ROW_TABLES):
                     db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
-            for table in ("events", "tool_calls"):
+            for table in ("events", "tool_calls", "one_time_states"):
                 db.execute(f"DELETE FROM {table} WHERE expires_at < ?", (now.timestamp(),))
             live = {
                 record.checkpoint.object_key
@@ -579,6 +643,10 @@ class LocalStore(Store):
                 self.blobs.delete(object_key)
                 removed += 1
         return removed
+
+
+def _of_team(key: ConversationKey, team: str | None, enterprise: str | None) -> bool:
+    return key.enterprise == enterprise and (team is None or key.team == team)
 
 
 def _read_inbox(db: sqlite3.Connection, key: ConversationKey) -> list[InboxEntry]:

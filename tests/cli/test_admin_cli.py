@@ -7,9 +7,13 @@ import os
 import sys
 from pathlib import Path
 
+from slack_sdk.oauth.installation_store import Installation
+
 from bot.runtime import ApprovalRequest, ConversationRuntime
+from bot.slackapp.installations import encode, install_id
+from bot.standin.oauth import Grant
 from bot.standin.slack_api import SlackWebApi
-from storage import Status
+from storage import ConversationKey, Status
 from storage.local import LocalStore
 from testkit.runtime import SideEffects, build_agent, email_then_answer, record_of
 from testkit.slack import CHANNEL, TEAM, running_api, thread_key
@@ -69,3 +73,50 @@ async def test_cli_refuses_a_bad_target(tmp_path: Path) -> None:
     env.pop("SLACK_BOT_TOKEN", None)
     code, out = await run_cli(env, "discard", "https://example.com/nothing")
     assert code == 2 and "not a thread link" in out
+
+
+async def test_cli_with_many_workspaces_notifies_with_the_workspace_token(
+    local_store: LocalStore, effects: SideEffects, tmp_path: Path
+) -> None:
+    """SLACK_CLIENT_ID and SLACK_CLIENT_SECRET: the notice goes with the token kept in the
+    installation of the conversation's workspace (of its organisation)."""
+    store = local_store
+    key = ConversationKey(
+        enterprise="E0ACME", team="T0ACME", channel="C0ACME", thread_ts="1700000000.000200"
+    )
+    runtime = ConversationRuntime(store, build_agent(email_then_answer(), effects))
+    [request] = await runtime.handle_message(key, event_id="E2", user="UBOB", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    api = SlackWebApi(team=TEAM)
+    api.add_team("T0ACME", "Acme Sales", enterprise="E0ACME", channels=("C0ACME",))
+    api.tokens["xoxb-acme"] = Grant("T0ACME", "chat:write", "UBOB")
+    installation = Installation(
+        app_id="A1",
+        enterprise_id="E0ACME",
+        team_id="T0ACME",
+        user_id="UBOB",
+        bot_token="xoxb-acme",
+        bot_id="BBOT",
+        bot_user_id="UBOT",
+        bot_scopes=["chat:write"],
+    )
+    store.save_installation(install_id("E0ACME", "T0ACME"), encode(installation))
+
+    async with running_api(api) as api_url:
+        env = {
+            **os.environ,
+            "BOT_DATA_DIR": str(tmp_path / "data"),
+            "BOT_STORAGE": "local",
+            "SLACK_CLIENT_ID": "1234.5678",
+            "SLACK_CLIENT_SECRET": "secret",
+            "SLACK_API_URL": f"{api_url}/api/",
+        }
+        env.pop("SLACK_BOT_TOKEN", None)
+        code, out = await run_cli(env, "discard", str(key))
+        assert code == 0, out
+    assert record_of(store, key).status is Status.DISCARDED
+    [notice] = api.bot_replies("C0ACME", key.thread_ts)
+    assert "discarded" in notice.text
+    posts = api.called("chat.postMessage")
+    assert posts and {call.team for call in posts} == {"T0ACME"}
+    assert [c.method for c in api.calls if ":" in c.method] == []

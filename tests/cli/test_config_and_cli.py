@@ -90,3 +90,21 @@ def test_admin_help_lists_every_admin_command() -> None:
         assert f"\n    {command}" in done.stdout, command
     missing = subprocess.run([sys.executable, "-m", "bot", "admin"], capture_output=True, text=True)
     assert missing.returncode == 2 and "COMMAND" in missing.stderr
+
+
+def test_a_client_id_and_secret_serve_slack_not_local_mode(tmp_path: Path) -> None:
+    """`python -m bot` with SLACK_CLIENT_ID and SLACK_CLIENT_SECRET (no bot token) serves
+    Slack for many workspaces, so it wants the signing secret; with neither a bot token nor
+    a client, `serve` says what to set."""
+    env = {**os.environ, "BOT_STORAGE": "local", "BOT_DATA_DIR": str(tmp_path / "data")}
+    for name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "BOT_TABLE"):
+        env.pop(name, None)
+    many = {**env, "SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "s"}
+    run = subprocess.run([sys.executable, "-m", "bot"], env=many, capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "SLACK_SIGNING_SECRET is required" in run.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "bot", "serve"], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 2
+    assert "SLACK_CLIENT_ID and SLACK_CLIENT_SECRET" in run.stderr

@@ -175,6 +175,12 @@ def workload(store: Store) -> set[str]:
     store.list_by_status(Status.AWAITING_APPROVAL)
     store.count_by_status()
     store.keep(KEY, "Ev3", '{"user":"U","text":"more"}', owner="w2")
+    store.list_by_team(KEY.team)
+    store.save_installation("E1:TI", '{"bot_token":"xoxb-1"}')
+    store.find_installation("E1:TI")
+    store.delete_installation("E1:TI")
+    store.issue_state("s1", timedelta(minutes=10))
+    store.consume_state("s1")
     store.delete_checkpoint(done.checkpoint)
     later = store.clock() + store.state_ttl + timedelta(days=1)
     store.clock = lambda: later
@@ -206,6 +212,12 @@ def workload(store: Store) -> set[str]:
         "list_by_status",
         "count_by_status",
         "delete_checkpoint",
+        "list_by_team",
+        "save_installation",
+        "find_installation",
+        "delete_installation",
+        "issue_state",
+        "consume_state",
     }
 
 

@@ -6,6 +6,7 @@ import re
 
 import yaml
 
+from bot.slackapp.oauth import BOT_SCOPES
 from bot.slackapp.settings import SlackSettings
 from testkit.services import ROOT
 
@@ -33,6 +34,8 @@ EVENT_SCOPES = {
     "message.groups": "groups:history",
     "message.im": "im:history",
     "message.mpim": "mpim:history",
+    "app_uninstalled": None,  # no scope: sent to every app
+    "tokens_revoked": None,
 }
 
 
@@ -47,11 +50,16 @@ def test_scopes_match_the_methods_and_events() -> None:
     needed = {METHOD_SCOPES[m] for m in called} - {None}
     needed |= {EVENT_SCOPES[e] for e in MANIFEST["settings"]["event_subscriptions"]["bot_events"]}
     needed.add("commands")
+    needed.discard(None)
     assert set(MANIFEST["oauth_config"]["scopes"]["bot"]) == needed
+    # The OAuth install asks for the same scopes as the manifest.
+    assert set(BOT_SCOPES) == needed
 
 
 def test_events_are_the_ones_listened_to() -> None:
-    source = (ROOT / "bot" / "slackapp" / "listeners.py").read_text()
+    source = "".join(
+        (ROOT / "bot" / "slackapp" / name).read_text() for name in ("listeners.py", "uninstall.py")
+    )
     listened = set(re.findall(r'app\.event\("([a-z_]+)"\)', source))
     events = MANIFEST["settings"]["event_subscriptions"]["bot_events"]
     assert {e.split(".")[0] for e in events} == listened
@@ -69,4 +77,5 @@ def test_commands_and_urls() -> None:
         MANIFEST["settings"]["interactivity"]["request_url"],
     ]
     assert all(url.endswith("/slack/events") for url in urls)
+    assert MANIFEST["oauth_config"]["redirect_urls"] == ["https://YOUR-HOST/slack/oauth_redirect"]
     assert MANIFEST["settings"]["interactivity"]["is_enabled"] is True

@@ -352,3 +352,32 @@ def test_status_streamed_answer_feedback_and_stop(tmp_path: Path) -> None:
         expect(stop).to_have_count(0, timeout=30_000)  # the control answers the click
         expect(thread).to_contain_text("Stopped by @alice", timeout=30_000)
         expect(thread.locator(".msg.bot", has_text=" in Tokyo (")).to_have_count(0)
+
+
+def test_install_a_second_workspace_and_use_it(tmp_path: Path) -> None:
+    """BOT_LOCAL_OAUTH=1: the page switches between two workspaces; the second is installed
+    from its Install link (the bot's install page, "Add to Slack", the stand-in's consent
+    page, back to the page) and answers there; the first is still to be installed."""
+    with (
+        local_mode(tmp_path, delay="0", BOT_LOCAL_OAUTH="1") as url,
+        browser_page(url) as page,
+    ):
+        expect(page.locator("#workspace-pick")).to_be_visible(timeout=10_000)
+        page.select_option("#workspace", "T0SECOND")
+        expect(page.locator("#channel-name")).to_have_text("# second")
+        install = page.locator("#install-link")
+        expect(install).to_be_visible(timeout=10_000)
+        install.click()
+        page.locator("a[href*='oauth/v2/authorize']").click()
+        page.wait_for_url(url + "/", timeout=30_000)  # back on the page once installed
+        expect(page.locator("#workspace")).to_have_value("T0SECOND")
+        expect(page.locator("#install")).to_be_hidden(timeout=10_000)
+        send(page, "@agent hello from the second workspace")
+        thread = page.locator(".thread", has_text="hello from the second workspace")
+        expect(thread.locator(".msg.bot")).not_to_have_count(0, timeout=30_000)
+        expect(thread.locator(".msg.bot.streaming")).to_have_count(0, timeout=30_000)
+        screenshot(page, "local-mode-second-workspace.png")
+        page.select_option("#workspace", "T0LOCAL")
+        expect(page.locator("#channel-name")).to_have_text("# general")
+        expect(page.locator("#install-link")).to_be_visible(timeout=10_000)
+        expect(page.locator(".thread", has_text="second workspace")).to_have_count(0)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from bot.runtime import ApprovalRequest, Decided, PendingCall
+from bot.slackapp.agent_blocks import feedback_blocks, parse_feedback, stop_blocks
 from bot.slackapp.blocks import (
     APPROVE,
     ARGUMENTS_LIMIT,
@@ -18,7 +19,7 @@ from bot.slackapp.blocks import (
     mentions,
     parse_button_value,
 )
-from storage import ConversationKey
+from storage import ConversationKey, Verdict
 
 KEY = ConversationKey(team="T1", channel="C1", thread_ts="1700000000.000100")
 EVIL = "<!channel> <@U0BOSS> <https://evil.example|safe> & co"
@@ -40,6 +41,19 @@ def test_a_button_value_round_trips_and_is_compact() -> None:
     assert parse_button_value(value) == (KEY, "call-1", 3)
 
 
+def test_every_button_carries_an_enterprise_key_whole() -> None:
+    """Approval, feedback, Stop and Resume buttons name their conversation by its key, in
+    the four-part form in an Enterprise Grid workspace."""
+    grid = KEY.model_copy(update={"enterprise": "E1"})
+    assert parse_button_value(button_value(grid, "call-1", 3)) == (grid, "call-1", 3)
+    [context] = feedback_blocks(grid, "3.0")
+    thumbs = context["elements"][0]
+    assert parse_feedback(thumbs["positive_button"]["value"]) == (grid, "3.0", Verdict.GOOD)
+    stop = stop_blocks(grid)[1]["elements"][0]["value"]
+    assert ConversationKey.parse(stop) == grid
+    assert parse_button_value(button_value(KEY, "c", 1))[0].enterprise is None
+
+
 @pytest.mark.parametrize(
     ("value", "error"),
     [
@@ -49,6 +63,7 @@ def test_a_button_value_round_trips_and_is_compact() -> None:
         ('{"c": "call-1", "v": 1}', KeyError),
         ('{"k": "no-colons", "c": "call-1", "v": 1}', ValueError),
         ('{"k": "T1:C1:not-a-ts", "c": "call-1", "v": 1}', ValueError),
+        ('{"k": "E1:T1:C1:1.0:2", "c": "call-1", "v": 1}', ValueError),
         ('{"k": "T1:C1:1.0", "c": "call-1", "v": "three"}', ValueError),
         ('{"k": "T1:C1:1.0", "c": "call-1", "v": null}', TypeError),
     ],

@@ -49,6 +49,31 @@ def test_a_key_is_text_and_back() -> None:
     assert KEY.path == "T1/C1/1700000000.000100"
 
 
+def test_a_key_with_an_enterprise_has_four_parts_and_one_without_keeps_three() -> None:
+    grid = ConversationKey(enterprise="E1", team="T1", channel="C1", thread_ts="1700000000.0001")
+    assert str(grid) == "E1:T1:C1:1700000000.0001"
+    assert grid.path == "E1/T1/C1/1700000000.0001"
+    assert ConversationKey.parse(str(grid)) == grid
+    # Keys written before enterprises existed read back unchanged, with no enterprise.
+    old = ConversationKey.parse("T1:C1:1700000000.000100")
+    assert old == KEY and old.enterprise is None and str(old) == "T1:C1:1700000000.000100"
+    assert grid != KEY.model_copy(update={"enterprise": "E1"})  # the ts differs
+    assert (
+        ConversationKey.model_validate_json(
+            '{"team":"T1","channel":"C1","thread_ts":"1700000000.000100"}'
+        )
+        == KEY
+    )  # a record saved before
+
+
+@pytest.mark.parametrize(
+    "text", ["T1:C1", "E1:T1:C1:1.0:x", "E:1:T1:C1:1.0", "E/1:T1:C1:1.0", ":T1:C1:1.0", ""]
+)
+def test_a_key_parses_three_or_four_parts_only(text: str) -> None:
+    with pytest.raises(ValueError):
+        ConversationKey.parse(text)
+
+
 @pytest.mark.parametrize(
     ("team", "channel", "thread_ts"),
     [("T:1", "C1", "1.0"), ("T1", "C/..", "1.0"), ("T1", "C1", "1.0a"), ("", "C1", "1.0")],

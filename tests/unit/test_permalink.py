@@ -67,3 +67,11 @@ def test_permalink_and_linker() -> None:
     assert permalink(KEY, workspace) == "https://acme.slack.com/archives/C0123/p1700000000000100"
     assert linker(workspace)(KEY) == permalink(KEY, workspace)
     assert parse_permalink(linker(workspace)(KEY), KEY.team) == KEY
+
+
+def test_a_link_in_an_enterprise_workspace_names_the_enterprise() -> None:
+    link = "https://acme.enterprise.slack.com/archives/C0123/p1700000000000100"
+    key = parse_permalink(link, "T1", "E1")
+    assert key == KEY.model_copy(update={"enterprise": "E1"})
+    assert str(key) == "E1:T1:C0123:1700000000.000100"
+    assert parse_permalink(permalink(key), "T1", "E1") == key

@@ -1,0 +1,83 @@
+"""Installation documents, one-time states and a team's conversations: the contract, run
+against both backends."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from storage import ConversationKey, Status, Store
+
+PLAIN = ConversationKey(team="TA", channel="C1", thread_ts="1700000000.000100")
+OTHER = ConversationKey(team="TB", channel="C2", thread_ts="1700000000.000200")
+GRID = ConversationKey(enterprise="E1", team="TA", channel="C3", thread_ts="1700000000.000300")
+GRID_2 = ConversationKey(enterprise="E1", team="TC", channel="C4", thread_ts="1700000000.0004")
+
+
+def test_installations_are_kept_replaced_and_deleted(store: Store) -> None:
+    assert store.find_installation("E1:TA") is None
+    first = json.dumps({"bot_token": "xoxb-1", "scopes": ["chat:write"]})
+    store.save_installation("E1:TA", first)
+    store.save_installation("-:TA", json.dumps({"bot_token": "xoxb-other"}))
+    assert store.find_installation("E1:TA") == first
+    # A re-install replaces the document whole: the latest wins.
+    latest = json.dumps({"bot_token": "xoxb-2", "scopes": ["chat:write", "commands"]})
+    store.save_installation("E1:TA", latest)
+    assert store.find_installation("E1:TA") == latest
+    assert store.delete_installation("E1:TA") is True
+    assert store.find_installation("E1:TA") is None
+    assert store.delete_installation("E1:TA") is False
+    assert store.find_installation("-:TA") == json.dumps({"bot_token": "xoxb-other"})
+    # Not affected by the state TTL: a document outlives every conversation.
+    later = store.clock() + store.state_ttl * 10
+    store.clock = lambda: later
+    assert store.find_installation("-:TA") is not None
+
+
+def test_installation_ids_and_documents_are_bounded(store: Store) -> None:
+    with pytest.raises(ValueError):
+        store.save_installation("", "{}")
+    with pytest.raises(ValueError):
+        store.save_installation("x" * 600, "{}")
+    with pytest.raises(ValueError):
+        store.save_installation("big", "x" * 400_000)
+
+
+def test_a_state_is_consumed_once(store: Store) -> None:
+    store.issue_state("s-1", timedelta(minutes=10))
+    store.issue_state("s-2", timedelta(minutes=10))
+    assert store.consume_state("s-1") is True
+    assert store.consume_state("s-1") is False  # a replayed redirect
+    assert store.consume_state("never-issued") is False
+    assert store.consume_state("s-2") is True
+
+
+def test_an_expired_state_is_refused(store: Store) -> None:
+    store.issue_state("old", timedelta(seconds=60))
+    now = store.clock()
+    store.clock = lambda: now + timedelta(seconds=61)
+    assert store.consume_state("old") is False
+
+
+def test_a_teams_conversations_are_listed_by_team_and_enterprise(store: Store) -> None:
+    for key, status in (
+        (PLAIN, Status.AWAITING_APPROVAL),
+        (OTHER, Status.AWAITING_APPROVAL),
+        (GRID, Status.RUNNING),
+        (GRID_2, Status.INTERRUPTED),
+    ):
+        lease, _ = store.acquire(key, "w", status=status)
+        store.release(lease)
+    idle = ConversationKey(team="TA", channel="C9", thread_ts="1700000000.000900")
+    lease, _ = store.acquire(idle, "w")
+    store.release(lease, status=Status.IDLE)
+
+    assert [r.key for r in store.list_by_team("TA")] == [PLAIN]  # not E1's TA, not idle
+    assert [r.key for r in store.list_by_team("TA", enterprise="E1")] == [GRID]
+    assert {r.key for r in store.list_by_team(None, enterprise="E1")} == {GRID, GRID_2}
+    assert store.list_by_team("TA", enterprise="E1", statuses=[Status.AWAITING_APPROVAL]) == []
+    assert store.list_by_team("TZ") == []
+    with pytest.raises(ValueError):
+        store.list_by_team(None)

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from storage.codec import decode_state, encode_state
+from storage.content import ContentBlobs
 from storage.errors import BlobExists, SessionConflict
 from storage.models import (
     CheckpointMeta,
@@ -112,8 +113,9 @@ class Commit:
             raise ValueError(f"one commit consumes at most {CONSUME_LIMIT} inbox entries")
 
 
-class Store(ABC):
-    """Durable conversation state. Blocking calls: run them off the event loop."""
+class Store(ContentBlobs, ABC):
+    """Durable conversation state. Blocking calls: run them off the event loop. Bytes
+    referred to by digest (files people shared) are kept by `put_content` / `get_content`."""
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import retry_safe
+from bot.runtime.attribution import split_author
 from storage import Conversation, ConversationKey, Store
 
 KEY = ConversationKey(team="T9", channel="C9", thread_ts="1700000100.000100")
@@ -74,12 +75,27 @@ def record_of(store: Store, key: ConversationKey = KEY) -> Conversation:
     return record
 
 
-def last_user_text(call: Any) -> str:
+def user_texts(call: Any) -> list[str]:
+    """The user messages a model call was given, as the model reads them (attributed)."""
     items = (
         call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
     )
-    texts = [i.get("content") for i in items if isinstance(i, dict) and i.get("role") == "user"]
-    return str(texts[-1]) if texts else ""
+    texts = []
+    for item in items:
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, list):
+                content = " ".join(
+                    str(p.get("text", "")) for p in content if p.get("type") == "input_text"
+                )
+            texts.append(str(content))
+    return texts
+
+
+def last_user_text(call: Any) -> str:
+    """The latest user message's own text, without its author (`<@U1>: `)."""
+    texts = user_texts(call)
+    return split_author(texts[-1])[1] if texts else ""
 
 
 def echo_model(steps: int = 20) -> ScriptedModel:

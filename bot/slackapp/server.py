@@ -23,6 +23,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from bot import metrics
 from bot.runtime import ConversationRuntime
 from bot.slackapp.app import build_app, web_client
+from bot.slackapp.conversation_source import SlackSource
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.poster import SlackPoster
 from bot.slackapp.settings import SlackSettings
@@ -104,6 +105,7 @@ async def serve(
     # Slack's and the storage's first connections.
     identity = await client.auth_test()
     workspace_url = str(identity.get("url") or "https://slack.com/")
+    runtime.source = SlackSource(settings, bot_user=identity.get("user_id"))
     await runtime.healthy()
     app = build_app(
         settings, runtime, client, admins or runtime.settings.admins, workspace_url, identity

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.standin.people_files import PeopleAndFiles
 from bot.standin.records import Call, Message, StatusChange, json_list, json_object
 from bot.standin.streams import MARKDOWN_LIMIT, STATUS_TIMEOUT, AgentMethods, refused
 
@@ -27,10 +28,11 @@ BOT_ID = "BBOT"
 TEAM = "T0LOCAL"
 
 
-class SlackWebApi(AgentMethods):
+class SlackWebApi(AgentMethods, PeopleAndFiles):
     def __init__(
         self, team: str = TEAM, bot_user: str = BOT_USER, *, token: str | None = None
     ) -> None:
+        PeopleAndFiles.__init__(self)
         self.team = team
         self.token = token
         self.bot_user = bot_user
@@ -56,6 +58,7 @@ class SlackWebApi(AgentMethods):
             web.post("/api/{method}", self._api),
             web.get("/api/{method}", self._api),
             web.post("/respond/{token}", self._respond),
+            *self.file_routes(),
         ]
 
     async def _api(self, request: web.Request) -> web.Response:
@@ -171,11 +174,17 @@ class SlackWebApi(AgentMethods):
         ]
 
     def add_user_message(
-        self, channel: str, user: str, text: str, thread_ts: str | None = None
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        thread_ts: str | None = None,
+        files: list[dict[str, Any]] | None = None,
     ) -> Message:
         message = Message(
             channel=channel, ts=self.next_ts(), text=text, user=user, thread_ts=thread_ts
         )
+        message.files = files or None
         self.messages[(channel, message.ts)] = message
         return message
 
@@ -220,11 +229,18 @@ class SlackWebApi(AgentMethods):
         }
 
     def m_conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
-        """A thread's messages, oldest first (pages of `limit`; metadata on request)."""
+        """A thread's messages, oldest first (pages of `limit`; metadata on request; those
+        before `latest`, or at it too when `inclusive`)."""
         channel, thread_ts = args["channel"], args["ts"]
         found = [m for m in self.thread(channel, thread_ts) if not m.ephemeral_to]
         if not found:
             return {"ok": False, "error": "thread_not_found"}
+        if args.get("latest"):
+            inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
+            latest = float(args["latest"])
+            found = [
+                m for m in found if float(m.ts) < latest or (inclusive and float(m.ts) == latest)
+            ]
         start = int(args.get("cursor") or 0)
         limit = int(args.get("limit") or 100)
         page = found[start : start + limit]
@@ -243,6 +259,8 @@ class SlackWebApi(AgentMethods):
                 item["bot_id"] = BOT_ID
             if m.blocks:
                 item["blocks"] = m.blocks
+            if m.files:
+                item["files"] = m.files
             if with_metadata and m.metadata:
                 item["metadata"] = m.metadata
             messages.append(item)

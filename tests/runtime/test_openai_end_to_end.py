@@ -55,6 +55,11 @@ async def test_demo_agent_over_http(
     assert isinstance(outcomes[-1], Answer) and outcomes[-1].text == "Filed the printer ticket."
     tickets = (tmp_path / "tickets.jsonl").read_text().splitlines()
     assert [json.loads(t)["title"] for t in tickets] == ["Printer"]
+    # The tool read who asked and who approved from the run context rebuilt on resume.
+    assert {k: json.loads(tickets[0])[k] for k in ("requested_by", "approved_by")} == {
+        "requested_by": "U1",
+        "approved_by": "U1",
+    }
 
     assert len(script.requests) == 3
     assert {r["model"] for r in script.requests} == {"gpt-scripted"}

@@ -71,3 +71,20 @@ async def test_demo_agent_over_http(
     }
     assert outputs["call_ticket"] == "Filed ticket 'Printer'."
     assert "UTC" in outputs["call_time"]
+
+
+async def test_transient_model_errors_are_retried_before_the_run_fails(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three 503s in a row: more than the openai client's own retries would survive; the
+    SDK's retry settings (`BOT_MODEL_RETRIES`, 3) do."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    monkeypatch.setenv("BOT_MODEL", "gpt-scripted")
+    script = ScriptedResponses([[message("Fine after all.")]], failures=[503, 503, 503])
+    with responses_server(script) as base_url:
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+        settings = RuntimeSettings(model_retry_delay=0.01)
+        runtime = ConversationRuntime(backend.open(), load_agent(settings.agent), settings)
+        outcomes = await runtime.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+    assert [getattr(o, "text", None) for o in outcomes] == ["Fine after all."]
+    assert script.failed == [503, 503, 503] and len(script.requests) == 1

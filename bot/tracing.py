@@ -45,9 +45,13 @@ def _load(spec: str) -> list[TracingProcessor]:
     if not module_name or not function_name:
         raise TracingConfigError(f"BOT_TRACE_PROCESSORS: {spec!r} is not module:function")
     try:
-        made = getattr(importlib.import_module(module_name), function_name)()
+        factory = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
         raise TracingConfigError(f"BOT_TRACE_PROCESSORS={spec}: {exc}") from exc
+    try:
+        made = factory()
+    except Exception as exc:  # the operator's code: say so, without a traceback
+        raise TracingConfigError(f"BOT_TRACE_PROCESSORS={spec} failed: {exc!r}") from exc
     found = list(made) if isinstance(made, list | tuple) else [made]
     for processor in found:
         if not isinstance(processor, TracingProcessor):

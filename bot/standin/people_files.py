@@ -4,10 +4,12 @@ people share (`add_file`), downloaded like Slack's `url_private`: a GET with the
 
 from __future__ import annotations
 
+import base64
 import hmac
 import itertools
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -49,7 +51,7 @@ class PeopleAndFiles:
         """Keep a file someone shares; returns it as a message event describes it."""
         file_id = f"F{next(self._file_ids):08d}"
         self.files[file_id] = StoredFile(file_id, name, mimetype, data)
-        url = f"{self.base_url}/files/{file_id}/{name}"
+        url = f"{self.base_url}/files/{file_id}/{quote(name)}"
         return {
             "id": file_id,
             "name": name,
@@ -75,3 +77,32 @@ class PeopleAndFiles:
         if file is None:
             return web.Response(status=404, text="file not found")
         return web.Response(body=file.data, content_type=file.mimetype)
+
+
+UPLOAD_BYTES = 12 * 1024 * 1024  # files the page attaches to one message, in all
+UPLOAD_FILES = 5
+
+
+def uploads(value: object) -> list[tuple[str, str, bytes]]:
+    """The files local mode's page attached: `[{name, mimetype, data (base64)}]`, checked
+    (ValueError says what is wrong)."""
+    if value in (None, []):
+        return []
+    if not isinstance(value, list) or len(value) > UPLOAD_FILES:
+        raise ValueError(f"files: a list of at most {UPLOAD_FILES}")
+    found: list[tuple[str, str, bytes]] = []
+    for item in value:
+        name = item.get("name") if isinstance(item, dict) else None
+        mimetype = item.get("mimetype") if isinstance(item, dict) else None
+        if not (isinstance(name, str) and 0 < len(name) <= 255 and "/" not in name):
+            raise ValueError("files: each needs a name (no slashes)")
+        if not (isinstance(mimetype, str) and len(mimetype) <= 127):
+            raise ValueError("files: each needs a mimetype")
+        try:
+            data = base64.b64decode(str(item.get("data", "")), validate=True)
+        except (ValueError, TypeError):
+            raise ValueError("files: data is base64") from None
+        found.append((name, mimetype or "application/octet-stream", data))
+    if sum(len(data) for _, _, data in found) > UPLOAD_BYTES:
+        raise ValueError(f"files: at most {UPLOAD_BYTES // (1024 * 1024)} MB in all")
+    return found

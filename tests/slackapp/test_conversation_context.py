@@ -111,6 +111,26 @@ async def test_a_mention_mid_thread_gives_the_earlier_messages_with_authors(
     assert sorted(c.args["user"] for c in bot.api.called("users.info")) == [ALICE, BOB]
 
 
+async def test_after_a_restart_the_earlier_messages_come_from_the_session(
+    local_store: LocalStore,
+) -> None:
+    model = answering()
+    agent = Agent(name="assistant", model=model)
+    async with slack_bot(local_store, ConversationRuntime(local_store, agent)) as bot:
+        top = bot.api.add_user_message(CHANNEL, ALICE, "Deploy is stuck")
+        await bot.mention(BOB, "any idea?", thread_ts=top.ts)
+        await answers(bot, top.ts, 1)
+        assert context_reads(bot) == 1
+    # A new process (runtime and Slack client) with the same storage.
+    async with slack_bot(local_store, ConversationRuntime(local_store, agent)) as bot:
+        await bot.reply(ALICE, "still stuck", top.ts)
+        await bot.settled(top.ts, Status.IDLE)
+        assert context_reads(bot) == 0
+    texts = user_texts(model.calls[1])
+    assert texts[0].endswith("<@UALICE>: Deploy is stuck")  # no names in this stand-in
+    assert texts[1:] == ["<@UBOB>: any idea?", "<@UALICE>: still stuck"]
+
+
 async def test_a_mention_at_the_top_reads_no_thread(bot: Harness) -> None:
     top = await bot.mention(BOB, "hello")
     await answers(bot, top.ts, 1)

@@ -2,7 +2,8 @@
 
 Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
 and measured raw first (so that every figure has a scale). Names (default: all, in this
-order): path, live, turns, growth, recovery, burst, restart, storage, load. Tables are printed as
+order): path, live, turns, growth, files, recovery, burst, restart, storage, load. Tables are
+printed as
 markdown; the figures also go to a JSON file (default test-artifacts/bench/results.json)."""
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ from typing import Any
 
 from bench import meter
 
-NAMES = ("path", "live", "turns", "growth", "recovery", "burst", "restart", "storage", "load")
+NAMES = (
+    "path",
+    "live",
+    "turns",
+    "growth",
+    "files",
+    "recovery",
+    "burst",
+    "restart",
+    "storage",
+    "load",
+)
 
 
 def main() -> None:
@@ -82,6 +94,10 @@ def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:
 
         sides, available = asyncio.run(growth.run_growth(emulators, args.growth))
         return growth.report(sides, available)
+    if name == "files":
+        from bench import files
+
+        return files.report(asyncio.run(files.run_files(emulators)))
     if name == "recovery":
         from bench import recovery
 

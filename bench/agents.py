@@ -19,6 +19,7 @@ from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from bot.runtime import retry_safe
+from bot.runtime.attribution import split_author
 
 REFILL = 64
 
@@ -30,14 +31,17 @@ def _texts(call_input: Any) -> list[dict[str, Any]]:
 
 
 def _user_text(items: list[dict[str, Any]]) -> str:
+    """The latest user message's own text (without its author's header)."""
     for item in reversed(items):
         if item.get("role") == "user":
             content = item.get("content")
             if isinstance(content, str):
-                return content
-            return " ".join(
-                str(part.get("text", "")) for part in content or [] if isinstance(part, dict)
-            )
+                return split_author(content)[1]
+            return split_author(
+                " ".join(
+                    str(part.get("text", "")) for part in content or [] if isinstance(part, dict)
+                )
+            )[1]
     return ""
 
 

@@ -170,11 +170,12 @@ def _runtime(
     from agents.exceptions import UserError
 
     from bot.agent_loader import AgentLoadError
+    from bot.tracing import TracingConfigError
     from bot.wiring import build_runtime
 
     try:
         return build_runtime(settings, runtime_settings)
-    except (AgentLoadError, UserError) as exc:
+    except (AgentLoadError, TracingConfigError, UserError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return None
 

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agents import Agent, function_tool
+from agents import Agent, RunContextWrapper, function_tool
+from agents.tool_context import ToolContext
 
 from bot.runtime.guard import retry_safe
+from bot.runtime.request_context import RequestContext
 
 INSTRUCTIONS = """You are a helpful assistant in a Slack thread. Be brief.
 You can look up the current time in a city, and you can file a ticket for the team; filing a
@@ -123,21 +125,40 @@ def current_time(city: str) -> str:
     return time_in(city)
 
 
-def append_ticket(title: str, details: str) -> Path:
-    """One JSON line per ticket in BOT_DATA_DIR/tickets.jsonl, UTF-8 (people read it)."""
+def append_ticket(title: str, details: str, **who: str) -> Path:
+    """One JSON line per ticket in BOT_DATA_DIR/tickets.jsonl, UTF-8 (people read it);
+    `who` adds where it was asked and by whom."""
     path = Path(os.getenv("BOT_DATA_DIR", ".bot-data")) / "tickets.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"title": title, "details": details}
+    record = {"title": title, "details": details, **who}
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path
 
 
 @function_tool(needs_approval=True)
-def file_ticket(title: str, details: str) -> str:
+def file_ticket(ctx: ToolContext[RequestContext], title: str, details: str) -> str:
     """File a ticket for the team. Needs approval: it has a side effect."""
-    append_ticket(title, details)
+    # Who asked and who approved come from the run context the runtime builds, never from
+    # the model's arguments.
+    asked = ctx.context
+    append_ticket(
+        title,
+        details,
+        requested_by=asked.user,
+        approved_by=asked.approved_by(ctx.tool_call_id) or "",
+        team=asked.team,
+        channel=asked.channel,
+        thread_ts=asked.thread_ts,
+    )
     return f"Filed ticket {title!r}."
+
+
+@function_tool
+def who_is_asking(ctx: RunContextWrapper[RequestContext]) -> str:
+    """Who is asking and where (the Slack user, channel and thread), from the request."""
+    asked = ctx.context
+    return f"You are <@{asked.user}>, asking in <#{asked.channel}> (thread {asked.thread_ts})."
 
 
 def build_agent() -> Agent[Any]:
@@ -152,5 +173,5 @@ def build_agent() -> Agent[Any]:
         name="assistant",
         instructions=INSTRUCTIONS,
         model=model,
-        tools=[retry_safe(current_time), file_ticket],
+        tools=[retry_safe(current_time), retry_safe(who_is_asking), file_ticket],
     )

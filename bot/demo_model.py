@@ -19,10 +19,12 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from openai.types.responses import ResponseTextDeltaEvent
 
 from bot.demo_agent import CITY_ZONES, city_key
+from bot.runtime.attribution import split_author
 
 HELP = (
-    "(offline demo model) I can tell the time, or file a ticket, which needs your approval. "
-    "Try: `@agent file a ticket about the printer`, or `@agent what time is it in Oslo?`"
+    "(offline demo model) I can tell the time, say who is asking, or file a ticket, which "
+    "needs your approval. Try: `@agent file a ticket about the printer`, `@agent who am I?`, "
+    "or `@agent what time is it in Oslo?`"
 )
 
 
@@ -70,13 +72,15 @@ def respond(call: Any) -> Any:
             return [assistant_message(f"Done: {output}")]
         return [assistant_message(output)]
     users = [_text(i.get("content")) for i in items if i.get("role") == "user"]
-    text = users[-1] if users else ""
+    text = split_author(users[-1])[1] if users else ""  # without its author's header
     lowered = text.lower()
     call_id = f"call_{uuid.uuid4().hex[:12]}"
     if "ticket" in lowered or "file " in lowered:
         about = re.search(r"about (.+?)[.?!]*$", text, re.IGNORECASE)
         title = (about.group(1) if about else text).strip()[:80] or "A ticket"
         return [function_call("file_ticket", {"title": title, "details": text}, call_id=call_id)]
+    if "who am i" in lowered or "who is asking" in lowered:
+        return [function_call("who_is_asking", {}, call_id=call_id)]
     if "time" in lowered:
         return [function_call("current_time", {"city": city_asked(text)}, call_id=call_id)]
     return [assistant_message(HELP)]

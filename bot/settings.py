@@ -18,6 +18,12 @@ def _split_ids(value: object) -> object:
     return value
 
 
+def _split_names(value: object) -> object:
+    if isinstance(value, str):
+        return tuple(part for part in value.replace(",", " ").split() if part)
+    return value
+
+
 UserIds = Annotated[frozenset[str], NoDecode, BeforeValidator(_split_ids)]
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
@@ -39,6 +45,27 @@ class RuntimeSettings(BaseSettings):
         default=300.0, gt=0, description="seconds one model turn (with its tools) may take"
     )
     tracing: bool = False
+    trace_processors: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_names)] = Field(
+        default=(),
+        description="`module:function` factories of trace processors that receive the traces "
+        "instead of OpenAI's exporter (`openai` keeps that one too)",
+    )
+    model_retries: int = Field(
+        default=3, ge=0, le=10, description="retries of a model call after a transient error"
+    )
+    model_retry_delay: float = Field(
+        default=1.0, ge=0, le=30, description="seconds before the first retry; doubles, at most 15"
+    )
+    thread_context_messages: int = Field(
+        default=15,
+        ge=0,
+        le=100,
+        description="earlier thread messages given to the agent when mentioned mid-thread "
+        "(the thread's first message and the most recent ones; 0: none)",
+    )
+    thread_context_chars: int = Field(
+        default=12_000, ge=500, le=100_000, description="characters of earlier messages at most"
+    )
     shutdown_grace: Duration = Field(
         default=timedelta(seconds=25),
         description="how long a graceful stop lets runs reach their next checkpoint "

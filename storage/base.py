@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from storage.codec import decode_state, encode_state
+from storage.content import ContentBlobs
 from storage.errors import BlobExists, SessionConflict
 from storage.installations import InstallationRecords
 from storage.models import (
@@ -115,9 +116,10 @@ class Commit:
             raise ValueError(f"one commit consumes at most {CONSUME_LIMIT} inbox entries")
 
 
-class Store(InstallationRecords, ABC):
+class Store(InstallationRecords, ContentBlobs, ABC):
     """Durable conversation state (and the application's installations, see
-    `installations`). Blocking calls: run them off the event loop."""
+    `installations`). Blocking calls: run them off the event loop. Bytes referred to by
+    digest (files people shared) are kept by `put_content` / `get_content`."""
 
     def __init__(
         self,

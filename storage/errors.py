@@ -83,3 +83,12 @@ class BlobExists(StorageError):
 
 class InboxChanged(StorageError):
     """Messages were queued after the writer last read the inbox: read it again."""
+
+
+class ContentMissing(StorageError):
+    """A content-addressed blob is gone (expired) or fails its digest."""
+
+    def __init__(self, digest: str, detail: str) -> None:
+        super().__init__(f"content {digest[:16]}: {detail}")
+        self.digest = digest
+        self.detail = detail

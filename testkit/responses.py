@@ -56,8 +56,11 @@ class ScriptedResponses:
         *,
         delta_delay: float = 0.0,
         midway: dict[int, threading.Event] | None = None,
+        failures: list[int] | None = None,
     ) -> None:
         self.script = list(script)
+        self.failures = list(failures or [])  # HTTP statuses answered first, in order
+        self.failed: list[int] = []  # the failures answered
         self.holds = holds or {}  # request number (0-based) -> answer only once this is set
         self.delta_delay = delta_delay
         self.midway = midway or {}  # request number -> finish its text only once this is set
@@ -78,6 +81,14 @@ class ScriptedResponses:
         if hold is not None:
             hold.wait(120)
         return output
+
+    def failure(self) -> int | None:
+        """The status to answer this request with instead of the script, if any."""
+        with self.lock:
+            if not self.failures:
+                return None
+            self.failed.append(self.failures.pop(0))
+            return self.failed[-1]
 
     def number_of(self, request: dict[str, Any]) -> int:
         with self.lock:
@@ -109,6 +120,10 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 self.send_error(404)
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            failure = script.failure()
+            if failure is not None:  # a transient fault of the service
+                self._json(failure, {"error": {"message": "try again", "type": "server_error"}})
+                return
             try:
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 output = script.next_output(body, headers)

@@ -10,6 +10,8 @@ from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import retry_safe
+from bot.runtime.attribution import split_author
+from bot.runtime.context_source import SharedFile, ThreadHistory, Unavailable
 from storage import Conversation, ConversationKey, Store
 
 KEY = ConversationKey(team="T9", channel="C9", thread_ts="1700000100.000100")
@@ -74,12 +76,57 @@ def record_of(store: Store, key: ConversationKey = KEY) -> Conversation:
     return record
 
 
-def last_user_text(call: Any) -> str:
+def user_texts(call: Any) -> list[str]:
+    """The user messages a model call was given, as the model reads them (attributed)."""
     items = (
         call.input if isinstance(call.input, list) else [{"role": "user", "content": call.input}]
     )
-    texts = [i.get("content") for i in items if isinstance(i, dict) and i.get("role") == "user"]
-    return str(texts[-1]) if texts else ""
+    texts = []
+    for item in items:
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, list):
+                content = " ".join(
+                    str(p.get("text", "")) for p in content if p.get("type") == "input_text"
+                )
+            texts.append(str(content))
+    return texts
+
+
+def last_user_text(call: Any) -> str:
+    """The latest user message's own text, without its author (`<@U1>: `)."""
+    texts = user_texts(call)
+    return split_author(texts[-1])[1] if texts else ""
+
+
+class FileSource:
+    """A `ContextSource` that serves files from a dictionary (what Slack's downloads are to
+    the runtime); no earlier messages, no names."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.downloads = 0
+        self.shared = 0
+
+    def share(self, data: bytes, mimetype: str = "image/png", name: str = "") -> SharedFile:
+        self.shared += 1
+        file_id = f"F{self.shared:06d}"
+        self.files[file_id] = data
+        return SharedFile(
+            id=file_id, name=name or f"{file_id}.png", mimetype=mimetype, size=len(data), url="-"
+        )
+
+    async def earlier_messages(self, key: ConversationKey, before: str) -> ThreadHistory:
+        return ThreadHistory()
+
+    async def display_name(self, key: ConversationKey, user: str) -> str | None:
+        return None
+
+    async def download(self, key: ConversationKey, file: SharedFile, limit: int) -> bytes:
+        self.downloads += 1
+        if file.id not in self.files:
+            raise Unavailable("it is gone")
+        return self.files[file.id]
 
 
 def echo_model(steps: int = 20) -> ScriptedModel:

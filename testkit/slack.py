@@ -50,8 +50,9 @@ async def running_api(api: SlackWebApi) -> AsyncIterator[str]:
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
+    api.base_url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield api.base_url
     finally:
         await runner.cleanup()
 
@@ -141,23 +142,42 @@ class Harness:
         return response.status
 
     async def mention(
-        self, user: str, text: str, *, thread_ts: str | None = None, channel: str = CHANNEL
+        self,
+        user: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        channel: str = CHANNEL,
+        files: list[dict[str, Any]] | None = None,
     ) -> Message:
-        """A user mentions the bot: Slack sends app_mention (and, in a thread, a message)."""
+        """A user mentions the bot: Slack sends app_mention (and, in a thread, a message);
+        `files` (from `api.add_file`) were shared with it."""
         message = self.api.add_user_message(
-            channel, user, f"<@{self.api.bot_user}> {text}", thread_ts
+            channel, user, f"<@{self.api.bot_user}> {text}", thread_ts, files
         )
         said = {"user": user, "text": message.text, "ts": message.ts, "channel": channel}
         mention = requests.app_mention(**said, thread_ts=thread_ts, team=self.team)
+        if files:
+            mention["files"] = files
         assert await self.send_event(mention) == 200
         if thread_ts:
-            await self.send_event(requests.message(**said, thread_ts=thread_ts, team=self.team))
+            shared: dict[str, Any] = {"subtype": "file_share", "files": files} if files else {}
+            await self.send_event(
+                requests.message(**said, thread_ts=thread_ts, team=self.team, **shared)
+            )
         return message
 
     async def reply(
-        self, user: str, text: str, thread_ts: str, *, channel: str = CHANNEL
+        self,
+        user: str,
+        text: str,
+        thread_ts: str,
+        *,
+        channel: str = CHANNEL,
+        files: list[dict[str, Any]] | None = None,
     ) -> Message:
-        message = self.api.add_user_message(channel, user, text, thread_ts)
+        message = self.api.add_user_message(channel, user, text, thread_ts, files)
+        shared: dict[str, Any] = {"subtype": "file_share", "files": files} if files else {}
         event = requests.message(
             user=user,
             text=text,
@@ -165,6 +185,7 @@ class Harness:
             channel=channel,
             thread_ts=thread_ts,
             team=self.team,
+            **shared,
         )
         assert await self.send_event(event) == 200
         return message

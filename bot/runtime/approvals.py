@@ -28,6 +28,7 @@ from bot.runtime.outcomes import (
     StatusReply,
 )
 from bot.runtime.replies import parse_decision
+from bot.runtime.request_context import state_document
 from storage import Status
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
         # A reply decides only requests that were in the thread when it was written.
         answered = [c for c in awaiting if _asked_before(asked.get(c), arrived)]
         if verdict is None:
-            held.append(HeldMessage(user=item.user, text=item.text))
+            held.append(HeldMessage.of(item))
         elif not answered:
             await serving.emit_now(
                 Refused(
@@ -163,7 +164,12 @@ async def _decided(
     # The decision is durable before anything runs: a crash from here on is recovered from
     # this checkpoint (status `running`), not asked again.
     approved = envelope.model_copy(
-        update={"run_state": state.to_json(), "held": held, "awaiting": [], "decided": decided}
+        update={
+            "run_state": state_document(state),
+            "held": held,
+            "awaiting": [],
+            "decided": decided,
+        }
     )
     # Approved calls, and calls that needed no person and waited with them, run next.
     to_run = [c for c in envelope.awaiting if not c.human or verdicts[c.call_id][0]]
@@ -187,7 +193,7 @@ async def _keep(
         if state is None:
             return
         apply_decisions(state, verdicts)
-        state_doc = state.to_json()
+        state_doc = state_document(state)
         decided |= {
             call_id: DecisionMade(approved=approve, user=user)
             for call_id, (approve, user, _) in verdicts.items()

@@ -20,9 +20,12 @@ from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError, UserError
 from bot.runtime import approvals, stopping, trust
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
 from bot.runtime.guard import CURRENT_SCOPE, TurnScope
+from bot.runtime.model_input import render
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
 from bot.runtime.progress import Step, shown
 from bot.runtime.references import new_reference
+from bot.runtime.request_context import request_context, state_document
+from bot.runtime.run_options import for_run
 from bot.runtime.turns import run_one_turn
 from storage import ConversationSession, Status, StorageError
 
@@ -78,10 +81,11 @@ async def drive(
                     rt.agent,
                     start,
                     session=session,
-                    run_config=rt.run_config,
+                    run_config=for_run(rt.run_config, key, started_by),
                     max_turns=rt.settings.max_turns,
                     time_limit=rt.settings.turn_timeout,
                     on_text=on_text,
+                    context=request_context(key, started_by, serving.decided),
                 )
             )
             if await _stopped_first(serving, scope, turn):
@@ -135,7 +139,7 @@ async def drive(
             humans = [call for call in awaiting if call.human]
             finished = result.final_output is not None and not awaiting
             envelope = Envelope(
-                run_state=state.to_json(),
+                run_state=state_document(state),
                 started_by=started_by,
                 awaiting=awaiting,
                 held=held,
@@ -171,7 +175,7 @@ async def drive(
                 if not held:
                     serving.final_status = Status.IDLE
                     return
-                start, started_by, held = as_messages(held), held[0].user, []
+                start, started_by, held = await render(serving, held), held[0].user, []
                 continue
             start = state
     finally:
@@ -229,9 +233,3 @@ def plain_reason(exc: BaseException) -> str:
     if isinstance(exc, MaxTurnsExceeded):
         return "it took more steps than allowed"
     return "the model service failed"
-
-
-def as_messages(held: list[HeldMessage]) -> str | list[TResponseInputItem]:
-    if len(held) == 1:
-        return held[0].text
-    return [{"role": "user", "content": m.text} for m in held]

@@ -9,16 +9,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from bot.runtime.context_source import SharedFile
 from bot.runtime.outcomes import PendingCall
 
 ENVELOPE_FORMAT = 1
 
 
 class HeldMessage(BaseModel):
-    """A user message kept while a run is paused or running; it is answered after."""
+    """A user message kept while a run is paused or running; it is answered after. Given to
+    the model like any other message (`model_input`): its files are read only then."""
 
     user: str
     text: str
+    ts: str | None = None
+    files: list[SharedFile] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, message: UserMessage) -> HeldMessage:
+        return cls(user=message.user, text=message.text, ts=message.ts, files=message.files)
 
 
 class AwaitingCall(PendingCall):
@@ -73,6 +81,7 @@ class UserMessage(BaseModel):
     user: str
     text: str
     ts: str | None = None
+    files: list[SharedFile] = Field(default_factory=list)
 
 
 class DecisionRequest(BaseModel):

@@ -24,6 +24,8 @@ class NoticeKind(StrEnum):
     MESSAGE_KEPT = "message_kept"
     QUEUED = "queued"
     STOPPED = "stopped"
+    CONTEXT_UNAVAILABLE = "context_unavailable"  # a thread's earlier messages were not read
+    FILES_NOT_READ = "files_not_read"  # shared files the model was not given
 
 
 class Outcome(BaseModel):
@@ -68,12 +70,14 @@ class Decided(Outcome):
 
 class Notice(Outcome):
     """A statement in the thread. `reference` ties it to the logs when something failed;
-    `settles` lists calls whose approval requests this notice makes moot."""
+    `settles` lists calls whose approval requests this notice makes moot; `details` are
+    lines listed under the text that come from outside (file names): raw, like model text."""
 
     kind: NoticeKind
     text: str
     reference: str | None = None
     settles: list[PendingCall] = []
+    details: list[str] = []
 
 
 class Refused(Outcome):

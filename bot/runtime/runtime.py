@@ -18,11 +18,12 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from agents import Agent, RunConfig
+from agents import Agent
 from agents.memory import SessionSettings
-from agents.models.openai_provider import OpenAIProvider
 from agents.run_state import CURRENT_SCHEMA_VERSION
 
+from bot.runtime.attachments import SharedFiles
+from bot.runtime.context_source import ContextSource, NoSource, SharedFile
 from bot.runtime.delivery import OutcomeSink
 from bot.runtime.envelope import DecisionRequest, UserMessage
 from bot.runtime.fingerprint import agent_fingerprint
@@ -39,6 +40,7 @@ from bot.runtime.outcomes import (
 )
 from bot.runtime.progress import Progress, Quiet
 from bot.runtime.replies import is_stop_word
+from bot.runtime.run_options import base_run_config
 from bot.runtime.serving import Serving
 from bot.runtime.stewardship import discard_conversation, discard_team
 from bot.runtime.text import clean_text
@@ -101,6 +103,7 @@ class ConversationRuntime:
         progress: Progress | None = None,
         owner: str | None = None,
         agent_version: str = "",
+        source: ContextSource | None = None,
     ) -> None:
         from bot.runtime.storage_calls import StorageCalls
 
@@ -112,18 +115,15 @@ class ConversationRuntime:
         self.process = owner or process_identity()
         self.sink = on_outcome
         self.progress: Progress = progress or Quiet()
+        self.source: ContextSource = source or NoSource()  # earlier messages, names, files
+        self.files = SharedFiles(self.io)
         self.draining = False
         self.history = HistoryCache()
         self._serving: set[asyncio.Task[Any]] = set()
         # Threads taken by the write that kept their message, for `serve` to use at once.
         self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
         self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
-        # A provider of our own reads OPENAI_API_KEY / OPENAI_BASE_URL when first used.
-        self.run_config = RunConfig(
-            model=self.settings.model,
-            model_provider=OpenAIProvider(),
-            tracing_disabled=not self.settings.tracing,
-        )
+        self.run_config = base_run_config(self.settings, self.files)
         self.session_settings = SessionSettings(limit=self.settings.history_items)
 
     @property
@@ -146,15 +146,18 @@ class ConversationRuntime:
         ts: str | None = None,
         create: bool = True,
         take: bool = False,
+        files: Sequence[SharedFile] = (),
     ) -> Kept:
         """Keep a user's message durably in its thread's inbox (deduplicated by event id).
         Without `create`, only a thread the bot is already part of takes it. With `take`,
-        the same write takes the thread when it is free, for `serve` to go on with."""
-        if is_stop_word(text):
+        the same write takes the thread when it is free, for `serve` to go on with. `files`
+        describe what was shared with it (read later, when the model is given it)."""
+        if is_stop_word(text) and not files:
             stopping = await self.request_stop(key, user)
             if stopping.accepted:
                 return Kept.STOPPING  # a request to the run in progress, not a message
-        payload = UserMessage(user=user, text=clean_text(text), ts=ts).model_dump_json()
+        message = UserMessage(user=user, text=clean_text(text), ts=ts, files=list(files))
+        payload = message.model_dump_json()
         return await self._keep(key, event_id, payload, create=create, user=user, take=take)
 
     async def _keep(

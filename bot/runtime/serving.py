@@ -28,6 +28,7 @@ from bot.runtime.envelope import (
     UserMessage,
     parse_payload,
 )
+from bot.runtime.model_input import render
 from bot.runtime.outcomes import Notice, NoticeKind, Outcome, Refused
 from bot.runtime.progress import shown
 from bot.runtime.references import new_reference
@@ -108,6 +109,7 @@ class Serving:
         self.decided: dict[str, DecisionMade] = {}  # carried from envelope to envelope
         self.armed: set[str] = set()  # calls this session recorded as started, to run now
         self.showing = False  # progress was shown for this thread: end it when done
+        self.notes: list[Outcome] = []  # for the thread, with the next commit (`model_input`)
 
     @property
     def lease(self) -> Lease:
@@ -258,7 +260,7 @@ class Serving:
             known = current or await self._finished_envelope()
             for decision in entries.decisions:
                 await self.refuse(decision, approvals.late_decision(known, decision))
-        arrived = [HeldMessage(user=m.user, text=m.text) for m in entries.messages]
+        arrived = [HeldMessage.of(m) for m in entries.messages]
         if runnable is not None:  # a run to continue (after a restart, or `/resume`)
             state = await trust.load_state(self, runnable)
             if state is not None:
@@ -268,10 +270,10 @@ class Serving:
         if current is not None and current.finished and current.held:
             # A run finished and messages held meanwhile wait for the next one.
             held = current.held + arrived
-            await self.drive(as_input(held), held[0].user, [], entries.ids)
+            await self.drive(await render(self, held), held[0].user, [], entries.ids)
             return
         if arrived:
-            await self.drive(as_input(arrived), arrived[0].user, [], entries.ids)
+            await self.drive(await render(self, arrived), arrived[0].user, [], entries.ids)
             return
         if entries.ids:
             await self._consume_only(entries.ids)
@@ -317,6 +319,7 @@ class Serving:
         (approved by this checkpoint, about to run) are recorded as started in the same
         write. Returns the session's next sequence number."""
         self.check()
+        outcomes, self.notes = [*self.notes, *outcomes], []
         envelope.outbox = self.outbox.for_commit(self.version + 1, outcomes)
         now = self.store.clock()
         armed = [
@@ -373,9 +376,3 @@ class Serving:
         await self.emit_now(
             Refused(key=self.key, text=text, reply_to=decision.reply_to, user=decision.user)
         )
-
-
-def as_input(messages: list[HeldMessage]) -> str | list[TResponseInputItem]:
-    if len(messages) == 1:
-        return messages[0].text
-    return [{"role": "user", "content": m.text} for m in messages]

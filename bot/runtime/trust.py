@@ -21,6 +21,7 @@ from bot.runtime.closing import ClosedCalls, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
 from bot.runtime.outcomes import Notice, NoticeKind
 from bot.runtime.references import new_reference
+from bot.runtime.request_context import for_restore, request_context
 from storage import CheckpointError, Conversation, ConversationKey, Status
 
 if TYPE_CHECKING:
@@ -109,8 +110,13 @@ async def current_envelope(serving: Serving) -> Envelope | None:
 
 
 async def load_state(serving: Serving, envelope: Envelope) -> RunState[Any] | None:
+    """The SDK's run state, with the run context rebuilt from the envelope (not the copy the
+    state carries)."""
+    context = request_context(serving.key, envelope.started_by, envelope.decided)
     try:
-        return await RunState.from_json(serving.rt.agent, envelope.run_state)
+        return await RunState.from_json(
+            serving.rt.agent, envelope.run_state, context_override=for_restore(context)
+        )
     except (UserError, ModelBehaviorError, ValueError, KeyError, TypeError) as exc:
         log.error("%s: the SDK refused the saved state: %s", serving.key, exc)
         await fail_closed(

@@ -26,10 +26,12 @@ async def run_one_turn(
     max_turns: int,
     time_limit: float,
     on_text: Callable[[str], Awaitable[None]] | None = None,
+    context: Any = None,
 ) -> RunResultStreaming:
-    """One turn; `on_text` sees the answer's text as the model streams it."""
+    """One turn; `on_text` sees the answer's text as the model streams it; `context` is the
+    run context tools get (it replaces the one a resumed state carries)."""
     result = Runner.run_streamed(
-        agent, start, session=session, run_config=run_config, max_turns=max_turns
+        agent, start, context=context, session=session, run_config=run_config, max_turns=max_turns
     )
     cancel_asked = False
     try:

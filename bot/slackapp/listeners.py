@@ -23,6 +23,7 @@ from bot.runtime import ConversationRuntime, Kept, Refused, StatusReply
 from bot.runtime.runtime import EXPIRED, NEUTRAL
 from bot.slackapp.agent_blocks import FEEDBACK, STOP, parse_feedback
 from bot.slackapp.blocks import APPROVE, REJECT, RESUME, parse_button_value, paused_list_blocks
+from bot.slackapp.conversation_source import shared_files
 from bot.slackapp.settings import SlackSettings
 from bot.slackapp.teams import conversation_enterprise, workspace_url
 from storage import ConversationKey
@@ -118,6 +119,7 @@ class Listeners:
             ts=ts,
             create=create,
             take=True,  # the same write takes the thread when free: served without a read
+            files=shared_files(event),
         )
         context["kept"] = kept.value
         context["kept_key"] = str(key)

@@ -56,6 +56,8 @@ NOTICE_ICONS = {
     NoticeKind.RUN_FAILED: ":x:",
     NoticeKind.MESSAGE_KEPT: ":inbox_tray:",
     NoticeKind.STOPPED: ":octagonal_sign:",
+    NoticeKind.CONTEXT_UNAVAILABLE: ":warning:",
+    NoticeKind.FILES_NOT_READ: ":paperclip:",
 }
 # Errors that retrying cannot fix (https://api.slack.com/methods/chat.postMessage#errors).
 PERMANENT_ERRORS = frozenset(
@@ -205,9 +207,9 @@ class SlackPoster:
             await self.readback.tidy_interrupted(outcome.key, keep=self._open_stream(outcome))
         icon = NOTICE_ICONS.get(outcome.kind, ":information_source:")
         reference = f" (reference: {outcome.reference})" if outcome.reference else ""
-        await self._post(
-            outcome, ref, 0, text=truncate(f"{icon} {outcome.text}{reference}", MESSAGE_LIMIT)
-        )
+        details = "".join(f"\n• {escape(line)}" for line in outcome.details)  # from users
+        text = f"{icon} {outcome.text}{reference}{details}"
+        await self._post(outcome, ref, 0, text=truncate(text, MESSAGE_LIMIT))
         for call in outcome.settles:
             card = await self.readback.find_card(outcome.key, call.call_id)
             if card:

@@ -26,6 +26,7 @@ from bot import metrics
 from bot.runtime import ConversationRuntime
 from bot.slackapp.app import build_app, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients
+from bot.slackapp.conversation_source import SlackSource
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.oauth import install_routes, installs
 from bot.slackapp.poster import SlackPoster
@@ -112,6 +113,8 @@ async def serve(
     # Slack's and the storage's first connections. Many workspaces have no one token.
     identity = None if many else await client.auth_test()
     workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
+    bot_user = identity.get("user_id") if identity else None
+    runtime.source = SlackSource(settings, clients, bot_user=bot_user)
     await runtime.healthy()
     app = build_app(
         settings,

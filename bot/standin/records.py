@@ -38,6 +38,7 @@ class Message:
     plan: str | None = None  # the last plan_update's title
     task_display_mode: str | None = None  # "timeline" or "plan"
     streaming: bool = False  # between chat.startStream and chat.stopStream
+    files: list[dict[str, Any]] | None = None  # shared with it (`add_file`)
 
     def shown_text(self) -> str:
         """The text Slack gives back for it (conversations.replies): a streamed or Markdown

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.standin.oauth import Grant, OAuthApp, OAuthMethods, Team, basic_auth
+from bot.standin.people_files import PeopleAndFiles
 from bot.standin.records import Call, Message, StatusChange, json_list, json_object
 from bot.standin.streams import MARKDOWN_LIMIT, STATUS_TIMEOUT, AgentMethods, refused
 
@@ -30,10 +31,11 @@ BOT_ID = "BBOT"
 TEAM = "T0LOCAL"
 
 
-class SlackWebApi(AgentMethods, OAuthMethods):
+class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
     def __init__(
         self, team: str = TEAM, bot_user: str = BOT_USER, *, token: str | None = None
     ) -> None:
+        PeopleAndFiles.__init__(self)
         self.team = team
         self.token = token
         self.teams: dict[str, Team] = {team: Team(team, "Local")}
@@ -67,6 +69,7 @@ class SlackWebApi(AgentMethods, OAuthMethods):
             web.get("/api/{method}", self._api),
             web.post("/respond/{token}", self._respond),
             web.get("/oauth/v2/authorize", self.authorize_page),
+            *self.file_routes(),
         ]
 
     async def _api(self, request: web.Request) -> web.Response:
@@ -210,11 +213,17 @@ class SlackWebApi(AgentMethods, OAuthMethods):
         ]
 
     def add_user_message(
-        self, channel: str, user: str, text: str, thread_ts: str | None = None
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        thread_ts: str | None = None,
+        files: list[dict[str, Any]] | None = None,
     ) -> Message:
         message = Message(
             channel=channel, ts=self.next_ts(), text=text, user=user, thread_ts=thread_ts
         )
+        message.files = files or None
         self.messages[(channel, message.ts)] = message
         return message
 
@@ -274,11 +283,18 @@ class SlackWebApi(AgentMethods, OAuthMethods):
         }
 
     def m_conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
-        """A thread's messages, oldest first (pages of `limit`; metadata on request)."""
+        """A thread's messages, oldest first (pages of `limit`; metadata on request; those
+        before `latest`, or at it too when `inclusive`)."""
         channel, thread_ts = args["channel"], args["ts"]
         found = [m for m in self.thread(channel, thread_ts) if not m.ephemeral_to]
         if not found:
             return {"ok": False, "error": "thread_not_found"}
+        if args.get("latest"):
+            inclusive = str(args.get("inclusive", "")).lower() in ("1", "true")
+            latest = float(args["latest"])
+            found = [
+                m for m in found if float(m.ts) < latest or (inclusive and float(m.ts) == latest)
+            ]
         start = int(args.get("cursor") or 0)
         limit = int(args.get("limit") or 100)
         page = found[start : start + limit]
@@ -297,6 +313,8 @@ class SlackWebApi(AgentMethods, OAuthMethods):
                 item["bot_id"] = BOT_ID
             if m.blocks:
                 item["blocks"] = m.blocks
+            if m.files:
+                item["files"] = m.files
             if with_metadata and m.metadata:
                 item["metadata"] = m.metadata
             messages.append(item)

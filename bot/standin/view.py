@@ -136,6 +136,7 @@ def message_view(m: Message, *, bot: bool, pending: bool, chosen: dict[str, str]
         "streaming": m.streaming,
         "blocks": blocks_view(m.blocks, chosen),
         "reactions": sorted(m.reactions),
+        "files": [str(f.get("name", "")) for f in m.files or []],
         "bot": bot,
         "pending": pending,
     }

@@ -33,7 +33,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -42,6 +42,7 @@ import aiohttp
 from aiohttp import web
 
 from bot.standin.only_you import OnlyYou, element
+from bot.standin.people_files import UPLOAD_BYTES, uploads
 from bot.standin.places import Place, Places
 from bot.standin.requests import (
     FORM,
@@ -136,6 +137,8 @@ class Workspace:
             page_url=f"http://{LOOPBACK}:{port}",
             bot_url=f"http://{LOOPBACK}:{bot_port}",
         )
+        self.api.base_url = f"http://{LOOPBACK}:{port}"  # where the bot downloads files
+        self.api.people = {uid: name for name, uid in USERS.items()}
         self.data_dir = data_dir
         self.port = port
         self.bot_port = bot_port
@@ -509,18 +512,27 @@ class Workspace:
     # -- what the page does ---------------------------------------------------------------
 
     def post_message(
-        self, user: str, text: str, thread_ts: str | None, place: Place | None = None
+        self,
+        user: str,
+        text: str,
+        thread_ts: str | None,
+        place: Place | None = None,
+        files: Sequence[tuple[str, str, bytes]] = (),
     ) -> Message:
+        """`files` (name, type, bytes) are shared with the message, as Slack shares them."""
         place = place or self.places.all[0]
         mentioned = MENTION in text
         text = text.replace(MENTION, f"<@{self.api.bot_user}>")
-        message = self.api.add_user_message(place.channel, user, text, thread_ts)
+        shared = [self.api.add_file(name, mimetype, data) for name, mimetype, data in files]
+        message = self.api.add_user_message(place.channel, user, text, thread_ts, shared)
         said = {"user": user, "text": text, "ts": message.ts, "channel": place.channel}
         events = []  # as Slack sends them: a mention in a thread is both events
         if mentioned:
-            events.append(app_mention(**said, thread_ts=thread_ts, team=place.team))
+            mention = app_mention(**said, thread_ts=thread_ts, team=place.team)
+            events.append(mention | ({"files": shared} if shared else {}))
         if thread_ts or not mentioned:
-            events.append(message_event(**said, thread_ts=thread_ts, team=place.team))
+            extra: dict[str, Any] = {"subtype": "file_share", "files": shared} if shared else {}
+            events.append(message_event(**said, thread_ts=thread_ts, team=place.team, **extra))
         for event in events:
             self.enqueue(
                 {
@@ -787,13 +799,17 @@ class Workspace:
             place = self._place(data.get("team"))
             text = self._text(data, "text").strip()
             thread_ts = self._thread(data.get("thread_ts"), place)
-            if not text:
+            try:
+                files = uploads(data.get("files"))
+            except ValueError as exc:
+                raise Refused(400, str(exc)) from None
+            if not text and not files:
                 raise Refused(400, "empty message")
-            if text.startswith("/"):
+            if text.startswith("/") and not files:
                 command, _, rest = text.partition(" ")
                 self.command(user, command, rest.strip(), thread_ts, place)
             else:
-                self.post_message(user, text, thread_ts, place)
+                self.post_message(user, text, thread_ts, place, files)
             return web.json_response({"ok": True, "queued": self.bot_state not in UP})
 
         async def click(request: web.Request) -> web.Response:
@@ -850,7 +866,8 @@ class Workspace:
         """The page and the Web API on loopback, and the outbox delivering; the bot (when
         started) is stopped on the way out. LocalModeError when the port is taken."""
         self.load()
-        app = web.Application(middlewares=[self.guard], client_max_size=1 << 20)
+        # Room for the files the page may attach (base64 in JSON: 4/3 of UPLOAD_BYTES).
+        app = web.Application(middlewares=[self.guard], client_max_size=UPLOAD_BYTES * 3 // 2)
         app.add_routes(self.routes())
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

@@ -254,6 +254,10 @@ class AwsStore(Store):
         self.blobs.put_new(object_key, data)
 
     @translated
+    def _refresh_blob(self, object_key: str, data: bytes) -> None:
+        self.blobs.put(object_key, data)
+
+    @translated
     def _get_blob(self, object_key: str) -> bytes:
         return self.blobs.get(object_key)
 

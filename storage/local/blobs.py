@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -38,6 +39,24 @@ class BlobDir:
             _fsync_dir(target.parent)
         finally:
             os.unlink(tmp)
+
+    def refresh(self, object_key: str, data: bytes) -> None:
+        """Write a content-addressed blob whether or not it is there (its name fixes its
+        bytes): atomic (a temp file renamed over it), and it counts as written now, since
+        `gc` reckons a blob's age from its last write, as S3's lifecycle rule does."""
+        target = self.path(object_key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
     def get(self, object_key: str) -> bytes:
         try:

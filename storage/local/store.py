@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from storage.base import INDEXED, KEEP, Commit, Committed, Kept, SessionPage, Store
+from storage.content import CONTENT_PREFIX
 from storage.errors import (
     CheckpointConflict,
     InboxChanged,
@@ -44,6 +45,7 @@ from storage.models import (
 P = ParamSpec("P")
 R = TypeVar("R")
 ROW_TABLES = ("items", "tool_calls", "inbox", "votes")
+CONTENT_GRACE = timedelta(days=1)  # content outlives the history rows that refer to it
 
 
 def translated(method: Callable[P, R]) -> Callable[P, R]:
@@ -612,12 +614,18 @@ class LocalStore(Store):
         return self.blobs.get(object_key)
 
     @translated
+    def _refresh_blob(self, object_key: str, data: bytes) -> None:
+        self.blobs.refresh(object_key, data)
+
+    @translated
     def _delete_blob(self, object_key: str) -> None:
         self.blobs.delete(object_key)
 
     def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:
-        """Delete expired rows (sqlite has no TTL) and checkpoint blobs that no record points
-        to and that are older than `orphan_age`. Returns how many blobs were removed."""
+        """Delete expired rows (sqlite has no TTL), checkpoint blobs that no record points
+        to and that are older than `orphan_age`, and content blobs not written for a day
+        longer than the state TTL (as the S3 lifecycle rule does). Returns how many blobs
+        were removed."""
         now = self.clock()
         with self._write() as db:
             expired = [
@@ -640,6 +648,11 @@ class LocalStore(Store):
         removed = 0
         for object_key, mtime in self.blobs.keys("checkpoints"):
             if object_key not in live and mtime < cutoff:
+                self.blobs.delete(object_key)
+                removed += 1
+        retained = (now - self.state_ttl - CONTENT_GRACE).timestamp()
+        for object_key, mtime in self.blobs.keys(CONTENT_PREFIX.rstrip("/")):
+            if mtime < retained:
                 self.blobs.delete(object_key)
                 removed += 1
         return removed

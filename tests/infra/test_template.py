@@ -69,7 +69,9 @@ def test_bucket_is_private_encrypted_tls_only_and_expires_blobs() -> None:
     rules = bucket["LifecycleConfiguration"]["Rules"]
     expiring = {r["Prefix"]: r["ExpirationInDays"] for r in rules if "Prefix" in r}
     retention = {"Fn::FindInMap": ["RetentionByStateTtl", {"Ref": "StateTtlDays"}, "Days"]}
-    assert expiring == {prefix: retention for prefix in ("checkpoints/", "items/", "tools/")}
+    assert expiring == {
+        prefix: retention for prefix in ("checkpoints/", "items/", "tools/", "files/")
+    }
     [deny] = plain(RESOURCES["StateBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"])
     assert deny["Effect"] == "Deny" and deny["Action"] == "s3:*"
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
@@ -185,7 +187,12 @@ def workload(store: Store) -> set[str]:
     later = store.clock() + store.state_ttl + timedelta(days=1)
     store.clock = lambda: later
     store.enqueue(KEY, "Ev4", '{"user":"U","text":"much later"}')  # expired: made anew
+    digest = store.put_content(b"a shared file")
+    store.put_content(b"a shared file")  # shared again: kept once
+    store.get_content(digest)
     return {
+        "put_content",
+        "get_content",
         "enqueue",
         "keep",
         "claim_event",
@@ -266,7 +273,7 @@ def test_policy_grants_exactly_what_the_code_calls(aws_services: dict[str, str])
         ("kms:DescribeKey", "key"),
         ("kms:GenerateDataKey", "key"),
     }
-    lifecycle = {"checkpoints/", "items/", "tools/"}
+    lifecycle = {"checkpoints/", "items/", "tools/", "files/"}
     assert all(any(k.startswith(p) for p in lifecycle) for k in recorder.s3_keys)
 
 

@@ -165,7 +165,7 @@ async def test_reply_while_paused(store: Store, effects: SideEffects) -> None:
     ]
     assert len(effects.calls("send_email")) == 1
     users = [i["content"] for i in history(store) if i.get("role") == "user"]
-    assert users == ["email Ana", "and the weather?"]
+    assert users == ["<@U1>: email Ana", "<@U1>: and the weather?"]  # attributed
     model.assert_complete()
 
 

@@ -94,7 +94,7 @@ def test_kill_at_boundary_then_recover(
         "function_call_output",
         "message",
     ]
-    assert items[0]["content"] == "email Ana"
+    assert items[0]["content"] == "<@U1>: email Ana"
     assert items[1]["call_id"] == items[2]["call_id"]
     assert items[3]["call_id"] == items[4]["call_id"]
     record = store.get(KEY)

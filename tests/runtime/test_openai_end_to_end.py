@@ -55,6 +55,11 @@ async def test_demo_agent_over_http(
     assert isinstance(outcomes[-1], Answer) and outcomes[-1].text == "Filed the printer ticket."
     tickets = (tmp_path / "tickets.jsonl").read_text().splitlines()
     assert [json.loads(t)["title"] for t in tickets] == ["Printer"]
+    # The tool read who asked and who approved from the run context rebuilt on resume.
+    assert {k: json.loads(tickets[0])[k] for k in ("requested_by", "approved_by")} == {
+        "requested_by": "U1",
+        "approved_by": "U1",
+    }
 
     assert len(script.requests) == 3
     assert {r["model"] for r in script.requests} == {"gpt-scripted"}
@@ -66,3 +71,20 @@ async def test_demo_agent_over_http(
     }
     assert outputs["call_ticket"] == "Filed ticket 'Printer'."
     assert "UTC" in outputs["call_time"]
+
+
+async def test_transient_model_errors_are_retried_before_the_run_fails(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three 503s in a row: more than the openai client's own retries would survive; the
+    SDK's retry settings (`BOT_MODEL_RETRIES`, 3) do."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    monkeypatch.setenv("BOT_MODEL", "gpt-scripted")
+    script = ScriptedResponses([[message("Fine after all.")]], failures=[503, 503, 503])
+    with responses_server(script) as base_url:
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+        settings = RuntimeSettings(model_retry_delay=0.01)
+        runtime = ConversationRuntime(backend.open(), load_agent(settings.agent), settings)
+        outcomes = await runtime.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+    assert [getattr(o, "text", None) for o in outcomes] == ["Fine after all."]
+    assert script.failed == [503, 503, 503] and len(script.requests) == 1

@@ -67,7 +67,7 @@ def test_two_replicas_same_events(
     for t, key in enumerate(keys):
         items = history(store, key)
         users = sorted(i["content"] for i in items if i.get("role") == "user")
-        assert users == [f"t{t}-m{m}" for m in range(3)]
+        assert users == [f"<@U1>: t{t}-m{m}" for m in range(3)]
         assert items[-1].get("role") == "assistant"
         record = store.get(key)
         assert record is not None

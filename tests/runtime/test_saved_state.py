@@ -287,7 +287,7 @@ async def test_a_message_for_a_busy_thread_is_served_right_after(
     outcomes = await running
     assert [o.text for o in outcomes if isinstance(o, Answer)] == ["first answer", "second answer"]
     users = [i["content"] for i in history(store) if i.get("role") == "user"]
-    assert users == ["one", "two"]
+    assert users == ["<@U1>: one", "<@U1>: two"]
     assert store.read_inbox(KEY) == []
     assert record_of(store, KEY).status is Status.IDLE
 

@@ -346,7 +346,7 @@ async def test_a_backlog_of_250_messages_is_consumed_within_transaction_limits(
     assert answers and answers[-1].text == "answered message 249"
     assert store.read_inbox(KEY) == []
     users = [i["content"] for i in history(store) if i.get("role") == "user"]
-    assert users == [f"message {i}" for i in range(250)]  # each once, in order
+    assert users == [f"<@U1>: message {i}" for i in range(250)]  # each once, in order
     record = store.get(KEY)
     assert record is not None and (record.status, record.lease_owner) == (Status.IDLE, None)
     assert all(n <= 100 for n in actions), max(actions, default=0)

@@ -189,7 +189,7 @@ async def test_a_lone_surrogate_is_replaced_not_dropped(
     text = json.loads('"bad \\ud83d surrogate"')
     outcomes = await runtime.handle_message(KEY, event_id="E1", user="U1", text=text)
     assert [getattr(o, "text", "") for o in outcomes] == ["echo: bad \ufffd surrogate"]
-    assert history(local_store)[0]["content"] == "bad \ufffd surrogate"
+    assert history(local_store)[0]["content"] == "<@U1>: bad \ufffd surrogate"
 
 
 async def test_admin_arguments_are_validated(local_store: LocalStore, effects: SideEffects) -> None:

@@ -25,6 +25,7 @@ METHOD_SCOPES = {
     "reactions_add": "reactions:write",
     "reactions_remove": "reactions:write",
     "conversations_replies": "channels:history",  # and groups:, im:, mpim:history by type
+    "users_info": "users:read",
     "auth_test": None,
     "apps_connections_open": None,  # uses the app-level token, not a bot scope
 }
@@ -44,10 +45,17 @@ def methods_called() -> set[str]:
     return set(re.findall(r"client\.([a-z]+(?:_[A-Za-z]+)+)\(", source))
 
 
+def downloads_files() -> bool:
+    source = (ROOT / "bot" / "slackapp" / "conversation_source.py").read_text()
+    return "url_private" in source and "Authorization" in source
+
+
 def test_scopes_match_the_methods_and_events() -> None:
     called = methods_called()
     assert called <= set(METHOD_SCOPES), f"add a scope mapping for {called - set(METHOD_SCOPES)}"
     needed = {METHOD_SCOPES[m] for m in called} - {None}
+    if downloads_files():
+        needed.add("files:read")  # url_private downloads with the bot token
     needed |= {EVENT_SCOPES[e] for e in MANIFEST["settings"]["event_subscriptions"]["bot_events"]}
     needed.add("commands")
     needed.discard(None)

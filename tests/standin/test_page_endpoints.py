@@ -5,6 +5,7 @@ outbox while the bot is down, and where "only visible to you" answers show."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import socket
@@ -289,3 +290,48 @@ async def test_the_web_api_wants_the_bot_token() -> None:
                 )
             assert refused.value.response["error"] == error
     assert api.messages == {}
+
+
+async def test_the_page_attaches_files_the_bot_downloads_with_its_token(tmp_path: Path) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
+    async with standin(tmp_path / "data") as (workspace, bot, page):
+        attached = [
+            {
+                "name": "chart one.png",
+                "mimetype": "image/png",
+                "data": base64.b64encode(png).decode(),
+            }
+        ]
+        status, _ = await page.post(
+            "/ui/post", {"user": "alice", "text": "@agent what is this?", "files": attached}
+        )
+        assert status == 200
+        broken_files: list[Any] = [
+            [{"name": "x.png", "mimetype": "image/png", "data": "%%%"}],
+            "x",
+            [{}],
+        ]
+        for broken in broken_files:
+            status, answer = await page.post(
+                "/ui/post", {"user": "alice", "text": "hi", "files": broken}
+            )
+            assert status == 400 and answer["error"].startswith("files:")
+        await settle(workspace)
+        [(_, delivered)] = bot.received
+        event = json.loads(delivered)["event"]
+        assert event["type"] == "app_mention"
+        [shared] = event["files"]
+        assert (shared["name"], shared["mimetype"], shared["size"]) == (
+            "chart one.png",
+            "image/png",
+            len(png),
+        )
+        # Downloaded like Slack's url_private: with the bot token, else Slack's sign-in page.
+        url = shared["url_private_download"]
+        auth = {"Authorization": f"Bearer {workspace.bot_token}"}
+        async with page.http.get(url, headers=auth) as r:
+            assert r.status == 200 and await r.read() == png
+        async with page.http.get(url) as r:
+            assert r.content_type == "text/html" and png not in await r.read()
+        state = await page.state("alice")
+        assert [t["files"] for t in state["threads"]] == [["chart one.png"]]

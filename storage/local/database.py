@@ -1,0 +1,157 @@
+"""The sqlite3 database under the local backend: one connection per thread, every mutation
+in `BEGIN IMMEDIATE` (the database's write lock, so a read-check-write is atomic across
+threads and processes), sqlite's transient failures translated, and the conversation
+record's rows. The backend's parts (`store`, `ledger`, `queries`, `installations`,
+`feedback`) build on it."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from storage.base import Store
+from storage.errors import (
+    LeaseLost,
+    StorageUnavailable,
+)
+from storage.local.blobs import BlobDir
+from storage.models import (
+    Conversation,
+    ConversationKey,
+    InboxEntry,
+    Lease,
+    ToolCallRecord,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+ROW_TABLES = ("items", "tool_calls", "inbox", "votes")
+
+
+def translated(method: Callable[P, R]) -> Callable[P, R]:
+    """sqlite's transient failures (a locked or read-only database, an I/O error) become
+    `StorageUnavailable`; the contract's own errors pass through."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            raise StorageUnavailable(f"sqlite: {exc}") from exc
+        except OSError as exc:  # the blob directory: read-only, full, I/O error
+            raise StorageUnavailable(f"blobs: {exc}") from exc
+
+    return wrapper
+
+
+class Database(Store):
+    def __init__(self, data_dir: Path, **options: Any) -> None:
+        super().__init__(**options)
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.db_path = self.data_dir / "state.sqlite3"
+        self.blobs = BlobDir(self.data_dir / "blobs")
+        self._local = threading.local()
+        self.busy_timeout = 60.0  # seconds a write waits for another writer's lock
+        schema = resources.files("storage.local").joinpath("schema.sql").read_text()
+        self._connection().executescript(schema)
+
+    # -- connection handling ------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a committed turn survives power loss
+            db.execute("PRAGMA busy_timeout=60000")
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._connection()
+        db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # -- records ------------------------------------------------------------------------
+
+    @translated
+    def get(self, key: ConversationKey) -> Conversation | None:
+        record = read_record(self._connection(), key)
+        return None if record is None or self._expired(record, self.clock()) else record
+
+    def _expired(self, record: Conversation, now: datetime) -> bool:
+        """Past its TTL: treated as absent (sqlite has no TTL of its own)."""
+        return record.expires_at < now
+
+    def _live(
+        self, db: sqlite3.Connection, key: ConversationKey, now: datetime
+    ) -> Conversation | None:
+        """The record, or None after deleting an expired one with all its rows, so that a
+        conversation recreated after its TTL starts clean."""
+        record = read_record(db, key)
+        if record is None or not self._expired(record, now):
+            return record
+        for table in ("conversations", *ROW_TABLES):
+            db.execute(f"DELETE FROM {table} WHERE key = ?", (str(key),))
+        return None
+
+    def _save(self, db: sqlite3.Connection, record: Conversation) -> None:
+        db.execute(
+            "INSERT INTO conversations (key, status, last_activity_at, expires_at, record)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET status=excluded.status,"
+            " last_activity_at=excluded.last_activity_at, expires_at=excluded.expires_at,"
+            " record=excluded.record",
+            (
+                str(record.key),
+                record.status.value,
+                record.last_activity_at.timestamp(),
+                record.expires_at.timestamp(),
+                record.model_dump_json(),
+            ),
+        )
+
+
+def read_inbox(db: sqlite3.Connection, key: ConversationKey) -> list[InboxEntry]:
+    rows = db.execute("SELECT entry FROM inbox WHERE key = ? ORDER BY entry_id", (str(key),))
+    return [InboxEntry.model_validate_json(row[0]) for row in rows]
+
+
+def read_record(db: sqlite3.Connection, key: ConversationKey) -> Conversation | None:
+    row = db.execute("SELECT record FROM conversations WHERE key = ?", (str(key),)).fetchone()
+    return Conversation.model_validate_json(row[0]) if row else None
+
+
+def fenced(db: sqlite3.Connection, lease: Lease) -> Conversation:
+    """The record, if `lease` still holds it; else `LeaseLost`."""
+    record = read_record(db, lease.key)
+    if record is None or record.fence != lease.fence or record.lease_owner != lease.owner:
+        raise LeaseLost(str(lease.key), lease.fence)
+    return record
+
+
+def read_tool(db: sqlite3.Connection, key: ConversationKey, call_id: str) -> ToolCallRecord | None:
+    row = db.execute(
+        "SELECT record FROM tool_calls WHERE key = ? AND call_id = ?", (str(key), call_id)
+    ).fetchone()
+    return ToolCallRecord.model_validate_json(row[0]) if row else None

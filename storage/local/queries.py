@@ -1,0 +1,64 @@
+"""The local backend's operational queries: conversations by status, counts, a team's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from storage.base import INDEXED
+from storage.local.database import Database, translated
+from storage.models import (
+    Conversation,
+    ConversationKey,
+    Status,
+)
+
+
+class Queries(Database):
+    @translated
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        if status is Status.IDLE:
+            return []  # as with the aws backend's index: idle conversations are not listed
+        cutoff = (self.clock() - (idle_for or timedelta(0))).timestamp()
+        rows = self._connection().execute(
+            "SELECT record FROM conversations WHERE status = ? AND last_activity_at <= ?"
+            " ORDER BY last_activity_at LIMIT ?",
+            (status.value, cutoff, limit),
+        )
+        return [Conversation.model_validate_json(row[0]) for row in rows]
+
+    @translated
+    def count_by_status(self) -> dict[Status, int]:
+        rows = self._connection().execute(
+            "SELECT status, COUNT(*) FROM conversations GROUP BY status"
+        )
+        counts = dict.fromkeys(Status, 0)
+        counts.update({Status(status): count for status, count in rows})
+        return counts
+
+    @translated
+    def list_by_team(
+        self,
+        team: str | None,
+        *,
+        enterprise: str | None = None,
+        statuses: Sequence[Status] = INDEXED,
+        limit: int = 1000,
+    ) -> list[Conversation]:
+        if team is None and enterprise is None:
+            raise ValueError("list_by_team needs a team or an enterprise")
+        wanted = [status.value for status in statuses if status is not Status.IDLE]
+        prefix = ":".join(part for part in (enterprise, team) if part) + ":"
+        rows = self._connection().execute(
+            f"SELECT record FROM conversations WHERE status IN ({','.join('?' * len(wanted))})"
+            " AND substr(key, 1, ?) = ? ORDER BY last_activity_at",
+            (*wanted, len(prefix), prefix),
+        )
+        found = [Conversation.model_validate_json(row[0]) for row in rows]
+        return [r for r in found if _of_team(r.key, team, enterprise)][:limit]
+
+
+def _of_team(key: ConversationKey, team: str | None, enterprise: str | None) -> bool:
+    return key.enterprise == enterprise and (team is None or key.team == team)

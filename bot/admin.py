@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from bot.permalink import PermalinkError, parse_permalink
 from bot.runtime import ConversationRuntime, Discarded, Refused, StaleFilter
-from bot.runtime.runtime import PAUSED
+from bot.runtime.queries import PAUSED
 from storage import Conversation, ConversationKey, FeedbackTally, Status
 from storage.durations import format_duration, parse_duration
 

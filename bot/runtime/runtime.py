@@ -1,5 +1,6 @@
-"""The conversation runtime's operations: keep, serve, decide, resume, discard, recover, and
-what operators and the Slack layer may ask of it. Slack-agnostic.
+"""The conversation runtime's operations: keep, serve, decide, resume, stop, discard,
+recover, drain. Slack-agnostic. What may be asked without serving a thread (conversations,
+counts, health) is in `queries`; recovery in `recovery`; discarding in `stewardship`.
 
 A message or a decision is first *kept* (one durable write to the thread's inbox; the caller
 acknowledges the delivery only after that), then the thread is *served* by whoever takes its
@@ -29,7 +30,7 @@ from bot.runtime.envelope import DecisionRequest, UserMessage
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
 from bot.runtime.history_cache import HistoryCache
-from bot.runtime.holder import new_owner, process_identity, provably_dead
+from bot.runtime.holder import new_owner, process_identity
 from bot.runtime.outcomes import (
     Duplicate,
     Notice,
@@ -39,6 +40,8 @@ from bot.runtime.outcomes import (
     StatusReply,
 )
 from bot.runtime.progress import Progress, Quiet
+from bot.runtime.queries import Queries
+from bot.runtime.recovery import recover_conversations
 from bot.runtime.replies import is_stop_word
 from bot.runtime.run_options import base_run_config
 from bot.runtime.serving import Serving
@@ -49,13 +52,11 @@ from storage import (
     CheckpointMeta,
     Conversation,
     ConversationKey,
-    FeedbackTally,
     Lease,
     LeaseBusy,
     NotFound,
     Status,
     Store,
-    Verdict,
 )
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,6 @@ EXPIRED = (
     "That request has expired: this conversation's saved state is gone (it is kept for a "
     "while after the last activity). Nothing was run."
 )
-PAUSED = (Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.NEEDS_RESTART)
 
 
 class Kept(StrEnum):
@@ -92,7 +92,7 @@ class StaleFilter:
     older_than: timedelta
 
 
-class ConversationRuntime:
+class ConversationRuntime(Queries):
     def __init__(
         self,
         store: Store,
@@ -291,12 +291,6 @@ class ConversationRuntime:
             serving.keeper.ask_stop(user)
         return Stopping(True, "Stopping it now.")
 
-    def may_act(self, record: Conversation, user: str) -> bool:
-        """The people who may act on a conversation: those who wrote in it (its starter
-        included), approvers and admins."""
-        settings = self.settings
-        return user in record.participants or user in settings.approvers | settings.admins
-
     async def resume(self, key: ConversationKey, *, user: str | None = None) -> list[Outcome]:
         """`/resume`: continue a paused or interrupted conversation, or say why not. Anyone
         who may not act on it gets the same answer whether or not it exists."""
@@ -325,56 +319,6 @@ class ConversationRuntime:
         }
         return [StatusReply(key=key, text=why.get(record.status, "There is nothing to resume."))]
 
-    async def conversation(self, key: ConversationKey) -> Conversation | None:
-        return await self.io(self.store.get, key)
-
-    async def paused_in(
-        self, team: str, channel: str, user: str, *, enterprise: str | None = None
-    ) -> list[Conversation]:
-        """Paused or interrupted conversations of one channel that `user` may act on."""
-        records = await self.stale(timedelta(0))
-        return [
-            r
-            for r in records
-            if r.key.team == team
-            and r.key.enterprise == enterprise
-            and r.key.channel == channel
-            and r.status in (Status.AWAITING_APPROVAL, Status.INTERRUPTED)
-            and self.may_act(r, user)
-        ]
-
-    @property
-    def lease_seconds(self) -> float:
-        """How long a thread's lease lasts: a dead holder's threads resume after it."""
-        return self.store.lease_duration.total_seconds()
-
-    async def counts(self) -> dict[Status, int]:
-        return await self.io(self.store.count_by_status)
-
-    async def feedback_totals(self) -> FeedbackTally:
-        return await self.io(self.store.count_feedback)
-
-    async def record_feedback(
-        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
-    ) -> FeedbackTally | None:
-        """Someone's verdict on an answer (anyone who can see it may give one); None when
-        the conversation is gone."""
-        return await self.io(self.store.record_feedback, key, answer, user, verdict)
-
-    async def oldest(self, status: Status) -> Conversation | None:
-        found = await self.io(self.store.list_by_status, status, limit=1)
-        return found[0] if found else None
-
-    async def healthy(self) -> bool:
-        """Storage answers (a read of a record that does not exist)."""
-        probe = ConversationKey(team="healthz", channel="healthz", thread_ts="0")
-        try:
-            await asyncio.wait_for(asyncio.to_thread(self.store.get, probe), timeout=5)
-        except Exception:
-            log.warning("health check: storage unavailable", exc_info=True)
-            return False
-        return True
-
     # -- operators ----------------------------------------------------------------------
 
     async def discard(
@@ -390,56 +334,9 @@ class ConversationRuntime:
         run or resume (see `stewardship`)."""
         return await discard_team(self, team, enterprise)
 
-    async def stale(self, older_than: timedelta, *, limit: int = 500) -> list[Conversation]:
-        """Paused, interrupted or set-aside conversations idle for longer than `older_than`."""
-        found: list[Conversation] = []
-        for status in PAUSED:
-            found += await self.io(
-                self.store.list_by_status, status, idle_for=older_than, limit=limit
-            )
-        return found
-
     async def recover(self, *, limit: int = 1000) -> list[Outcome]:
-        """Resume conversations whose holder died (status `running`, lease expired, absent,
-        or held by a process on this host that no longer runs), each once across replicas,
-        with bounded concurrency; failed deliveries wait for their backoff."""
-        if self.draining:
-            return []
-        running = await self.io(self.store.list_by_status, Status.RUNNING, limit=limit)
-        now = self.store.clock()
-        cutoff = self.store.takeover_cutoff(now)
-        gate = asyncio.Semaphore(self.settings.recovery_concurrency)
-
-        async def recover_one(record: Conversation) -> list[Outcome]:
-            if record.delivery_retry_at is not None and record.delivery_retry_at > now:
-                return []
-            dead: str | None = None
-            if record.lease_owner and record.lease_expires_at and record.lease_expires_at >= cutoff:
-                if not provably_dead(record.lease_owner):
-                    return []  # a live holder serves it
-                dead = record.lease_owner
-            async with gate:
-                if self.draining:
-                    return []
-                try:
-                    lease, fresh = await self.io(
-                        self.store.acquire,
-                        record.key,
-                        new_owner(self.process),
-                        create=False,
-                        takeover_from=dead,
-                    )
-                except (LeaseBusy, NotFound):
-                    return []  # another replica has it, or it is gone
-                if fresh.status is not Status.RUNNING:
-                    await self.io(self.store.release, lease, touch=False)
-                    return []  # finished meanwhile by another replica
-                if dead:
-                    log.info("%s: took over from %s (its process is gone)", record.key, dead)
-                return await self._serve(Serving(self, lease, fresh, recovering=True))
-
-        results = await asyncio.gather(*(recover_one(r) for r in running))
-        return [outcome for outcomes in results for outcome in outcomes]
+        """Resume conversations whose holder died (see `recovery`)."""
+        return await recover_conversations(self, limit=limit)
 
     # -- shutting down ------------------------------------------------------------------
 

@@ -396,7 +396,7 @@ async def test_a_stale_sweep_leaves_a_conversation_that_became_active(
     from datetime import timedelta
 
     from bot.runtime import StaleFilter
-    from bot.runtime.runtime import PAUSED
+    from bot.runtime.queries import PAUSED
 
     rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
     await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")

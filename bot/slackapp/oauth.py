@@ -35,10 +35,12 @@ BOT_SCOPES = (
     "channels:history",
     "chat:write",
     "commands",
+    "files:read",
     "groups:history",
     "im:history",
     "mpim:history",
     "reactions:write",
+    "users:read",
 )
 FAILED = "The installation could not be completed. Please try again."
 

@@ -5,6 +5,9 @@ atomic write as the checkpoint pointer (one DynamoDB transaction; one sqlite tra
 The runtime's session stages what the SDK appends during a turn and hands it to `commit`,
 so a crash can never leave a turn's items without its checkpoint, or the reverse. Each
 pointer also records the session watermark (`session_seq`) it was committed with.
+
+Longer than the other modules on purpose: the whole contract both backends implement (23
+abstract operations, each with the promise it keeps) reads best in one place.
 """
 
 from __future__ import annotations

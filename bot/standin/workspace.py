@@ -13,7 +13,12 @@ want JSON with the per-start token embedded in the page (`X-Standin-Token`), the
 and a user named in `USERS`. The bot's Web API calls need the bot token this process made up.
 
 What the page sends goes through a durable outbox (`standin.json`, next to the bot's state):
-kept while the bot is down or restarting, delivered in order once it answers again."""
+kept while the bot is down or restarting, delivered in order once it answers again.
+
+Longer than the project's other modules: local mode's one event-loop state (the page's
+outbox, the child process and its restarts, what the page is shown) lives in `Workspace`;
+what has no share in that state is elsewhere (`slack_api`, `places`, `only_you`, `view`,
+`people_files`, `requests`). It is a development tool, not part of the served bot."""
 
 from __future__ import annotations
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 
+from bot.settings import ProcessSettings
 from storage import StorageSettings, open_store
 
 if TYPE_CHECKING:
@@ -49,14 +49,15 @@ ADMIN_COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.getenv("LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
+        args.process = ProcessSettings()
         settings = StorageSettings()
     except ValidationError as exc:
         return config_error(exc)
+    logging.basicConfig(
+        level=args.process.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     handler = getattr(args, "handler", _default)
     result: int = handler(settings, args)
     return result
@@ -102,16 +103,16 @@ def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
     BOT_LOCAL_BOT_PORT (PORT+1); a taken one is a one-line error naming its variable, exit
     code 2, rather than another port picked silently: the URL stays the one you expect, and
     a second local mode on the same BOT_DATA_DIR is not started by accident."""
-    if os.getenv("SLACK_BOT_TOKEN") or _many_workspaces():
+    process: ProcessSettings = args.process
+    if process.serves_slack:
         return _serve(settings, args)
     from bot.standin.workspace import LocalModeError, run_workspace
 
     if settings.backend != "local":
         print(f"local mode with {_describe(settings)} storage")
-    demo = not os.getenv("OPENAI_API_KEY")
     try:
-        port = _port("PORT", 3000)
-        bot_port = _port("BOT_LOCAL_BOT_PORT", port + 1)
+        port = _port("PORT", process.port, 3000)
+        bot_port = _port("BOT_LOCAL_BOT_PORT", process.local_bot_port, port + 1)
         if bot_port == port:
             raise LocalModeError(f"PORT and BOT_LOCAL_BOT_PORT are both {port}; they must differ")
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -120,9 +121,9 @@ def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
                 settings.data_dir.resolve(),
                 port,
                 bot_port,
-                demo=demo,
+                demo=process.demo_model,
                 storage=settings,
-                oauth=os.getenv("BOT_LOCAL_OAUTH") == "1",
+                oauth=process.local_oauth,
             )
         )
     except LocalModeError as exc:
@@ -132,10 +133,10 @@ def _default(settings: StorageSettings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _port(variable: str, default: int) -> int:
+def _port(variable: str, given: str, default: int) -> int:
     from bot.standin.workspace import LocalModeError
 
-    value = os.getenv(variable) or str(default)
+    value = given or str(default)
     if not value.isdigit() or not 1 <= int(value) <= 65535:
         raise LocalModeError(f"{variable} must be a port number (1-65535), not {value!r}")
     return int(value)
@@ -192,16 +193,15 @@ def _admin(settings: StorageSettings, args: argparse.Namespace) -> int:
     if command == "migrate":
         return _migrate(settings)
     text = " ".join([command, *args.words])
-    return asyncio.run(_admin_command(settings, text, args.team, args.enterprise))
-
-
-def _many_workspaces() -> bool:
-    """SLACK_CLIENT_ID and SLACK_CLIENT_SECRET: installs in many workspaces (OAuth)."""
-    return bool(os.getenv("SLACK_CLIENT_ID") and os.getenv("SLACK_CLIENT_SECRET"))
+    return asyncio.run(_admin_command(settings, args.process, text, args.team, args.enterprise))
 
 
 async def _admin_command(
-    settings: StorageSettings, text: str, team: str | None, enterprise: str | None
+    settings: StorageSettings,
+    process: ProcessSettings,
+    text: str,
+    team: str | None,
+    enterprise: str | None,
 ) -> int:
     from bot.admin import AdminCommands
     from bot.permalink import permalink
@@ -214,22 +214,19 @@ async def _admin_command(
     runtime = _runtime(settings, runtime_settings)
     if runtime is None:
         return 2
-    if os.getenv("SLACK_BOT_TOKEN"):
+    if process.bot_token:
         # Notices (e.g. "discarded") go to their threads, as from the slash command.
         from bot.slackapp.app import web_client
         from bot.slackapp.poster import SlackPoster
         from bot.slackapp.settings import SlackSettings
 
         client = web_client(
-            SlackSettings.model_construct(
-                bot_token=os.environ["SLACK_BOT_TOKEN"],
-                api_url=os.getenv("SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/",
-            )
+            SlackSettings.model_construct(bot_token=process.bot_token, api_url=process.api_url)
         )
         runtime.on_outcome = SlackPoster(client)
         if team is None:
             team = (await client.auth_test())["team_id"]
-    elif _many_workspaces():
+    elif process.many_workspaces:
         # Each notice goes with its workspace's token, from the installations kept.
         from bot.slackapp.app import web_client
         from bot.slackapp.installations import StoredInstallations
@@ -238,9 +235,9 @@ async def _admin_command(
         from bot.slackapp.settings import SlackSettings
 
         slack = SlackSettings.model_construct(
-            client_id=os.environ["SLACK_CLIENT_ID"],
-            client_secret=SecretStr(os.environ["SLACK_CLIENT_SECRET"]),
-            api_url=os.getenv("SLACK_API_URL", "https://slack.com/api/").rstrip("/") + "/",
+            client_id=process.slack_client_id,
+            client_secret=process.slack_client_secret,
+            api_url=process.api_url,
         )
         installations = StoredInstallations(runtime.store, runtime.io)
         runtime.on_outcome = SlackPoster(workspace_clients(slack, installations, web_client(slack)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic.functional_validators import BeforeValidator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -71,3 +71,51 @@ class RuntimeSettings(BaseSettings):
         description="how long a graceful stop lets runs reach their next checkpoint "
         "(fits ECS's 30 s stop timeout)",
     )
+
+
+class ProcessSettings(BaseSettings):
+    """What `python -m bot` reads before anything else: the log level, and what chooses its
+    mode (local mode, one workspace, many workspaces) and local mode's ports. With
+    `StorageSettings`, `RuntimeSettings` and the Slack layer's `SlackSettings` it is all
+    the process reads from the environment."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    log_level: str = Field(default="INFO", validation_alias="LOG_LEVEL")
+    slack_bot_token: SecretStr | None = Field(default=None, validation_alias="SLACK_BOT_TOKEN")
+    slack_client_id: str | None = Field(default=None, validation_alias="SLACK_CLIENT_ID")
+    slack_client_secret: SecretStr | None = Field(
+        default=None, validation_alias="SLACK_CLIENT_SECRET"
+    )
+    slack_api_url: str = Field(default="https://slack.com/api/", validation_alias="SLACK_API_URL")
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
+    # Local mode checks its ports itself, to name the variable in a one-line error.
+    port: str = Field(default="", validation_alias="PORT")
+    local_bot_port: str = Field(default="", validation_alias="BOT_LOCAL_BOT_PORT")
+    local_oauth: bool = Field(default=False, validation_alias="BOT_LOCAL_OAUTH")
+
+    @property
+    def bot_token(self) -> str:
+        return self.slack_bot_token.get_secret_value() if self.slack_bot_token else ""
+
+    @property
+    def client_secret(self) -> str:
+        return self.slack_client_secret.get_secret_value() if self.slack_client_secret else ""
+
+    @property
+    def many_workspaces(self) -> bool:
+        """A client id and secret: installs in many workspaces (OAuth)."""
+        return bool(self.slack_client_id and self.client_secret)
+
+    @property
+    def serves_slack(self) -> bool:
+        return bool(self.bot_token) or self.many_workspaces
+
+    @property
+    def demo_model(self) -> bool:
+        """No OpenAI key: local mode's offline demo model."""
+        return not (self.openai_api_key and self.openai_api_key.get_secret_value())
+
+    @property
+    def api_url(self) -> str:
+        return self.slack_api_url.rstrip("/") + "/"

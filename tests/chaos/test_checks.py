@@ -29,6 +29,7 @@ from bot.runtime.outcomes import (
     Outcome,
     PendingCall,
 )
+from bot.slackapp.clients import OneWorkspace
 from bot.slackapp.poster import SlackPoster
 from storage import Conversation, ConversationKey, Status, ToolCallRecord, ToolCallStatus
 
@@ -56,7 +57,8 @@ class RecordingClient:
 
 async def posted(outcome: Outcome) -> list[dict[str, Any]]:
     client = RecordingClient()
-    await SlackPoster(client)(outcome, DeliveryRef(id="3.0"))  # type: ignore[arg-type]
+    clients = OneWorkspace(client)  # type: ignore[arg-type]
+    await SlackPoster(clients)(outcome, DeliveryRef(id="3.0"))
     return client.posts
 
 

@@ -124,8 +124,9 @@ class Side:
 
 async def ours(emulators: Emulators, turns: int, *, prune_claims: bool = False) -> Side:
     """Our runtime; `prune_claims` is a what-if: per-thread event claims expire at once (the
-    store's `event_ttl`), so the record does not carry one claim per message of the day."""
-    options: dict[str, Any] = {"event_ttl": timedelta(0)} if prune_claims else {}
+    store's `claim_ttl`, 15 minutes by default), so the record carries no claim of the
+    messages of the last minutes."""
+    options: dict[str, Any] = {"claim_ttl": timedelta(0)} if prune_claims else {}
     store: AwsStore = emulators.store("growth", **options)
     clock = StorageClock()
     clock.wrap(

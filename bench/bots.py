@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import aiohttp
 
@@ -161,11 +161,26 @@ async def slack_standin() -> AsyncIterator[tuple[SlackWebApi, str]]:
         yield api, url
 
 
-def answers(api: SlackWebApi, since: int = 0) -> list[Any]:
-    """The bot's answers (`done:`/`echo:` posts) among the recorded calls."""
-    return [
-        call
-        for call in api.calls[since:]
-        if call.method == "chat.postMessage"
-        and str(call.args.get("text", "")).startswith(("echo:", "done:"))
-    ]
+ANSWER_PREFIXES = ("echo:", "done:")
+
+
+@dataclass(frozen=True)
+class Answered:
+    at: float  # when the call that finished the answer was made
+    thread_ts: str | None
+
+
+def answers(api: SlackWebApi, since: int = 0) -> list[Answered]:
+    """The bot's answers (`done:`/`echo:`) among the recorded calls: posted whole
+    (`chat.postMessage`), or streamed and finished (`chat.stopStream`)."""
+    found = []
+    for call in api.calls[since:]:
+        if call.method == "chat.postMessage":
+            if str(call.args.get("text", "")).startswith(ANSWER_PREFIXES):
+                found.append(Answered(call.at, call.args.get("thread_ts")))
+        elif call.method == "chat.stopStream":
+            message = api.messages.get((str(call.args.get("channel")), str(call.args.get("ts"))))
+            said = message and (message.text or message.streamed or "")
+            if message is not None and str(said).lstrip().startswith(ANSWER_PREFIXES):
+                found.append(Answered(call.at, message.thread_ts))
+    return found

@@ -45,7 +45,7 @@ async def _committed_first_turn(storage: dict[str, str], key: ConversationKey) -
 
 async def _answer_time(api: Any, ts: str, within: float = 120) -> float:
     found = await api.wait_for(
-        lambda: [c for c in answers(api) if c.args.get("thread_ts") == ts], within=within
+        lambda: [a for a in answers(api) if a.thread_ts == ts], within=within
     )
     return float(found[0].at)
 

@@ -38,9 +38,12 @@ async def step(
 
         def on_call(call: Call) -> None:
             nonlocal answered
-            if call.method == "chat.postMessage" and str(call.args.get("text", "")).startswith(
-                "echo:"
-            ):
+            # An answer posted whole, or streamed and finished (the echo agent has no
+            # tools, so every stream it stops is an answer).
+            posted = call.method == "chat.postMessage" and str(
+                call.args.get("text", "")
+            ).startswith("echo:")
+            if posted or call.method == "chat.stopStream":
                 answered += 1
                 progress.set()
 

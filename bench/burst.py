@@ -88,7 +88,9 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
         f"First burst: {events} concurrent signed events the moment /healthz says 200, "
         "then two more rounds (a real `python -m bot serve`)",
         "Ack = the HTTP answer to the event delivery (the message is kept before it). "
-        "Web API calls per answer: reactions.add, chat.postMessage, reactions.remove.",
+        "Web API calls per answer: the status set and cleared, the answer streamed (start, stop), "
+        "and a name looked up (once per person, cached; the bench's senders are unknown to "
+        "the stand-in, so asked again after 5 minutes).",
     )
     rows = []
     for backend in ("aws", "local"):

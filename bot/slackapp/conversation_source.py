@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 PAGE = 200  # Slack gives apps outside the Marketplace at most 15 a page
 PAGES = 3  # a long thread: its first pages (the runtime keeps the first and latest messages)
 NAME_SECONDS = 3600.0  # how long a display name is reused
+UNKNOWN_SECONDS = 300.0  # how long a name users.info did not give stays unknown
 FILE_HOSTS = {"files.slack.com"}
 # Messages that are not something a person said in the thread.
 SKIPPED_SUBTYPES = {"channel_join", "channel_leave", "thread_broadcast_deleted", "tombstone"}
@@ -129,9 +130,13 @@ class SlackSource:
             return cached[1]
         try:
             found = await self.client.users_info(user=user, token=await self._token(key))
-        except SlackApiError as exc:
-            log.info("users.info %s: %s", user, exc.response.get("error"))
-            return None  # not cached: the next message asks again
+        except (SlackApiError, Unavailable) as exc:
+            why = exc.response.get("error") if isinstance(exc, SlackApiError) else exc
+            log.info("users.info %s: %s", user, why)
+            # Not known for a while (not an hour): a name that could not be had is asked
+            # again later, not on every message (users.info is rate limited too).
+            self.names[person_in] = (time.monotonic() - NAME_SECONDS + UNKNOWN_SECONDS, None)
+            return None
         person = found.get("user") or {}
         profile = person.get("profile") or {}
         name = (

@@ -131,6 +131,18 @@ async def test_after_a_restart_the_earlier_messages_come_from_the_session(
     assert texts[1:] == ["<@UBOB>: any idea?", "<@UALICE>: still stuck"]
 
 
+async def test_a_name_slack_does_not_give_is_not_asked_for_every_message(bot: Harness) -> None:
+    """users.info refuses someone (here: not in the stand-in's people): the header has no
+    name, and the next messages do not ask again (users.info is rate limited too)."""
+    stranger = "USTRANGER"
+    top = await bot.mention(stranger, "hello")
+    await answers(bot, top.ts, 1)
+    await bot.reply(stranger, "again", top.ts)
+    await answers(bot, top.ts, 2)
+    assert user_texts(model_of(bot).calls[1])[-1] == "<@USTRANGER>: again"
+    assert [c.args["user"] for c in bot.api.called("users.info")] == [stranger]
+
+
 async def test_a_mention_at_the_top_reads_no_thread(bot: Harness) -> None:
     top = await bot.mention(BOB, "hello")
     await answers(bot, top.ts, 1)

@@ -8,7 +8,7 @@ and the thread's answer comes from the next process.
 - Another host: a second process already runs on the same storage (`bench.other_host`,
   which reports another host name). It can prove nothing, so the lease decides: measured
   from the kill to the resumed answer (the default `BOT_LEASE_SECONDS`, and the sweep runs
-  every lease period)."""
+  every third of a lease)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
         "The run's first turn (a tool call) is committed, the answer is not. Same host: the "
         "process is started again and takes the thread over at once (it proves its "
         "predecessor dead). Another host: a second replica on the same storage waits for "
-        "the lease (default `BOT_LEASE_SECONDS`), then its recovery sweep (every lease "
+        "the lease (default `BOT_LEASE_SECONDS`), then its recovery sweep (every third of a "
         "period) resumes the thread.",
     )
     rows = []

@@ -4,7 +4,7 @@ A signed event goes into the real bolt app (HTTP mode, in process, `testkit.slac
 aws backend (DynamoDB Local + moto S3); the answer is posted to the recording Web API
 stand-in, and the thread released. Every request any botocore client of the process sends
 in between is counted (`bench.meter`), with the capacity units DynamoDB reports. The
-recovery sweep's index queries (every replica, every lease period, whatever the traffic)
+recovery sweep's index queries (every replica, every third of a lease, whatever the traffic)
 are left out of the per-answer figures and reported on their own."""
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
         "The run's first turn (a tool call) is committed, the answer is not. Same host: the "
         "process is started again and takes the thread over at once (it proves its "
         "predecessor dead). Another host: a second replica on the same storage waits for "
-        "the lease (default `BOT_LEASE_SECONDS`), then its recovery sweep (every third of a "
-        "period) resumes the thread.",
+        "the lease (default `BOT_LEASE_SECONDS`), then its recovery sweep (every third of "
+        "a lease) resumes the thread.",
     )
     rows = []
     for backend, found in results.items():

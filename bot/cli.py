@@ -27,6 +27,7 @@ from storage import StorageSettings, open_store
 if TYPE_CHECKING:
     from bot.runtime import ConversationRuntime
     from bot.settings import RuntimeSettings
+    from storage import Store
 
 # Every admin command: its usage and what it does (shown by `python -m bot admin --help`).
 ADMIN_COMMANDS = {
@@ -158,16 +159,15 @@ def _serve(settings: StorageSettings, args: argparse.Namespace) -> int:
         runtime_settings = RuntimeSettings()
     except ValidationError as exc:
         return config_error(exc)
-    runtime = _runtime(settings, runtime_settings)
+    store = open_store(settings)
+    runtime = _runtime(store, runtime_settings)
     if runtime is None:
         return 2
-    asyncio.run(serve(slack, runtime, runtime_settings.admins))
+    asyncio.run(serve(slack, runtime, runtime_settings.admins, store=store))
     return 0
 
 
-def _runtime(
-    settings: StorageSettings, runtime_settings: RuntimeSettings
-) -> ConversationRuntime | None:
+def _runtime(store: Store, runtime_settings: RuntimeSettings) -> ConversationRuntime | None:
     from agents.exceptions import UserError
 
     from bot.agent_loader import AgentLoadError
@@ -175,7 +175,7 @@ def _runtime(
     from bot.wiring import build_runtime
 
     try:
-        return build_runtime(settings, runtime_settings)
+        return build_runtime(store, runtime_settings)
     except (AgentLoadError, TracingConfigError, UserError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return None
@@ -211,7 +211,8 @@ async def _admin_command(
         runtime_settings = RuntimeSettings()
     except ValidationError as exc:
         return config_error(exc)
-    runtime = _runtime(settings, runtime_settings)
+    store = open_store(settings)
+    runtime = _runtime(store, runtime_settings)
     if runtime is None:
         return 2
     if process.bot_token:
@@ -239,7 +240,9 @@ async def _admin_command(
             client_secret=process.slack_client_secret,
             api_url=process.api_url,
         )
-        installations = StoredInstallations(runtime.store, runtime.io)
+        from bot.runtime.storage_calls import StorageCalls
+
+        installations = StoredInstallations(store, StorageCalls(store))
         runtime.on_outcome = SlackPoster(workspace_clients(slack, installations, web_client(slack)))
     reply = await AdminCommands(runtime, permalink).run(
         text, team=team or "", by=None, enterprise=enterprise

@@ -364,7 +364,9 @@ async def _serving(
     admins: frozenset[str],
 ) -> AsyncIterator[Harness]:
     stop = asyncio.Event()
-    task = asyncio.create_task(serve(settings, runtime, admins, stop=stop, host="127.0.0.1"))
+    task = asyncio.create_task(
+        serve(settings, runtime, admins, store=store, stop=stop, host="127.0.0.1")
+    )
     harness = Harness(api, api_url, f"http://127.0.0.1:{settings.port}", runtime, store)
     try:
         for _ in range(200):

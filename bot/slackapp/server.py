@@ -24,6 +24,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 
 from bot import metrics
 from bot.runtime import ConversationRuntime
+from bot.runtime.storage_calls import StorageCalls
 from bot.slackapp.app import build_app, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients
 from bot.slackapp.conversation_source import SlackSource
@@ -31,6 +32,7 @@ from bot.slackapp.live import LiveThreads
 from bot.slackapp.oauth import install_routes, installs
 from bot.slackapp.poster import SlackPoster
 from bot.slackapp.settings import SlackSettings
+from storage import Store
 
 log = logging.getLogger(__name__)
 EVENTS_PATH = "/slack/events"
@@ -97,14 +99,18 @@ async def serve(
     runtime: ConversationRuntime,
     admins: frozenset[str] | None = None,
     *,
+    store: Store | None = None,
     stop: asyncio.Event | None = None,
     host: str | None = None,
 ) -> None:
-    """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given)."""
+    """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given). Many
+    workspaces keep their installations in `store` (the runtime's)."""
     client = web_client(settings)
     many = None
     if settings.many_workspaces:
-        many = installs(settings, runtime.store, runtime.io, client)
+        if store is None:
+            raise ValueError("many workspaces keep their installations in storage: pass store")
+        many = installs(settings, store, StorageCalls(store), client)
     clients: SlackClients = many.clients if many else OneWorkspace(client)
     live = LiveThreads(clients)
     runtime.progress = live

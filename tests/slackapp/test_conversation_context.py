@@ -105,7 +105,7 @@ async def test_a_mention_mid_thread_gives_the_earlier_messages_with_authors(
     assert second[0].startswith("Earlier messages in this Slack thread")
     assert second[1:] == ["<@UALICE> (Alice): what do you think?", "<@UBOB> (Bob): and the tests?"]
     assert context_reads(bot) == 1
-    stored = [i["content"] for i in history(bot.runtime.store, thread_key(top.ts))]
+    stored = [i["content"] for i in history(bot.store, thread_key(top.ts))]
     assert sum(1 for c in stored if "Earlier messages" in str(c)) == 1
     # Each person's name was looked up once.
     assert sorted(c.args["user"] for c in bot.api.called("users.info")) == [ALICE, BOB]
@@ -199,7 +199,7 @@ async def test_an_image_and_a_pdf_reach_the_model_and_are_stored_once(bot: Harne
     assert parts[2]["file_data"] == "data:application/pdf;base64," + base64.b64encode(PDF).decode()
     # Downloaded with the bot token; kept once by digest; the history holds references only.
     assert [c.args["token"] for c in bot.api.called("files.download")] == [True, True]
-    store = bot.runtime.store
+    store = bot.store
     assert isinstance(store, LocalStore)
     assert store.get_content(hashlib.sha256(PNG).hexdigest()) == PNG
     items = json.dumps(history(store, thread_key(top.ts)))
@@ -251,7 +251,7 @@ async def test_a_tool_sees_the_requesting_user(bot: Harness) -> None:
     await answers(bot, top.ts, 2)
     outputs = [
         i["output"]
-        for i in history(bot.runtime.store, thread_key(top.ts))
+        for i in history(bot.store, thread_key(top.ts))
         if i.get("type") == "function_call_output"
     ]
     assert outputs == [f"You are <@{BOB}>, asking in <#{CHANNEL}> (thread {top.ts})."]

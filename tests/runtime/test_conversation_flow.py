@@ -243,9 +243,10 @@ async def test_a_call_that_needs_no_person_waits_with_one_that_does(
         checkpoint_version=request.checkpoint_version,
     )
     assert [type(o) for o in outcomes] == [Decided, Answer], outcomes
-    assert [c["tool"] for c in effects.calls()] == ["post_note", "send_email"]
+    # Each ran once (the SDK runs a turn's tools concurrently: in either order).
+    assert sorted(c["tool"] for c in effects.calls()) == ["post_note", "send_email"]
     for call_id in ("call-note", "call-email"):
         recorded = store.get_tool_call(KEY, call_id)
         assert recorded is not None and recorded.status is ToolCallStatus.COMPLETED
     outputs = [i["output"] for i in history(store) if i.get("type") == "function_call_output"]
-    assert outputs == ["posted hi", "sent to ana@example.com"]
+    assert sorted(outputs) == ["posted hi", "sent to ana@example.com"]

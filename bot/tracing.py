@@ -10,7 +10,6 @@ all of it off whatever else is set (the SDK reads it)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from collections.abc import Sequence
@@ -18,6 +17,8 @@ from typing import Any
 
 from agents.tracing import Span, Trace, TracingProcessor, set_trace_processors
 from agents.tracing.processors import default_processor
+
+from bot.agent_loader import import_factory
 
 log = logging.getLogger(__name__)
 OPENAI = "openai"
@@ -41,13 +42,7 @@ def configure_tracing(enabled: bool, processors: Sequence[str]) -> list[TracingP
 
 
 def _load(spec: str) -> list[TracingProcessor]:
-    module_name, _, function_name = spec.partition(":")
-    if not module_name or not function_name:
-        raise TracingConfigError(f"BOT_TRACE_PROCESSORS: {spec!r} is not module:function")
-    try:
-        factory = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
-        raise TracingConfigError(f"BOT_TRACE_PROCESSORS={spec}: {exc}") from exc
+    factory = import_factory(spec, "BOT_TRACE_PROCESSORS", TracingConfigError)
     try:
         made = factory()
     except Exception as exc:  # the operator's code: say so, without a traceback

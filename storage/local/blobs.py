@@ -25,17 +25,12 @@ class BlobDir:
         """Durable and atomic: written to a temp file, fsynced, then hard-linked into place,
         which fails if the name exists (so two writers can never both win)."""
         target = self.path(object_key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        tmp = _written(target, data)
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            try:
-                os.link(tmp, target)
-            except FileExistsError as exc:
-                raise BlobExists(object_key) from exc
+            os.link(tmp, target)
+        except FileExistsError as exc:
+            raise BlobExists(object_key) from exc
+        else:
             _fsync_dir(target.parent)
         finally:
             os.unlink(tmp)
@@ -45,13 +40,8 @@ class BlobDir:
         bytes): atomic (a temp file renamed over it), and it counts as written now, since
         `gc` reckons a blob's age from its last write, as S3's lifecycle rule does."""
         target = self.path(object_key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        tmp = _written(target, data)
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
             os.replace(tmp, target)
             _fsync_dir(target.parent)
         finally:
@@ -85,3 +75,19 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _written(target: Path, data: bytes) -> str:
+    """`data` in a temp file beside `target`, flushed to disk; the caller links or renames
+    it into place and removes what is left."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp

@@ -184,6 +184,12 @@ def _requests(store: AwsStore) -> dict[str, Callable[[int], Any]]:
     }
 
 
+def raw_requests(emulators: Emulators) -> tuple[AwsStore, dict[str, Callable[[int], Any]]]:
+    """One request of each kind, on a fresh table and bucket of their own (close the store)."""
+    store = emulators.store("raw")
+    return store, _requests(store)
+
+
 def warm(emulators: Emulators, rounds: int = 400) -> float:
     """Drive every kind of request until the emulators are warm; returns seconds spent."""
     start = time.perf_counter()

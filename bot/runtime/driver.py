@@ -122,7 +122,6 @@ async def drive(
                 )
                 for call_id, tool_name in scope.unknown_outcomes
             ]
-            state = result.to_state()
             awaiting = [
                 AwaitingCall(
                     call_id=item.call_id or "",
@@ -133,13 +132,17 @@ async def drive(
                 )
                 for item in result.interruptions
             ]
-            for item in state.get_interruptions():
-                if not scope.human_approval.get(item.call_id or "", True):
-                    state.approve(item)  # checkpointed below, before the call runs
             humans = [call for call in awaiting if call.human]
             finished = result.final_output is not None and not awaiting
+            # A finished run is never resumed: its checkpoint keeps no RunState (the history
+            # is in the session), which spares serialising the whole run every turn.
+            state = None if finished else result.to_state()
+            if state is not None:
+                for item in state.get_interruptions():
+                    if not scope.human_approval.get(item.call_id or "", True):
+                        state.approve(item)  # checkpointed below, before the call runs
             envelope = Envelope(
-                run_state=state_document(state),
+                run_state=state_document(state) if state is not None else {},
                 started_by=started_by,
                 awaiting=awaiting,
                 held=held,
@@ -177,6 +180,7 @@ async def drive(
                     return
                 start, started_by, held = await render(serving, held), held[0].user, []
                 continue
+            assert state is not None  # neither finished nor waiting for a person
             start = state
     finally:
         CURRENT_SCOPE.reset(token)

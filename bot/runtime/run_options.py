@@ -6,7 +6,7 @@ together in whatever receives the traces (see `bot.tracing`)."""
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 
 from agents import ModelRetrySettings, ModelSettings, RunConfig, retry_policies
 from agents.models.openai_provider import OpenAIProvider
@@ -66,7 +66,10 @@ def trace_metadata(key: ConversationKey, started_by: str) -> dict[str, str]:
 
 
 def for_run(base: RunConfig, key: ConversationKey, started_by: str) -> RunConfig:
-    """The runtime's config, with this conversation as the trace group."""
-    return dataclasses.replace(
-        base, group_id=str(key), trace_metadata=trace_metadata(key, started_by)
-    )
+    """The runtime's config, with this conversation as the trace group. A shallow copy:
+    `dataclasses.replace` would run the config's validation again (type hints resolved on
+    every call, a third of a millisecond per turn)."""
+    config = copy.copy(base)
+    config.group_id = str(key)
+    config.trace_metadata = trace_metadata(key, started_by)
+    return config

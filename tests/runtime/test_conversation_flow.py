@@ -18,6 +18,7 @@ from bot.runtime import (
     Refused,
     StatusReply,
 )
+from bot.runtime.envelope import Envelope
 from bot.settings import RuntimeSettings
 from storage import Status, Store, ToolCallStatus
 from testkit.runtime import (
@@ -47,6 +48,22 @@ async def test_plain_question_gets_an_answer(store: Store, effects: SideEffects)
     record = store.get(KEY)
     assert record is not None and (record.status, record.lease_owner) == (Status.IDLE, None)
     assert store.read_inbox(KEY) == []
+
+
+async def test_a_finished_run_keeps_no_run_state(store: Store, effects: SideEffects) -> None:
+    """Nothing resumes a finished run, so its checkpoint carries no RunState (serialising
+    the run every turn was a tenth of a turn's CPU); the next message starts from the
+    history, which the session holds."""
+    model = ScriptedModel([[assistant_message("Hello!")], [assistant_message("Again!")]])
+    rt = runtime(store, model, effects)
+    await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+    record = store.get(KEY)
+    assert record is not None and record.checkpoint is not None and record.checkpoint.finished
+    envelope = Envelope.model_validate(store.load_checkpoint(record.checkpoint))
+    assert envelope.finished and envelope.run_state == {}
+    outcomes = await rt.handle_message(KEY, event_id="Ev2", user="U1", text="more")
+    assert outcomes == [Answer(key=KEY, text="Again!")]
+    assert kinds(store) == ["user", "message", "user", "message"]
 
 
 async def test_duplicate_event_is_handled_once(store: Store, effects: SideEffects) -> None:

@@ -23,6 +23,7 @@ from agents import Agent
 from agents.memory import SessionSettings
 from agents.run_state import CURRENT_SCHEMA_VERSION
 
+from bot.runtime.ack_first import KeepsFirst
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource, SharedFile
 from bot.runtime.delivery import OutcomeSink
@@ -120,6 +121,7 @@ class ConversationRuntime(Queries):
         self.draining = False
         self.history = HistoryCache()
         self._serving: set[asyncio.Task[Any]] = set()
+        self.keeps = KeepsFirst()
         # Threads taken by the write that kept their message, for `serve` to use at once.
         self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
         self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
@@ -171,16 +173,17 @@ class ConversationRuntime(Queries):
         take: bool,
     ) -> Kept:
         try:
-            kept = await self.io.urgent(
-                self.store.keep,
-                key,
-                event_id,
-                payload,
-                create=create,
-                participant=user or None,
-                owner=new_owner(self.process) if take and not self.draining else None,
-                token=uuid.uuid4().hex,
-            )
+            with self.keeps.keeping():
+                kept = await self.io.urgent(
+                    self.store.keep,
+                    key,
+                    event_id,
+                    payload,
+                    create=create,
+                    participant=user or None,
+                    owner=new_owner(self.process) if take and not self.draining else None,
+                    token=uuid.uuid4().hex,
+                )
         except NotFound:
             return Kept.NOT_OURS
         if kept.lease is not None and kept.record is not None:
@@ -191,6 +194,7 @@ class ConversationRuntime(Queries):
         """Serve the thread if it is free (or taken for us when its message was kept); if
         another holder has it, that holder reads the inbox before it lets go (and a dead
         holder's thread is picked up by `recover`)."""
+        await self.keeps.settled()  # the burst's other messages are acknowledged first
         taken = self._taken.pop(key, None)
         if self.draining:
             if taken is not None:  # give it up at once: the next process serves it

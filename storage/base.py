@@ -345,7 +345,7 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         owner: str | None = None,
         token: str | None = None,
     ) -> Kept:
-        """Keep a user message durably, claiming its event id (per conversation, for
+        """Keep a user message durably, claiming its event id (per conversation, for at least
         `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
         conversation `running` (it has work), bumps `inbox_seq` and adds `participant` to its
         participants. With `owner`, the same write also takes the lease if it is free

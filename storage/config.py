@@ -29,8 +29,8 @@ class StorageSettings(BaseSettings):
     event_ttl: Duration = timedelta(days=1)
     claim_ttl: Duration = Field(
         default=timedelta(minutes=15),
-        description="how long a thread remembers a kept event's id (Slack retries an event "
-        "for about 5 minutes); claims live in the record, so shorter keeps it small",
+        description="how long, at least, a thread remembers a kept event's id (Slack retries "
+        "an event for about 5 minutes); claims live in the record, so shorter keeps it small",
     )
     status_shards: int = Field(
         default=16,

@@ -12,10 +12,13 @@
     pk = INSTALL#<install id>           sk = INSTALL                    an installation document
     pk = STATE#<state>                  sk = STATE                      a one-time state
 
-Queued messages live in the record itself (`in:<entry id>` attributes) with their event claims
-(`ev:<event id>`, the claim's expiry), so that keeping a message, taking the thread and
-reading what is queued is one write that returns everything. Entry ids start with the
-arrival time in microseconds, so they sort in arrival order.
+Queued messages live in the record itself (`in:<entry id>` attributes) with their event claims,
+so that keeping a message, taking the thread and reading what is queued is one write that
+returns everything. Claims are 64-bit digests of event ids in three string sets (`ev0`..`ev2`),
+one per period of `claim_ttl` in turn (see `claim_sets`): a few bytes each, and a handful of
+attributes however busy the thread (records written before the sets have one `ev:<event id>`
+attribute per claim, holding its expiry; they are still honoured, and removed once expired).
+Entry ids start with the arrival time in microseconds, so they sort in arrival order.
 
 Index `by_status_shard` (sparse): hash `status_key` = `<status>#<shard:03d>`, range
 `last_activity_ms`; idle conversations are not in it. Counters: the record names the bucket it
@@ -34,9 +37,10 @@ hash `conv_status`, range `last_activity_ms`. Session items are opaque JSON stri
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from storage.aws.expressions import Item, Value, n, s
 from storage.models import (
@@ -56,7 +60,8 @@ INBOX_PREFIX = "INBOX#"
 INLINE_INBOX = "in:"  # + entry id: a queued message (its JSON), or ROW_MARK
 ROW_MARK = "row"  # the entry is too big for the record: it lives in an INBOX# row
 ROW_SUFFIX = "#~row"  # ends the id of such an entry, so that consuming it deletes the row
-EVENT_CLAIM = "ev:"  # + event id: the claim's expiry (epoch seconds)
+LEGACY_CLAIM = "ev:"  # + event id: a claim as written before the sets (its expiry, epoch s)
+CLAIM_SETS = ("ev0", "ev1", "ev2")  # event claims by period (see `claim_sets`)
 INDEXED = frozenset(status for status in Status if status is not Status.IDLE)
 # What the status index carries besides its keys: enough for lists and recovery.
 INDEX_ATTRIBUTES = (
@@ -227,13 +232,39 @@ def _inbox(item: Item) -> list[InboxEntry] | None:
     return None if in_rows else entries
 
 
+def claim_digest(event_id: str) -> str:
+    """What a record keeps of a claimed event id: 64 bits of BLAKE2b, 11 characters (two
+    ids of one thread collide with odds of about n² / 2^65)."""
+    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def claim_sets(now: datetime, period: timedelta) -> tuple[str, str, str]:
+    """The (current, previous, next) claim sets at `now`. A keep adds its claim to the current
+    set, is refused if the current or the previous one holds it, and empties the next one
+    (the one the following period adds to). So a claim is honoured for at least one period,
+    and a record holds the claims of two or three periods, never more."""
+    index = int(now.timestamp() // max(period.total_seconds(), 1.0))
+    return CLAIM_SETS[index % 3], CLAIM_SETS[(index - 1) % 3], CLAIM_SETS[(index + 1) % 3]
+
+
+def claimed(item: Item, event_id: str, now: datetime, period: timedelta) -> bool:
+    """The record holds a live claim of this event id."""
+    digest = claim_digest(event_id)
+    current, previous, _ = claim_sets(now, period)
+    if any(digest in item.get(name, {}).get("SS", ()) for name in (current, previous)):
+        return True
+    legacy = item.get(LEGACY_CLAIM + event_id)
+    return legacy is not None and int(legacy.get("N", "0")) >= epoch_seconds(now)
+
+
 def expired_claims(item: Item, now: datetime) -> tuple[str, ...]:
-    """Event claims whose time is over: the next fenced write removes them."""
+    """Claims written before the sets whose time is over: the next fenced write removes them."""
     limit = epoch_seconds(now)
     return tuple(
         name
         for name, value in item.items()
-        if name.startswith(EVENT_CLAIM) and int(value.get("N", "0")) < limit
+        if name.startswith(LEGACY_CLAIM) and int(value.get("N", "0")) < limit
     )
 
 

@@ -12,11 +12,14 @@ from botocore.exceptions import ClientError
 from storage.aws.errors import code
 from storage.aws.expressions import Item, Update, n, s, ss
 from storage.aws.layout import (
-    EVENT_CLAIM,
     INBOX_PREFIX,
     INLINE_INBOX,
+    LEGACY_CLAIM,
     ROW_MARK,
     ROW_SUFFIX,
+    claim_digest,
+    claim_sets,
+    claimed,
     conv_pk,
     epoch_seconds,
     expired,
@@ -229,7 +232,7 @@ class Records:
                     if create and self.forget_expired(key, old):
                         continue
                     raise NotFound(str(key)) from exc
-                if _claimed(old, event_id, now):
+                if claimed(old, event_id, now, self.t.claim_ttl):
                     # Our own earlier attempt (same token) whose answer was lost is a keep;
                     # anything else with this event id is a duplicate delivery.
                     mine = bool(token) and any(
@@ -270,13 +273,21 @@ class Records:
         update.names["#entry"] = INLINE_INBOX + entry.entry_id
         update.values[":entry"] = s(inline)
         update.sets.append("#entry = :entry")
-        claim = EVENT_CLAIM + entry.event_id
-        update.names["#claim"] = claim
-        update.values[":claim_until"] = n(epoch_seconds(now + self.t.claim_ttl))
-        update.sets.append("#claim = :claim_until")
         update.require(self.t.live(update, now, create=create))
+        # The event's claim: refused if this period's or the last one's set holds it.
+        current, previous, upcoming = claim_sets(now, self.t.claim_ttl)
+        digest = claim_digest(entry.event_id)
+        update.add_to_set(current, ss([digest]))
+        update.remove(upcoming)
+        claim = update.value("claim", s(digest))
+        update.require(
+            f"NOT contains({update.name(current)}, {claim}) AND "
+            f"NOT contains({update.name(previous)}, {claim})"
+        )
+        # A claim written before the sets (by the previous version, within its claim_ttl).
+        update.names["#legacy_claim"] = LEGACY_CLAIM + entry.event_id
         over = update.value("now_claim", n(epoch_seconds(now)))
-        update.require(f"attribute_not_exists(#claim) OR #claim < {over}")
+        update.require(f"attribute_not_exists(#legacy_claim) OR #legacy_claim < {over}")
 
     def _write_keep(self, key: ConversationKey, entry: InboxEntry, update: Update) -> Item | None:
         """One UpdateItem returning the record; a message too big for the record goes to
@@ -364,8 +375,3 @@ def _failed_item(exc: ClientError) -> Item | None:
             failed: Item = reason["Item"]  # type: ignore[assignment]
             return failed
     return None
-
-
-def _claimed(item: Item, event_id: str, now: datetime) -> bool:
-    claim = item.get(EVENT_CLAIM + event_id)
-    return claim is not None and int(claim.get("N", "0")) >= epoch_seconds(now)

@@ -123,10 +123,10 @@ class Side:
 
 
 async def ours(emulators: Emulators, turns: int, *, prune_claims: bool = False) -> Side:
-    """Our runtime; `prune_claims` is a what-if: per-thread event claims expire at once (the
-    store's `claim_ttl`, 15 minutes by default), so the record carries no claim of the
-    messages of the last minutes."""
-    options: dict[str, Any] = {"claim_ttl": timedelta(0)} if prune_claims else {}
+    """Our runtime; `prune_claims` is a what-if: per-thread event claims are kept for a second
+    (the store's `claim_ttl`, 15 minutes by default), so the record carries the claims of the
+    last seconds only, as it would for a thread slower than one message per `claim_ttl`."""
+    options: dict[str, Any] = {"claim_ttl": timedelta(seconds=1)} if prune_claims else {}
     store: AwsStore = emulators.store("growth", **options)
     clock = StorageClock()
     clock.wrap(
@@ -149,7 +149,7 @@ async def ours(emulators: Emulators, turns: int, *, prune_claims: bool = False) 
     runtime = ConversationRuntime(store, build_agent(), RuntimeSettings())
     key = unique_key("CG")
     side = Side(
-        "ours, what-if: event claims pruned at the next write"
+        "ours, what-if: event claims kept for a second"
         if prune_claims
         else "ours: durable runtime, DynamoDB + S3"
     )

@@ -17,22 +17,22 @@ class KeepsFirst:
     def __init__(self, patience: float = PATIENCE) -> None:
         self.patience = patience
         self.in_flight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle: asyncio.Event | None = None  # one per burst, made in the running loop
 
     @contextlib.contextmanager
     def keeping(self) -> Iterator[None]:
+        if not self.in_flight:
+            self._idle = asyncio.Event()
         self.in_flight += 1
-        self._idle.clear()
         try:
             yield
         finally:
             self.in_flight -= 1
-            if not self.in_flight:
+            if not self.in_flight and self._idle is not None:
                 self._idle.set()
 
     async def settled(self) -> None:
         """Return once no keep is in flight, or after `patience`."""
-        if self.in_flight:
+        if self.in_flight and self._idle is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), self.patience)

@@ -242,8 +242,9 @@ def claim_digest(event_id: str) -> str:
 def claim_sets(now: datetime, period: timedelta) -> tuple[str, str, str]:
     """The (current, previous, next) claim sets at `now`. A keep adds its claim to the current
     set, is refused if the current or the previous one holds it, and empties the next one
-    (the one the following period adds to). So a claim is honoured for at least one period,
-    and a record holds the claims of two or three periods, never more."""
+    (the one the following period adds to). So a claim is honoured for at least one period
+    (less the replicas' clock skew, at a period's turn), and a record holds the claims of two
+    or three periods, never more."""
     index = int(now.timestamp() // max(period.total_seconds(), 1.0))
     return CLAIM_SETS[index % 3], CLAIM_SETS[(index - 1) % 3], CLAIM_SETS[(index + 1) % 3]
 

@@ -240,9 +240,7 @@ async def _admin_command(
             client_secret=process.slack_client_secret,
             api_url=process.api_url,
         )
-        from bot.runtime.storage_calls import StorageCalls
-
-        installations = StoredInstallations(store, StorageCalls(store))
+        installations = StoredInstallations(store, runtime.io)
         runtime.on_outcome = SlackPoster(workspace_clients(slack, installations, web_client(slack)))
     reply = await AdminCommands(runtime, permalink).run(
         text, team=team or "", by=None, enterprise=enterprise

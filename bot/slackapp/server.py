@@ -24,7 +24,6 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 
 from bot import metrics
 from bot.runtime import ConversationRuntime
-from bot.runtime.storage_calls import StorageCalls
 from bot.slackapp.app import build_app, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients
 from bot.slackapp.conversation_source import SlackSource
@@ -110,7 +109,7 @@ async def serve(
     if settings.many_workspaces:
         if store is None:
             raise ValueError("many workspaces keep their installations in storage: pass store")
-        many = installs(settings, store, StorageCalls(store), client)
+        many = installs(settings, store, runtime.io, client)  # one storage pool per process
     clients: SlackClients = many.clients if many else OneWorkspace(client)
     live = LiveThreads(clients)
     runtime.progress = live

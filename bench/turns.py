@@ -60,9 +60,8 @@ async def run_turns(emulators: Emulators, turns: int, text: str = "hello") -> Tu
         aws_tally = Tally()
         raw_store, raw_calls = raw_requests(emulators)
         raw_io: list[float] = []
-        sent = itertools.count()
-
         paced_io: list[float] = []
+        sent = itertools.count()
 
         def raw_turn(tally: Tally, pause: float = 0.0) -> float:
             """The turn's requests sent raw, one after another (or each after `pause`

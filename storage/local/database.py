@@ -7,8 +7,10 @@ record's rows. The backend's parts (`store`, `ledger`, `queries`, `installations
 from __future__ import annotations
 
 import functools
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -74,7 +76,7 @@ class Database(Store):
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
+            _write_ahead_log(db)
             db.execute("PRAGMA synchronous=FULL")  # a committed turn survives power loss
             db.execute("PRAGMA busy_timeout=60000")
             self._local.db = db
@@ -136,6 +138,20 @@ class Database(Store):
                 record.model_dump_json(),
             ),
         )
+
+
+def _write_ahead_log(db: sqlite3.Connection, attempts: int = 100) -> None:
+    """WAL mode (kept in the file, so set once). Processes opening a new database at the
+    same moment can find it locked here without sqlite waiting (its busy handler is not
+    used for this switch), so a refusal is tried again a little later."""
+    for attempt in range(1, attempts + 1):
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts:
+                raise
+            time.sleep(0.01 * random.uniform(1, 3))
 
 
 def read_inbox(db: sqlite3.Connection, key: ConversationKey) -> list[InboxEntry]:

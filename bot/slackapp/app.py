@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from slack_bolt import BoltResponse
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
@@ -24,7 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.runtime import ConversationRuntime
-from bot.slackapp.clients import OneWorkspace
+from bot.slackapp.clients import OneWorkspace, for_bolt
 from bot.slackapp.listeners import Listeners
 from bot.slackapp.oauth import Installs
 from bot.slackapp.settings import SlackSettings
@@ -33,6 +34,14 @@ from storage import StorageError
 
 log = logging.getLogger(__name__)
 AsyncAuthorize = Callable[..., Awaitable[AuthorizeResult]]
+WEB_API_TIMEOUT = 30  # seconds, slack_sdk's default for one call
+
+
+def web_api_session() -> aiohttp.ClientSession:
+    """One HTTP session (its connection pool) for every Web API client of the process:
+    without it slack_sdk opens a new session, so a new connection and TLS handshake, for
+    every call. Made in the running loop; whoever makes it closes it."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WEB_API_TIMEOUT))
 
 
 class _ClientTokenWarning(logging.Filter):
@@ -50,12 +59,17 @@ class _ClientTokenWarning(logging.Filter):
 _CLIENT_TOKEN_WARNING = _ClientTokenWarning()
 
 
-def web_client(settings: SlackSettings) -> AsyncWebClient:
-    """slack_sdk's own retry handlers: 429 Retry-After, connection errors, 5xx. With many
-    workspaces it has no token: each workspace's client copies it (`clients`)."""
+def web_client(
+    settings: SlackSettings, session: aiohttp.ClientSession | None = None
+) -> AsyncWebClient:
+    """slack_sdk's own retry handlers: 429 Retry-After, connection errors (a kept-alive
+    connection the server closed, too), 5xx. With many workspaces it has no token: each
+    workspace's client copies it (`clients`), session included."""
     return AsyncWebClient(
         token=settings.bot_token,
         base_url=settings.api_url,
+        timeout=WEB_API_TIMEOUT,
+        session=session,
         retry_handlers=[
             AsyncConnectionErrorRetryHandler(max_retry_count=3),
             AsyncRateLimitErrorRetryHandler(max_retry_count=5),
@@ -91,7 +105,7 @@ def build_app(
     if identity is not None and settings.bot_token:
         authorize = single_team(identity, settings.bot_token)
     app = AsyncApp(
-        client=client,
+        client=for_bolt(client),
         authorize=authorize,
         oauth_settings=installs.oauth if installs else None,
         signing_secret=settings.signing_secret,

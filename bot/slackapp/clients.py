@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+import aiohttp
 from slack_sdk.oauth.installation_store import Bot
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
@@ -69,11 +70,26 @@ def as_clients(source: AsyncWebClient | SlackClients) -> SlackClients:
 
 
 def with_token(base: AsyncWebClient, token: str) -> AsyncWebClient:
-    """A client like `base` (its Web API URL, timeout, retry handlers) with `token`."""
+    """A client like `base` (its Web API URL, timeout, retry handlers, HTTP session) with
+    `token`."""
+    return _like(base, token, base.session)
+
+
+def for_bolt(base: AsyncWebClient) -> AsyncWebClient:
+    """`base` without its HTTP session, for bolt: bolt deep-copies each request's context,
+    its client included, for the lazy listeners, and an aiohttp session cannot be copied.
+    (Our listeners make their calls with our clients, not bolt's.)"""
+    return _like(base, base.token, None)
+
+
+def _like(
+    base: AsyncWebClient, token: str | None, session: aiohttp.ClientSession | None
+) -> AsyncWebClient:
     return AsyncWebClient(
         token=token,
         base_url=base.base_url,
         timeout=base.timeout,
+        session=session,
         ssl=base.ssl,
         proxy=base.proxy,
         headers=dict(base.headers),

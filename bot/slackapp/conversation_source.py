@@ -41,7 +41,11 @@ class SlackSource:
     one workspace or many alike."""
 
     def __init__(
-        self, settings: SlackSettings, clients: SlackClients, bot_user: str | None = None
+        self,
+        settings: SlackSettings,
+        clients: SlackClients,
+        bot_user: str | None = None,
+        session: aiohttp.ClientSession | None = None,
     ) -> None:
         self.clients = clients
         self.own_user = bot_user  # one workspace: known from the start-up auth.test
@@ -50,6 +54,7 @@ class SlackSource:
         # No token of its own: each call names its workspace's.
         self.client = AsyncWebClient(
             base_url=settings.api_url,
+            session=session,
             retry_handlers=[AsyncConnectionErrorRetryHandler(max_retry_count=2)],
         )
         api = urlsplit(settings.api_url)

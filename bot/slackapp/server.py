@@ -15,6 +15,7 @@ import contextlib
 import logging
 import signal
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -24,7 +25,8 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 
 from bot import metrics
 from bot.runtime import ConversationRuntime
-from bot.slackapp.app import build_app, web_client
+from bot.runtime.warm_up import warm_up
+from bot.slackapp.app import build_app, web_api_session, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients
 from bot.slackapp.conversation_source import SlackSource
 from bot.slackapp.live import LiveThreads
@@ -104,7 +106,20 @@ async def serve(
 ) -> None:
     """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given). Many
     workspaces keep their installations in `store` (the runtime's)."""
-    client = web_client(settings)
+    async with web_api_session() as session:
+        await _serve(settings, runtime, admins, store, stop, host, session)
+
+
+async def _serve(
+    settings: SlackSettings,
+    runtime: ConversationRuntime,
+    admins: frozenset[str] | None,
+    store: Store | None,
+    stop: asyncio.Event | None,
+    host: str | None,
+    session: aiohttp.ClientSession,
+) -> None:
+    client = web_client(settings, session)
     many = None
     if settings.many_workspaces:
         if store is None:
@@ -119,8 +134,8 @@ async def serve(
     identity = None if many else await client.auth_test()
     workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
     bot_user = identity.get("user_id") if identity else None
-    runtime.source = SlackSource(settings, clients, bot_user=bot_user)
-    await runtime.healthy()
+    runtime.source = SlackSource(settings, clients, bot_user=bot_user, session=session)
+    await warm_up(runtime.io)
     app = build_app(
         settings,
         runtime,

@@ -18,6 +18,7 @@ class Call:
     args: dict[str, Any]
     at: float = field(default_factory=time.time)
     team: str | None = None  # the workspace (or organisation) of an installed token
+    peer: str | None = None  # the caller's address and port: one per connection
 
 
 @dataclass

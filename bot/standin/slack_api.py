@@ -11,6 +11,7 @@ uninstall), answering each call for its token's workspace."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hmac
 import itertools
 import time
@@ -29,6 +30,7 @@ __all__ = ["BOT_ID", "BOT_USER", "TEAM", "Call", "Message", "SlackWebApi", "Stat
 BOT_USER = "UBOT"
 BOT_ID = "BBOT"
 TEAM = "T0LOCAL"
+_PEER: contextvars.ContextVar[str | None] = contextvars.ContextVar("peer", default=None)
 
 
 class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
@@ -74,6 +76,8 @@ class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        _PEER.set(f"{peer[0]}:{peer[1]}" if peer else None)  # this request's task only
         args = await _read_args(request)
         if method == "oauth.v2.access":  # the app's client id and secret, not a token
             return web.json_response(self._oauth_access(request, args))
@@ -166,6 +170,7 @@ class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
         return web.Response(text="ok")
 
     def _record(self, call: Call) -> None:
+        call.peer = call.peer or _PEER.get()
         self.calls.append(call)
         for listener in self.listeners:
             listener(call)

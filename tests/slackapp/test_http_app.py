@@ -308,3 +308,15 @@ async def test_a_first_burst_does_not_call_auth_test_again(bot: Harness) -> None
     for top in tops:
         await bot.bot_replies(top.ts, 1)
     assert len(bot.api.called("auth.test")) == 1
+
+
+async def test_web_api_calls_reuse_their_connections(bot: Harness) -> None:
+    """One HTTP session for the process: calls to Slack reuse kept-alive connections
+    instead of opening one (and, at slack.com, a TLS handshake) per call."""
+    for n in range(3):
+        top = await bot.mention(ALICE, f"hello {n}")
+        await bot.bot_replies(top.ts, 1)
+    calls = [call for call in bot.api.calls if call.peer is not None]
+    connections = {call.peer for call in calls}
+    assert len(calls) >= 10
+    assert len(connections) <= len(calls) // 3, sorted(connections)

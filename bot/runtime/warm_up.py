@@ -1,0 +1,66 @@
+"""Work a new process does once, before it reports healthy, so that its first burst of
+messages is not slower than the next: the storage pools' threads and connections opened,
+and the model's response types made ready.
+
+The OpenAI SDK's response types are pydantic models whose validators are built on first
+use (they refer to each other). Built then, inside the first runs, they take a quarter of a
+second of CPU on the event loop, while the same burst's other messages wait to be kept."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import threading
+import time
+from types import ModuleType
+
+from pydantic import BaseModel
+
+from bot.runtime.storage_calls import URGENT_THREADS, StorageCalls
+from storage import ConversationKey
+
+log = logging.getLogger(__name__)
+PROBE = ConversationKey(team="healthz", channel="healthz", thread_ts="0")
+
+
+def complete_models(module: ModuleType) -> int:
+    """Build the validators of the pydantic models `module` exports that are not built yet;
+    returns how many were built (one that cannot be built yet is left to its first use)."""
+    built = 0
+    for value in vars(module).values():
+        if (
+            inspect.isclass(value)
+            and issubclass(value, BaseModel)
+            and value is not BaseModel
+            and not value.__pydantic_complete__
+        ):
+            built += bool(value.model_rebuild(raise_errors=False))
+    return built
+
+
+async def open_pools(io: StorageCalls) -> None:
+    """One read per keep thread, all at once (each waits for the others first), so that
+    every keep thread and its own storage connection exist before the first burst needs
+    them. The record read does not exist."""
+    together = threading.Barrier(URGENT_THREADS)
+
+    def read() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            together.wait(timeout=5)
+        io.store.get(PROBE)
+
+    await asyncio.gather(*(io.urgent(read) for _ in range(URGENT_THREADS)))
+
+
+async def warm_up(io: StorageCalls) -> None:
+    import openai.types.responses
+
+    start = time.perf_counter()
+    built = complete_models(openai.types.responses)
+    try:
+        await open_pools(io)
+    except Exception:  # /healthz says so; the process serves once storage answers
+        log.warning("warm-up: storage unavailable", exc_info=True)
+    log.info("warmed up in %.2fs (%d model types built)", time.perf_counter() - start, built)

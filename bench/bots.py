@@ -5,6 +5,7 @@ storage it is given, fed signed events over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -131,14 +132,41 @@ class Sender:
             connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=60)
         )
 
-    async def mention(self, bot: Bot, text: str, user: str = "UALICE") -> tuple[str, float]:
-        """Returns the message's ts and the seconds until the delivery was acknowledged."""
+    def _delivery(self, text: str, user: str) -> tuple[str, str, dict[str, str]]:
+        """A new message in the stand-in's channel and its signed delivery (ts, body,
+        headers)."""
         message = self.api.add_user_message(CHANNEL, user, f"<@UBOT> {text}")
         event = requests.app_mention(
             user=user, text=message.text, ts=message.ts, channel=CHANNEL, team=TEAM
         )
         body = requests.event_callback(TEAM, event)
-        headers = {"Content-Type": "application/json", **signed_headers(body)}
+        return message.ts, body, {"Content-Type": "application/json", **signed_headers(body)}
+
+    async def burst(self, bot: Bot, texts: list[str], user: str = "UALICE") -> list[float]:
+        """All at once, from a process of its own (`bench.fire`); the seconds until each
+        delivery was acknowledged."""
+        deliveries = [self._delivery(text, user) for text in texts]
+        job = {
+            "url": f"{bot.url}/slack/events",
+            "requests": [{"body": body, "headers": headers} for _, body, headers in deliveries],
+        }
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.fire",
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        out, _ = await child.communicate(json.dumps(job).encode())
+        answers = json.loads(out)
+        if child.returncode or any(status != 200 for status, _ in answers):
+            raise RuntimeError(f"a delivery was not acknowledged: {answers}")
+        return [seconds for _, seconds in answers]
+
+    async def mention(self, bot: Bot, text: str, user: str = "UALICE") -> tuple[str, float]:
+        """Returns the message's ts and the seconds until the delivery was acknowledged."""
+        ts, body, headers = self._delivery(text, user)
         start = time.perf_counter()
         async with self.http.post(
             f"{bot.url}/slack/events", data=body.encode(), headers=headers
@@ -148,7 +176,7 @@ class Sender:
         elapsed = time.perf_counter() - start
         if status != 200:
             raise RuntimeError(f"event answered {status}")
-        return message.ts, elapsed
+        return ts, elapsed
 
     async def close(self) -> None:
         await self.http.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import types
@@ -9,7 +10,7 @@ import types
 import pytest
 
 from bot.runtime.storage_calls import URGENT_THREADS, StorageCalls
-from bot.runtime.warm_up import PROBE, complete_models, open_pools
+from bot.runtime.warm_up import PROBE, complete_models, freeze_heap, open_pools
 from storage import Conversation, ConversationKey, Store
 
 REPLIES = """
@@ -56,3 +57,14 @@ async def test_every_keep_thread_has_read_storage_before_serving(store: Store) -
         calls.close()
     assert len(readers) == URGENT_THREADS
     assert all(name.startswith("storage-ack") for name in readers)
+
+
+def test_what_lives_at_start_is_left_out_of_later_collections() -> None:
+    survivor: list[object] = [[]]  # a container the collector tracks
+    assert any(o is survivor for o in gc.get_objects())
+    try:
+        frozen = freeze_heap()
+        assert frozen > 0 and gc.get_freeze_count() == frozen
+        assert not any(o is survivor for o in gc.get_objects())  # walked by no collection
+    finally:
+        gc.unfreeze()  # the rest of the test session collects as before

@@ -163,7 +163,7 @@ def _serve(settings: StorageSettings, args: argparse.Namespace) -> int:
     runtime = _runtime(store, runtime_settings)
     if runtime is None:
         return 2
-    asyncio.run(serve(slack, runtime, runtime_settings.admins, store=store))
+    asyncio.run(serve(slack, runtime, runtime_settings.admins, store=store, own_process=True))
     return 0
 
 

@@ -67,7 +67,8 @@ def freeze_heap() -> int:
     return gc.get_freeze_count()
 
 
-async def warm_up(io: StorageCalls) -> None:
+async def warm_up(io: StorageCalls, *, freeze: bool = False) -> None:
+    """`freeze` only in a process that serves and does nothing else (not in tests)."""
     import openai.types.responses
 
     start = time.perf_counter()
@@ -76,7 +77,8 @@ async def warm_up(io: StorageCalls) -> None:
         await open_pools(io)
     except Exception:  # /healthz says so; the process serves once storage answers
         log.warning("warm-up: storage unavailable", exc_info=True)
-    freeze_heap()
+    if freeze:
+        freeze_heap()
     log.info(
         "warmed up in %.2fs (%d model types built, %d objects frozen)",
         time.perf_counter() - start,

@@ -103,11 +103,13 @@ async def serve(
     store: Store | None = None,
     stop: asyncio.Event | None = None,
     host: str | None = None,
+    own_process: bool = False,
 ) -> None:
     """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given). Many
-    workspaces keep their installations in `store` (the runtime's)."""
+    workspaces keep their installations in `store` (the runtime's). `own_process`: the
+    process does nothing else (`python -m bot serve`), so its heap is frozen once warm."""
     async with web_api_session() as session:
-        await _serve(settings, runtime, admins, store, stop, host, session)
+        await _serve(settings, runtime, admins, store, stop, host, session, own_process)
 
 
 async def _serve(
@@ -118,6 +120,7 @@ async def _serve(
     stop: asyncio.Event | None,
     host: str | None,
     session: aiohttp.ClientSession,
+    own_process: bool,
 ) -> None:
     client = web_client(settings, session)
     many = None
@@ -135,7 +138,7 @@ async def _serve(
     workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
     bot_user = identity.get("user_id") if identity else None
     runtime.source = SlackSource(settings, clients, bot_user=bot_user, session=session)
-    await warm_up(runtime.io)
+    await warm_up(runtime.io, freeze=own_process)
     app = build_app(
         settings,
         runtime,

@@ -204,8 +204,7 @@ def warm(emulators: Emulators, rounds: int = 400) -> float:
 
 def measure_raw(emulators: Emulators, samples: int = 300) -> dict[str, tuple[float, float]]:
     """p50 and p99 of each kind of request, interleaved so that noise hits all alike."""
-    store = emulators.store("raw")
-    calls = _requests(store)
+    store, calls = raw_requests(emulators)
     timings: dict[str, list[float]] = {kind: [] for kind in calls}
     for i in range(samples):
         for kind, call in calls.items():

@@ -13,6 +13,7 @@ from storage import Conversation, ConversationKey, FeedbackTally, Status, Store,
 
 log = logging.getLogger(__name__)
 PAUSED = (Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.NEEDS_RESTART)
+PROBE = ConversationKey(team="healthz", channel="healthz", thread_ts="0")  # never stored
 
 
 class Queries:
@@ -70,9 +71,8 @@ class Queries:
 
     async def healthy(self) -> bool:
         """Storage answers (a read of a record that does not exist)."""
-        probe = ConversationKey(team="healthz", channel="healthz", thread_ts="0")
         try:
-            await asyncio.wait_for(asyncio.to_thread(self.store.get, probe), timeout=5)
+            await asyncio.wait_for(asyncio.to_thread(self.store.get, PROBE), timeout=5)
         except Exception:
             log.warning("health check: storage unavailable", exc_info=True)
             return False

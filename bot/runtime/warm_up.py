@@ -23,11 +23,10 @@ from types import ModuleType
 
 from pydantic import BaseModel
 
+from bot.runtime.queries import PROBE
 from bot.runtime.storage_calls import URGENT_THREADS, StorageCalls
-from storage import ConversationKey
 
 log = logging.getLogger(__name__)
-PROBE = ConversationKey(team="healthz", channel="healthz", thread_ts="0")
 
 
 def complete_models(module: ModuleType) -> int:
@@ -48,7 +47,7 @@ def complete_models(module: ModuleType) -> int:
 async def open_pools(io: StorageCalls) -> None:
     """One read per keep thread, all at once (each waits for the others first), so that
     every keep thread and its own storage connection exist before the first burst needs
-    them. The record read does not exist."""
+    them. The record read is the health check's, which does not exist."""
     together = threading.Barrier(URGENT_THREADS)
 
     def read() -> None:

@@ -9,8 +9,9 @@ import types
 
 import pytest
 
+from bot.runtime.queries import PROBE
 from bot.runtime.storage_calls import URGENT_THREADS, StorageCalls
-from bot.runtime.warm_up import PROBE, complete_models, freeze_heap, open_pools
+from bot.runtime.warm_up import complete_models, freeze_heap, open_pools
 from storage import Conversation, ConversationKey, Store
 
 REPLIES = """

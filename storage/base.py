@@ -31,6 +31,7 @@ from storage.models import (
     Conversation,
     ConversationKey,
     DeliveryMark,
+    Expiry,
     FeedbackTally,
     InboxEntry,
     Lease,
@@ -49,6 +50,8 @@ TRANSACTION_ACTIONS_LIMIT = 100  # DynamoDB's cap on actions in one TransactWrit
 TRANSACTION_ITEM_LIMIT = 90  # session rows per transaction, leaving room for the rest
 TRANSACTION_BYTES_LIMIT = 3_000_000  # below the 4 MB transaction cap
 CONSUME_LIMIT = 50  # inbox entries one commit may consume; callers take larger backlogs in chunks
+BACKLOG_LIMIT = 1000  # messages a thread may have queued; past it, a keep is refused
+DROPPED_KEPT = 10  # unanswered messages an expired record names (see `Expiry.dropped`)
 APPEND_ATTEMPTS = 50
 # The statuses operational queries can find (idle conversations are not indexed).
 INDEXED = tuple(status for status in Status if status is not Status.IDLE)
@@ -63,13 +66,14 @@ KEEP = _Keep()
 
 @dataclass(frozen=True)
 class Kept:
-    """What `keep` did: whether the message was kept (False: a duplicate), and, when the
-    caller asked to take the thread and it was free, the lease and the record (inbox
-    included)."""
+    """What `keep` did: whether the message was kept (False: a duplicate, or `refused`
+    because the thread's backlog is full: nothing was written), and, when the caller asked
+    to take the thread and it was free, the lease and the record (inbox included)."""
 
     kept: bool
     lease: Lease | None = None
     record: Conversation | None = None
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,8 @@ class Commit:
     delivered: bool = False  # every outcome of the (resulting) checkpoint was delivered
     delivery: DeliveryMark | None = None  # where delivery stands (overrides `delivered`)
     inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
+    run_by: str | None = None  # who started the run this write belongs to (None: unchanged)
+    clear_expiry: bool = False  # the thread was told its state expired (`expired_from`)
     # Makes a retried write idempotent (DynamoDB's ClientRequestToken): a retry of a write
     # whose answer was lost is not applied twice, nor refused for its own earlier effect.
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -130,14 +136,18 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         lease_duration: timedelta = timedelta(seconds=15),
         lease_skew: timedelta = timedelta(seconds=1),
         state_ttl: timedelta = timedelta(days=7),
+        tombstone_ttl: timedelta = timedelta(days=90),
         event_ttl: timedelta = timedelta(days=1),
         claim_ttl: timedelta = timedelta(minutes=15),
+        backlog_limit: int = BACKLOG_LIMIT,
         status_shards: int = 16,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.lease_duration = lease_duration
         self.lease_skew = lease_skew
         self.state_ttl = state_ttl
+        self.tombstone_ttl = tombstone_ttl
+        self.backlog_limit = backlog_limit
         self.event_ttl = event_ttl
         self.claim_ttl = claim_ttl
         self.status_shards = status_shards
@@ -147,7 +157,14 @@ class Store(InstallationRecords, ContentBlobs, ABC):
 
     @abstractmethod
     def get(self, key: ConversationKey) -> Conversation | None:
-        """The conversation's record, or None."""
+        """The conversation's record, or None (also when its state expired)."""
+
+    @abstractmethod
+    def expired_record(self, key: ConversationKey) -> Conversation | None:
+        """The record of a conversation whose state expired, as it was (its status,
+        participants, last activity), while its tombstone lasts (`tombstone_ttl` past the
+        expiry); None when the conversation is live, never existed, or is long gone. The
+        next `keep` in the thread brings it back (see `keep`)."""
 
     @abstractmethod
     def acquire(
@@ -227,6 +244,8 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         consume: Sequence[str] = (),
         inbox_seen: int | None = None,
         arm: Sequence[ToolCallRecord] = (),
+        run_by: str | None = None,
+        clear_expiry: bool = False,
     ) -> Committed:
         """Write the RunState blob write-once, then commit its pointer together with the
         staged session items, fenced and expecting `expected_version`.
@@ -271,6 +290,8 @@ class Store(InstallationRecords, ContentBlobs, ABC):
                 consume=consume,
                 inbox_seen=inbox_seen,
                 arm=arm,
+                run_by=run_by,
+                clear_expiry=clear_expiry,
             )
         )
 
@@ -351,9 +372,14 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         participants. With `owner`, the same write also takes the lease if it is free
         (`Kept.lease`), and the record comes back with its inbox, so that serving the
         message needs no further read. Nothing is written when the event id was claimed
-        before (`Kept.kept` is False). Without `create`, only an existing, unexpired
-        conversation takes it; otherwise raises `NotFound` (and claims nothing). Retrying
-        with the same `token` after an unanswered attempt is not mistaken for a duplicate."""
+        before (`Kept.kept` is False), nor when `backlog_limit` messages are queued already
+        (`Kept.refused`). Without `create`, only an existing conversation takes it;
+        otherwise raises `NotFound` (and claims nothing). A conversation whose state expired
+        but whose tombstone lasts is brought back, with or without `create`, as a new
+        generation (none of the old rows is seen) that keeps its participants and says what
+        expired (`Conversation.expired_from`, until a commit clears it). Retrying with the
+        same `token` after an unanswered attempt is not mistaken for a duplicate. The cost of
+        one keep does not grow with the backlog."""
 
     def enqueue(
         self,
@@ -371,9 +397,13 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         ).kept
 
     @abstractmethod
-    def read_inbox(self, key: ConversationKey, generation: int | None = None) -> list[InboxEntry]:
-        """Queued messages, oldest first. Commits consume them (`Commit.consume`). With
-        `generation`, entries left by an earlier, expired record are left out."""
+    def read_inbox(
+        self, key: ConversationKey, generation: int | None = None, limit: int | None = None
+    ) -> list[InboxEntry]:
+        """Queued messages, oldest first (the oldest `limit` when given; reading them costs
+        no more than that however long the backlog). Commits consume them
+        (`Commit.consume`). With `generation`, entries left by an earlier, expired record
+        are left out."""
 
     # -- ledgers ------------------------------------------------------------------------
 
@@ -469,16 +499,52 @@ class Store(InstallationRecords, ContentBlobs, ABC):
 
     # -- helpers shared by backends -----------------------------------------------------
 
+    def tombstone_until(self, record: Conversation) -> datetime:
+        """When the record itself goes (its state expired a `tombstone_ttl` earlier)."""
+        return record.expires_at + self.tombstone_ttl
+
+    def revived(
+        self, old: Conversation, now: datetime, dropped: Sequence[str] = ()
+    ) -> Conversation:
+        return revived(old, now, state_ttl=self.state_ttl, dropped=dropped)
+
     def new_record(self, key: ConversationKey, now: datetime) -> Conversation:
-        return Conversation(
-            key=key,
-            generation=int(now.timestamp() * 1000),
-            created_at=now,
-            updated_at=now,
-            last_activity_at=now,
-            expires_at=now + self.state_ttl,
-        )
+        return new_record(key, now, state_ttl=self.state_ttl)
 
     def takeover_cutoff(self, now: datetime) -> datetime:
         """A lease that expired before this instant may be taken over."""
         return now - self.lease_skew
+
+
+def new_record(key: ConversationKey, now: datetime, *, state_ttl: timedelta) -> Conversation:
+    return Conversation(
+        key=key,
+        generation=int(now.timestamp() * 1000),
+        created_at=now,
+        updated_at=now,
+        last_activity_at=now,
+        expires_at=now + state_ttl,
+    )
+
+
+def revived(
+    old: Conversation, now: datetime, *, state_ttl: timedelta, dropped: Sequence[str] = ()
+) -> Conversation:
+    """The record that replaces one whose state expired: a new generation (no old row is
+    seen) with the old participants, fence and message counter, saying what expired.
+    `dropped` are payloads of messages that were queued and never answered."""
+    return new_record(old.key, now, state_ttl=state_ttl).model_copy(
+        update={
+            "fence": old.fence,
+            "inbox_seq": old.inbox_seq,
+            "participants": old.participants,
+            "expired_from": Expiry(
+                status=old.status,
+                last_activity_at=old.last_activity_at,
+                expired_at=old.expires_at,
+                generation=old.generation,
+                checkpoint=old.checkpoint,
+                dropped=list(dropped)[:DROPPED_KEPT],
+            ),
+        }
+    )

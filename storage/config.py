@@ -26,6 +26,17 @@ class StorageSettings(BaseSettings):
     lease_seconds: float = Field(default=15.0, gt=0)
     lease_skew_seconds: float = Field(default=1.0, ge=0)
     state_ttl: Duration = timedelta(days=7)
+    tombstone_ttl: Duration = Field(
+        default=timedelta(days=90),
+        description="how long a conversation's record outlives its expired state, so that "
+        "the thread can be told it expired",
+    )
+    backlog_limit: int = Field(
+        default=1000,
+        ge=1,
+        description="messages a thread may have waiting for an answer; further ones are "
+        "refused with a notice in the thread",
+    )
     event_ttl: Duration = timedelta(days=1)
     claim_ttl: Duration = Field(
         default=timedelta(minutes=15),

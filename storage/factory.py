@@ -14,6 +14,8 @@ def store_options(settings: StorageSettings) -> dict[str, Any]:
         "lease_duration": timedelta(seconds=settings.lease_seconds),
         "lease_skew": timedelta(seconds=settings.lease_skew_seconds),
         "state_ttl": settings.state_ttl,
+        "tombstone_ttl": settings.tombstone_ttl,
+        "backlog_limit": settings.backlog_limit,
         "event_ttl": settings.event_ttl,
         "claim_ttl": settings.claim_ttl,
         "status_shards": settings.status_shards,

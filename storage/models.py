@@ -122,6 +122,22 @@ class FeedbackTally(BaseModel):
         return FeedbackTally(good=self.good + other.good, bad=self.bad + other.bad)
 
 
+class Expiry(BaseModel):
+    """What a conversation's record keeps of the state that expired under it, so that the
+    first event after the expiry can say so in the thread (see `Conversation.expired_from`).
+    `checkpoint` is the pointer the expired state had (its object may still be readable, or
+    gone); `dropped` quotes messages that were queued and never answered."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Status
+    last_activity_at: datetime
+    expired_at: datetime
+    generation: int = 0
+    checkpoint: CheckpointPointer | None = None
+    dropped: list[str] = Field(default_factory=list)
+
+
 class Conversation(BaseModel):
     """The per-thread record. Times are timezone-aware UTC."""
 
@@ -169,6 +185,14 @@ class Conversation(BaseModel):
     feedback: FeedbackTally = Field(
         default_factory=lambda: FeedbackTally(),
         description="people's verdicts on its answers (one per person and answer)",
+    )
+    run_by: str | None = Field(
+        default=None, description="who started the run in progress (or the last one)"
+    )
+    expired_from: Expiry | None = Field(
+        default=None,
+        description="set when the conversation's state expired and an event brought the "
+        "thread back: what expired, until the thread has been told",
     )
     inbox: list[InboxEntry] | None = Field(
         default=None,

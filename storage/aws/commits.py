@@ -19,11 +19,13 @@ from storage.aws.errors import code, reasons
 from storage.aws.expressions import Item, Update, n, s
 from storage.aws.layout import (
     INLINE_INBOX,
-    ROW_SUFFIX,
+    SPILL_SUFFIX,
+    STATE_EXPIRES,
     conv_pk,
     counter_key,
     day_of,
     epoch_seconds,
+    in_row,
     inbox_sk,
     meta_key,
     ms,
@@ -42,7 +44,7 @@ from storage.errors import CheckpointConflict, InboxChanged, LeaseLost, SessionC
 from storage.models import DeliveryMark, Status
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
@@ -80,7 +82,7 @@ class Commits:
         extra = self._counter_actions(commit, update, now) + self._ledger_actions(
             commit, generation, now
         )
-        in_rows = [e for e in commit.consume if e.endswith(ROW_SUFFIX)]
+        in_rows = [e for e in commit.consume if in_row(e)]
         room = TRANSACTION_ACTIONS_LIMIT - 1 - len(extra) - len(in_rows)
         rows = session_rows.item_rows(
             commit.key,
@@ -138,7 +140,8 @@ class Commits:
                 update.set_if_missing(counter, n(0))
             update.set_if_missing("created_ms", n(ms(now)))
             update.set_if_missing("last_activity_ms", n(ms(now)))
-            update.set_if_missing("expires_at", n(epoch_seconds(self.t.expiry(now))))
+            update.set_if_missing(STATE_EXPIRES, n(epoch_seconds(self.t.expiry(now))))
+            update.set_if_missing("expires_at", n(epoch_seconds(self.t.record_ttl(now))))
             update.set_if_missing("generation", n(generation))
         if commit.status is not None:
             self.t.set_status(update, commit.key, commit.status)
@@ -146,8 +149,11 @@ class Commits:
             update.remove("lease_owner")
             update.remove("lease_expires_ms")
             update.remove("stop_by")
-        for entry_id in commit.consume:
-            update.removes.append(update.name(INLINE_INBOX + entry_id))
+        self._consume(update, commit.consume)
+        if commit.run_by is not None:
+            update.set("run_by", s(commit.run_by))
+        if commit.clear_expiry:
+            update.remove("expired_from")
         if base_seq is not None:
             update.set("next_seq", n(base_seq + count))
             guard = f"#next_seq = {update.value('base_seq', n(base_seq))}"
@@ -181,6 +187,24 @@ class Commits:
                 f"attribute_not_exists(#cpv) OR {guard}" if commit.expected_version == 0 else guard
             )
         return update
+
+    def _consume(self, update: Update, consume: Sequence[str]) -> None:
+        """Consumed messages leave the record (or their rows, see `_transact`), and the
+        backlog's counters move with them (a retried UpdateItem whose answer was lost may
+        count them twice: the counters then err low, which only loosens the limits)."""
+        if not consume:
+            return
+        for entry_id in consume:
+            update.removes.append(update.name(INLINE_INBOX + entry_id))
+        spilled = sum(entry_id.endswith(SPILL_SUFFIX) for entry_id in consume)
+        inline = sum(not in_row(entry_id) for entry_id in consume)
+        for counter, count in (
+            ("inbox_count", len(consume)),
+            ("inbox_rows", spilled),
+            ("inbox_inline", inline),
+        ):
+            if count:
+                update.adds.append(f"{update.name(counter)} {update.value(counter, n(-count))}")
 
     def _delivery(self, update: Update, commit: Commit) -> None:
         mark = commit.delivery

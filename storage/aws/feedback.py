@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from storage.aws.errors import code, reasons
-from storage.aws.expressions import Item, n, s
-from storage.aws.layout import conv_pk, epoch_seconds, meta_key
-from storage.aws.tables import Tables
+from storage.aws.expressions import Item, Update, n, s
+from storage.aws.layout import conv_pk, epoch_seconds, expired, meta_key
+from storage.aws.tables import Tables, state_alive
 from storage.models import ConversationKey, FeedbackTally, Verdict
 
 if TYPE_CHECKING:
@@ -49,8 +49,7 @@ class Feedback:
     ) -> FeedbackTally | None:
         for _ in range(ATTEMPTS):
             meta = self._get(meta_key(key))
-            now_s = epoch_seconds(self.t.clock())
-            if meta is None or int(meta.get("expires_at", {}).get("N", "0")) < now_s:
+            if meta is None or expired(meta, self.t.clock()):
                 return None
             vote = self._get(vote_key(key, answer, user))
             before = Verdict(vote["verdict"]["S"]) if vote else None
@@ -81,6 +80,8 @@ class Feedback:
         bad = (verdict is Verdict.BAD) - (before is Verdict.BAD)
         deltas = {":good": n(good), ":bad": n(bad)}
         now = self.t.clock()
+        alive = Update()
+        condition = f"attribute_exists(pk) AND {state_alive(alive, now)}"
         vote_condition: dict[str, object] = (
             {"ConditionExpression": "attribute_not_exists(sk)"}
             if before is None
@@ -95,8 +96,9 @@ class Feedback:
                     "TableName": self.t.table,
                     "Key": meta_key(key),
                     "UpdateExpression": "ADD fb_good :good, fb_bad :bad",
-                    "ConditionExpression": "attribute_exists(pk) AND expires_at >= :now",
-                    "ExpressionAttributeValues": {**deltas, ":now": n(epoch_seconds(now))},
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": alive.names,
+                    "ExpressionAttributeValues": {**deltas, **alive.values},
                 }
             },
             {

@@ -14,8 +14,21 @@
 
 Queued messages live in the record itself (`in:<entry id>` attributes) with their event claims,
 so that keeping a message, taking the thread and reading what is queued is one write that
-returns everything. Claims are 64-bit digests of event ids in three string sets (`ev0`..`ev2`),
-one per period of `claim_ttl` in turn (see `claim_sets`): a few bytes each, and a handful of
+returns everything; but only a few small ones (`INLINE_ENTRIES` of at most
+`INLINE_ENTRY_LIMIT` bytes, counted in `inbox_inline`): the rest of a busy thread's backlog
+lives in `INBOX#` rows (counted in `inbox_rows`), whose event claims are `CLAIM#<digest>`
+rows, so that the record, and with it the cost of every write to it, stays small however
+long the backlog. `inbox_count` counts every queued message (the backlog cap); while
+`spill_until` has not passed, claims may live in rows, so every keep goes to a row.
+
+The record's own TTL (`expires_at`) lies `tombstone_ttl` beyond its state's expiry
+(`state_expires`, epoch seconds; records written before it have only `expires_at`): past
+`state_expires` the record counts as absent for every operation, but it stays, as the
+conversation's tombstone, so that the next event in the thread can say what expired. Every
+other row of the conversation expires with the state.
+
+Claims in the record are 64-bit digests of event ids in three string sets (`ev0`..`ev2`), one
+per period of `claim_ttl` in turn (see `claim_sets`): a few bytes each, and a handful of
 attributes however busy the thread (records written before the sets have one `ev:<event id>`
 attribute per claim, holding its expiry; they are still honoured, and removed once expired).
 Entry ids start with the arrival time in microseconds, so they sort in arrival order.
@@ -47,6 +60,7 @@ from storage.models import (
     CheckpointPointer,
     Conversation,
     ConversationKey,
+    Expiry,
     FeedbackTally,
     InboxEntry,
     Status,
@@ -57,9 +71,12 @@ META = "META"
 ITEM_PREFIX = "ITEM#"
 TOOL_PREFIX = "TOOL#"
 INBOX_PREFIX = "INBOX#"
+CLAIM_PREFIX = "CLAIM#"  # + claim digest: the claim of a message kept in a row
+STATE_EXPIRES = "state_expires"  # when the record's state expires (its TTL is later)
 INLINE_INBOX = "in:"  # + entry id: a queued message (its JSON), or ROW_MARK
 ROW_MARK = "row"  # the entry is too big for the record: it lives in an INBOX# row
 ROW_SUFFIX = "#~row"  # ends the id of such an entry, so that consuming it deletes the row
+SPILL_SUFFIX = "#~spill"  # ends the id of a message kept in a row (counted in `inbox_rows`)
 LEGACY_CLAIM = "ev:"  # + event id: a claim as written before the sets (its expiry, epoch s)
 CLAIM_SETS = ("ev0", "ev1", "ev2")  # event claims by period (see `claim_sets`)
 INDEXED = frozenset(status for status in Status if status is not Status.IDLE)
@@ -156,6 +173,15 @@ def inbox_sk(entry_id: str) -> str:
     return INBOX_PREFIX + entry_id
 
 
+def in_row(entry_id: str) -> bool:
+    """Whether a queued message lives in an `INBOX#` row (consuming it deletes the row)."""
+    return entry_id.endswith((ROW_SUFFIX, SPILL_SUFFIX))
+
+
+def claim_sk(event_id: str) -> str:
+    return CLAIM_PREFIX + claim_digest(event_id)
+
+
 def ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
@@ -180,10 +206,10 @@ def _text(item: Item, name: str) -> str | None:
 
 def inline_entries(item: Item) -> tuple[list[InboxEntry], bool]:
     """The queued messages a record holds, oldest first, and whether some live in rows."""
-    entries, in_rows = [], False
+    entries, in_rows = [], _number(item, "inbox_rows") > 0
     for name in sorted(a for a in item if a.startswith(INLINE_INBOX)):
         text = item[name].get("S", "")
-        if text == ROW_MARK:
+        if text == ROW_MARK:  # written by earlier versions for a message too big
             in_rows = True
         else:
             entries.append(InboxEntry.model_validate(json.loads(text)))
@@ -197,6 +223,7 @@ def record_from_item(item: Item, *, with_inbox: bool = False) -> Conversation:
     retry = item.get("delivery_retry_ms")
     delivered_count = item.get("delivered_count")
     participants = item.get("participants")
+    gone_state = _text(item, "expired_from")
     return Conversation(
         key=ConversationKey.parse(item["conv_key"]["S"]),
         status=Status(item["conv_status"]["S"]),
@@ -217,9 +244,11 @@ def record_from_item(item: Item, *, with_inbox: bool = False) -> Conversation:
         created_at=from_ms(item["created_ms"]["N"]),
         updated_at=from_ms(item["updated_ms"]["N"]),
         last_activity_at=from_ms(item["last_activity_ms"]["N"]),
-        expires_at=datetime.fromtimestamp(int(item["expires_at"]["N"]), tz=UTC),
+        expires_at=datetime.fromtimestamp(state_expiry(item), tz=UTC),
         counted=_text(item, "counted"),
         stop_by=_text(item, "stop_by"),
+        run_by=_text(item, "run_by"),
+        expired_from=Expiry.model_validate_json(gone_state) if gone_state else None,
         feedback=FeedbackTally(
             good=max(_number(item, "fb_good"), 0), bad=max(_number(item, "fb_bad"), 0)
         ),
@@ -269,8 +298,19 @@ def expired_claims(item: Item, now: datetime) -> tuple[str, ...]:
     )
 
 
+def state_expiry(item: Item) -> int:
+    """When the record's state expires (epoch seconds)."""
+    return _number(item, STATE_EXPIRES, default=_number(item, "expires_at", default=1 << 62))
+
+
 def expired(item: Item, now: datetime) -> bool:
-    """TTL deletes late: a record past its `expires_at` counts as absent."""
+    """A record past its state's expiry counts as absent (TTL deletes late, and a record
+    outlives its state as a tombstone: see `gone`)."""
+    return state_expiry(item) < epoch_seconds(now)
+
+
+def gone(item: Item, now: datetime) -> bool:
+    """Past the record's own TTL: not even a tombstone any more."""
     return _number(item, "expires_at", default=1 << 62) < epoch_seconds(now)
 
 

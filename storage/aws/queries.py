@@ -7,14 +7,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from storage.aws.expressions import Item, n, s
 from storage.aws.layout import (
     STATUS_INDEX,
     day_of,
-    expired,
     ms,
     record_from_item,
     status_key,
@@ -39,27 +38,45 @@ class Queries:
         finds nothing (no operator query needs them)."""
         if status is Status.IDLE:
             return []
-        cutoff = ms(self.t.clock() - (idle_for or timedelta(0)))
         now = self.t.clock()
+        cutoff = ms(now - (idle_for or timedelta(0)))
+        # Records outlive their state as tombstones: those whose state expired (a TTL after
+        # their last activity) are not even read.
+        since = ms(now - self.t.state_ttl)
         shards = [
-            self._shard(status_key(status, shard), cutoff, limit) for shard in range(self.t.shards)
+            self._shard(status_key(status, shard), since, cutoff, limit)
+            for shard in range(self.t.shards)
         ]
         merged = heapq.merge(*shards, key=lambda item: int(item["last_activity_ms"]["N"]))
         records: list[Conversation] = []
         for item in merged:
-            if not expired(item, now):
-                records.append(record_from_item(item))
+            records.append(self._listed(item))
             if len(records) >= limit:
                 break
         return records
 
-    def _shard(self, key: str, cutoff: int, limit: int) -> Iterator[Item]:
+    def _listed(self, item: Item) -> Conversation:
+        """A record as the status index carries it. The index holds the record's own TTL,
+        not its state's expiry (which is a TTL after the last activity, see `Tables.touch`)."""
+        record = record_from_item(item)
+        return record.model_copy(update={"expires_at": record.last_activity_at + self.t.state_ttl})
+
+    def _alive(self, item: Item, now: datetime) -> bool:
+        return int(item["last_activity_ms"]["N"]) >= ms(now - self.t.state_ttl)
+
+    def _shard(self, key: str, since: int, cutoff: int, limit: int) -> Iterator[Item]:
         """One shard's matches, oldest activity first, fetched a page at a time as merged."""
         query: QueryInputTypeDef = {
             "TableName": self.t.table,
             "IndexName": STATUS_INDEX,
-            "KeyConditionExpression": "status_key = :key AND last_activity_ms <= :cutoff",
-            "ExpressionAttributeValues": {":key": s(key), ":cutoff": n(cutoff)},
+            "KeyConditionExpression": (
+                "status_key = :key AND last_activity_ms BETWEEN :since AND :cutoff"
+            ),
+            "ExpressionAttributeValues": {
+                ":key": s(key),
+                ":since": n(since),
+                ":cutoff": n(max(cutoff, since)),
+            },
             "ScanIndexForward": True,
             "Limit": min(limit, 1000),
         }
@@ -87,10 +104,10 @@ class Queries:
         ]
         now = self.t.clock()
         found = [
-            record_from_item(item)
+            self._listed(item)
             for items in self.pool.map(lambda key: self._starting(key, prefix), partitions)
             for item in items
-            if not expired(item, now)
+            if self._alive(item, now)
         ]
         mine = [
             r
@@ -143,11 +160,12 @@ class Queries:
         return items
 
     def _count(self, key: str) -> int:
+        since = ms(self.t.clock() - self.t.state_ttl)  # not those whose state expired
         query: dict[str, Any] = {
             "TableName": self.t.table,
             "IndexName": STATUS_INDEX,
-            "KeyConditionExpression": "status_key = :key",
-            "ExpressionAttributeValues": {":key": s(key)},
+            "KeyConditionExpression": "status_key = :key AND last_activity_ms >= :since",
+            "ExpressionAttributeValues": {":key": s(key), ":since": n(since)},
             "Select": "COUNT",
         }
         paginator = self.t.dynamodb.get_paginator("query")

@@ -1,10 +1,14 @@
 """The conversation record: reading it, taking and renewing its lease, and keeping messages
 in it. Keeping a message, claiming its event id and (when free) taking the thread is ONE
-conditional write that returns the whole record, inbox included."""
+conditional write that returns the whole record, inbox included, while the thread's backlog
+is small; a busy thread's further messages go to rows (one transaction each), so that the
+record, and the cost of each keep, stays flat however long the backlog (see `layout`). A
+record whose state expired is brought back by the next keep (`revive`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import uuid
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -12,18 +16,24 @@ from botocore.exceptions import ClientError
 from storage.aws.errors import code
 from storage.aws.expressions import Item, Update, n, s, ss
 from storage.aws.layout import (
+    CLAIM_PREFIX,
     INBOX_PREFIX,
     INLINE_INBOX,
     LEGACY_CLAIM,
-    ROW_MARK,
-    ROW_SUFFIX,
+    META,
+    SPILL_SUFFIX,
+    STATE_EXPIRES,
     claim_digest,
     claim_sets,
+    claim_sk,
     claimed,
     conv_pk,
     epoch_seconds,
     expired,
     expired_claims,
+    from_ms,
+    gone,
+    in_row,
     inbox_sk,
     inline_entries,
     meta_key,
@@ -31,7 +41,7 @@ from storage.aws.layout import (
     record_from_item,
 )
 from storage.aws.tables import Tables
-from storage.base import Kept
+from storage.base import DROPPED_KEPT, Kept, revived
 from storage.errors import LeaseBusy, LeaseLost, NotFound, StorageError
 from storage.models import (
     Conversation,
@@ -47,12 +57,16 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef, TransactWriteItemTypeDef
 
 CONDITION_FAILED = ("ConditionalCheckFailedException", "TransactionCanceledException")
-INLINE_ENTRY_LIMIT = 16_000  # bytes of one queued message kept in the record itself
+INLINE_ENTRY_LIMIT = 4_000  # bytes of one queued message kept in the record itself
+INLINE_ENTRIES = 4  # queued messages the record holds at most; the rest go to rows
+INLINE_CLAIMS = 64  # claims a period's set in the record holds before keeps go to rows
+KEEP_ATTEMPTS = 5
 
 
 class Records:
     def __init__(self, tables: Tables) -> None:
         self.t = tables
+        self.hints = Hints()
 
     def get(self, key: ConversationKey) -> Conversation | None:
         found = self.t.dynamodb.get_item(
@@ -105,8 +119,13 @@ class Records:
                 old: Item | None = exc.response.get("Item")  # type: ignore[assignment]
                 if old is None:
                     raise NotFound(str(key)) from exc
-                if expired(old, now):
+                if gone(old, now):
                     if create and self.forget_expired(key, old):
+                        continue
+                    raise NotFound(str(key)) from exc
+                if expired(old, now):
+                    if create:
+                        self.revive(key, old, now)
                         continue
                     raise NotFound(str(key)) from exc
                 holder = record_from_item(old, with_inbox=True)
@@ -118,8 +137,12 @@ class Records:
             return lease_of(record, expired_claims(item, now)), record
         raise StorageError(f"{key}: its expired record could not be replaced")
 
-    def _take(self, update: Update, owner: str, now: datetime) -> None:
+    def _take(
+        self, update: Update, owner: str, now: datetime, *, run_by: str | None = None
+    ) -> None:
         update.remove("stop_by")  # a stop asked of an earlier run is not this one's
+        if run_by:  # the message that takes the thread starts the run
+            update.set("run_by", s(run_by))
         update.increment("fence")
         update.set("lease_owner", s(owner))
         update.set("lease_expires_ms", n(ms(now + self.t.lease_duration)))
@@ -196,61 +219,79 @@ class Records:
         owner: str | None,
         token: str | None,
     ) -> Kept:
-        take = owner is not None
-        for _ in range(3):
+        token = token or uuid.uuid4().hex
+        now = self.t.clock()
+        take = owner is not None and not self.hints.held(key, now)
+        spill = len(payload.encode()) > INLINE_ENTRY_LIMIT or self.hints.spilling(key, now)
+        for attempt in range(KEEP_ATTEMPTS):
             now = self.t.clock()
-            entry_id = f"{inbox_stamp(now)}#{event_id}"
-            if len(payload.encode()) > INLINE_ENTRY_LIMIT:
-                entry_id += ROW_SUFFIX  # too big for the record: it gets its own row
+            suffix = SPILL_SUFFIX if spill else ""
             entry = InboxEntry(
-                entry_id=entry_id,
+                entry_id=f"{inbox_stamp(now)}#{event_id}{suffix}",
                 event_id=event_id,
                 payload=payload,
                 received_at=now,
-                token=token or "",
+                token=token,
             )
             update = Update()
             if take:
                 assert owner is not None
-                self._take(update, owner, now)
+                self._take(update, owner, now, run_by=participant)
                 update.require(self.t.lease_free(update, now))
             self._keep_update(update, key, entry, now, create=create, participant=participant)
             try:
-                item = self._write_keep(key, entry, update)
+                item = None
+                if spill:
+                    self._keep_in_row(key, entry, update, f"{token[:30]}-{attempt}")
+                else:
+                    item = self._keep_inline(key, update, returned=take)
             except ClientError as exc:
-                if code(exc) not in (
-                    "ConditionalCheckFailedException",
-                    "TransactionCanceledException",
-                ):
+                if code(exc) == "IdempotentParameterMismatchException":
+                    return Kept(kept=True)  # our own attempt landed; its answer was lost
+                if code(exc) not in CONDITION_FAILED:
                     raise
+                claim = _failed_claim(exc)
+                if claim is not None:  # the event's claim row: a duplicate, or our own retry
+                    return Kept(kept=claim.get("token", {}).get("S") == token)
                 old = _failed_item(exc)
                 if old is None:
                     if create:
                         continue  # created meanwhile by another writer: look again
                     raise NotFound(str(key)) from exc
-                if expired(old, now):
+                if gone(old, now):  # not even a tombstone: a new conversation
                     if create and self.forget_expired(key, old):
                         continue
                     raise NotFound(str(key)) from exc
+                if expired(old, now):
+                    self.revive(key, old, now)  # (or someone else did): keep into it
+                    continue
                 if claimed(old, event_id, now, self.t.claim_ttl):
                     # Our own earlier attempt (same token) whose answer was lost is a keep;
                     # anything else with this event id is a duplicate delivery.
-                    mine = bool(token) and any(
+                    mine = any(
                         e.event_id == event_id and e.token == token for e in inline_entries(old)[0]
                     )
                     return Kept(kept=mine)
-                if take:
+                if _number(old, "inbox_count") >= self.t.backlog_limit:
+                    return Kept(kept=False, refused=True)
+                self.hints.note(old)
+                if take and not _lease_free(old, self.t.takeover_cutoff(now)):
                     take = False  # the thread is busy: keep only; its holder will serve it
                     continue
+                if not spill:
+                    spill = True  # the record holds all it may: this one goes to a row
+                    continue
                 raise
+            if not take:
+                return Kept(kept=True)
+            self.hints.taken(key)
             if item is None:  # written in a transaction: nothing came back, so read it
                 record = self.get(key)
-                if take and record is not None and record.lease_owner == owner:
+                if record is not None and record.lease_owner == owner:
                     return Kept(kept=True, lease=lease_of(record), record=record)
                 return Kept(kept=True)
             record = record_from_item(item, with_inbox=True)
-            lease = lease_of(record, expired_claims(item, now)) if take else None
-            return Kept(kept=True, lease=lease, record=record)
+            return Kept(kept=True, lease=lease_of(record, expired_claims(item, now)), record=record)
         raise StorageError(f"{key}: keeping a message kept losing to concurrent writers")
 
     def _keep_update(
@@ -263,45 +304,72 @@ class Records:
         create: bool,
         participant: str | None,
     ) -> None:
+        """What every keep writes to the record, and the conditions of both ways to keep:
+        live, under the backlog cap, the event not claimed in the record."""
         update.increment("inbox_seq")
+        update.add_to_set("inbox_count", n(1))
         self.t.set_status(update, key, Status.RUNNING)
         self.t.touch(update, now)
         self.t.initialise(update, key, now)
         if participant:
             update.add_to_set("participants", ss([participant]))
-        inline = ROW_MARK if entry.entry_id.endswith(ROW_SUFFIX) else entry.model_dump_json()
-        update.names["#entry"] = INLINE_INBOX + entry.entry_id
-        update.values[":entry"] = s(inline)
-        update.sets.append("#entry = :entry")
         update.require(self.t.live(update, now, create=create))
-        # The event's claim: refused if this period's or the last one's set holds it.
+        count = update.name("inbox_count")
+        cap = update.value("cap", n(self.t.backlog_limit))
+        update.require(f"attribute_not_exists({count}) OR {count} < {cap}")
         current, previous, upcoming = claim_sets(now, self.t.claim_ttl)
-        digest = claim_digest(entry.event_id)
-        update.add_to_set(current, ss([digest]))
-        update.remove(upcoming)
-        claim = update.value("claim", s(digest))
+        digest = update.value("claim", s(claim_digest(entry.event_id)))
         update.require(
-            f"NOT contains({update.name(current)}, {claim}) AND "
-            f"NOT contains({update.name(previous)}, {claim})"
+            f"NOT contains({update.name(current)}, {digest}) AND "
+            f"NOT contains({update.name(previous)}, {digest})"
         )
         # A claim written before the sets (by the previous version, within its claim_ttl).
         update.names["#legacy_claim"] = LEGACY_CLAIM + entry.event_id
         over = update.value("now_claim", n(epoch_seconds(now)))
         update.require(f"attribute_not_exists(#legacy_claim) OR #legacy_claim < {over}")
+        if in_row(entry.entry_id):
+            update.add_to_set("inbox_rows", n(1))
+            until = now + self.t.claim_ttl + self.t.lease_skew
+            update.set("spill_until", n(epoch_seconds(until) + 1))
+            return
+        # In the record: while there is room, and no claim may live in a row.
+        update.add_to_set("inbox_inline", n(1))
+        update.names["#entry"] = INLINE_INBOX + entry.entry_id
+        update.values[":entry"] = s(entry.model_dump_json())
+        update.sets.append("#entry = :entry")
+        update.add_to_set(current, ss([claim_digest(entry.event_id)]))
+        update.remove(upcoming)
+        inline, spill_until = update.name("inbox_inline"), update.name("spill_until")
+        room = update.value("inline_room", n(INLINE_ENTRIES))
+        claims = update.value("claims_room", n(INLINE_CLAIMS))
+        update.require(f"attribute_not_exists({inline}) OR {inline} < {room}")
+        this_period = update.name(current)
+        update.require(f"attribute_not_exists({this_period}) OR size({this_period}) < {claims}")
+        update.require(f"attribute_not_exists({spill_until}) OR {spill_until} < {over}")
 
-    def _write_keep(self, key: ConversationKey, entry: InboxEntry, update: Update) -> Item | None:
-        """One UpdateItem returning the record; a message too big for the record goes to
-        its own row, in one transaction with the update (which then returns nothing)."""
-        if update.values[":entry"] != s(ROW_MARK):
-            result = self.t.dynamodb.update_item(
-                TableName=self.t.table,
-                Key=meta_key(key),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **update.expression(),
-            )
-            found: Item = result["Attributes"]
-            return found
+    def _keep_inline(self, key: ConversationKey, update: Update, *, returned: bool) -> Item | None:
+        """One UpdateItem; the record comes back when the same write took the thread."""
+        result = self.t.dynamodb.update_item(
+            TableName=self.t.table,
+            Key=meta_key(key),
+            ReturnValues="ALL_NEW" if returned else "NONE",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            **update.expression(),
+        )
+        found: Item | None = result.get("Attributes")
+        return found
+
+    def _keep_in_row(
+        self, key: ConversationKey, entry: InboxEntry, update: Update, token: str
+    ) -> None:
+        """The message in its own row and its claim in another, in one transaction with the
+        record's update: the record does not grow. Returns nothing (a transaction can't)."""
+        claim_row: Item = {
+            "pk": s(conv_pk(key)),
+            "sk": s(claim_sk(entry.event_id)),
+            "token": s(entry.token),
+            "expires_at": n(epoch_seconds(entry.received_at + self.t.claim_ttl) + 1),
+        }
         actions: list[TransactWriteItemTypeDef] = [
             {"Update": update.as_update(self.t.table, meta_key(key))},
             {
@@ -315,41 +383,154 @@ class Records:
                     },
                 }
             },
+            {
+                "Put": {
+                    "TableName": self.t.table,
+                    "Item": claim_row,
+                    "ConditionExpression": "attribute_not_exists(sk) OR expires_at < :now",
+                    "ExpressionAttributeValues": {":now": n(epoch_seconds(entry.received_at))},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
         ]
-        self.t.dynamodb.transact_write_items(TransactItems=actions)
-        return None
+        self.t.dynamodb.transact_write_items(TransactItems=actions, ClientRequestToken=token)
 
-    def read_inbox(self, key: ConversationKey, generation: int | None) -> list[InboxEntry]:
+    def revive(self, key: ConversationKey, old: Item, now: datetime) -> bool:
+        """Replace a record whose state expired by the one that brings its thread back (see
+        `Store.revived`); False when it changed meanwhile (someone else brought it back)."""
+        record = record_from_item(old)
+        dropped = [entry.payload for entry in inline_entries(old)[0]][:DROPPED_KEPT]
+        fresh = revived(record, now, state_ttl=self.t.state_ttl, dropped=dropped)
+        item: Item = {
+            **meta_key(key),
+            "conv_key": s(str(key)),
+            "conv_status": s(Status.IDLE.value),
+            "fence": n(fresh.fence),
+            "next_seq": n(0),
+            "session_floor": n(0),
+            "inbox_seq": n(fresh.inbox_seq),
+            "checkpoint_version": n(0),
+            "generation": n(fresh.generation),
+            "created_ms": n(ms(now)),
+            "updated_ms": n(ms(now)),
+            "last_activity_ms": n(ms(now)),
+            STATE_EXPIRES: n(epoch_seconds(self.t.expiry(now))),
+            "expires_at": n(epoch_seconds(self.t.record_ttl(now))),
+            "expired_from": s(fresh.expired_from.model_dump_json() if fresh.expired_from else ""),
+        }
+        if fresh.participants:
+            item["participants"] = ss(sorted(fresh.participants))
+        try:
+            self.t.dynamodb.put_item(
+                TableName=self.t.table,
+                Item=item,
+                ConditionExpression="#expires_at = :old",
+                ExpressionAttributeNames={"#expires_at": "expires_at"},
+                ExpressionAttributeValues={":old": old["expires_at"]},
+            )
+        except ClientError as exc:
+            if code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def expired_record(self, key: ConversationKey) -> Conversation | None:
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table, Key=meta_key(key), ConsistentRead=True
+        )
+        item: Item | None = found.get("Item")
+        now = self.t.clock()
+        if item is None or not expired(item, now) or gone(item, now):
+            return None
+        return record_from_item(item)
+
+    def read_inbox(
+        self, key: ConversationKey, generation: int | None, limit: int | None
+    ) -> list[InboxEntry]:
         found = self.t.dynamodb.get_item(
             TableName=self.t.table, Key=meta_key(key), ConsistentRead=True
         )
         item: Item | None = found.get("Item")
         if item is None:
             return []
+        # Left behind by an expired record: every message of that record arrived at least a
+        # TTL before it expired and this generation began. (A message kept a moment before
+        # the record's creation by another replica is this generation's.)
+        cutoff = generation - int(self.t.state_ttl.total_seconds() * 1000) // 2 if generation else 0
         entries, in_rows = inline_entries(item)
-        if in_rows:  # messages too big for the record
-            entries = sorted(entries + self._row_entries(key), key=lambda e: e.entry_id)
-        if generation:
-            # Left behind by an expired record: every message of that record arrived at
-            # least a TTL before it expired and this generation began. (A message kept a
-            # moment before the record's creation by another replica is this generation's.)
-            cutoff = generation - int(self.t.state_ttl.total_seconds() * 1000) // 2
+        if in_rows:  # the oldest `limit` rows are all the merge below can need
+            entries = sorted(
+                entries + self._row_entries(key, cutoff, limit), key=lambda e: e.entry_id
+            )
+        if cutoff:
             entries = [e for e in entries if stamp_ms(e.entry_id) >= cutoff]
-        return entries
+        return entries if limit is None else entries[:limit]
 
-    def _row_entries(self, key: ConversationKey) -> list[InboxEntry]:
+    def _row_entries(
+        self, key: ConversationKey, cutoff_ms: int, limit: int | None
+    ) -> list[InboxEntry]:
+        start = INBOX_PREFIX + (inbox_stamp(from_ms(str(cutoff_ms))) if cutoff_ms else "")
         query: QueryInputTypeDef = {
             "TableName": self.t.table,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :inbox)",
-            "ExpressionAttributeValues": {":pk": s(conv_pk(key)), ":inbox": s(INBOX_PREFIX)},
+            "KeyConditionExpression": "pk = :pk AND sk BETWEEN :start AND :end",
+            "ExpressionAttributeValues": {
+                ":pk": s(conv_pk(key)),
+                ":start": s(start),
+                ":end": s(INBOX_PREFIX + "~"),
+            },
             "ConsistentRead": True,
         }
+        if limit is not None:
+            query["Limit"] = max(limit, 1)
+        entries: list[InboxEntry] = []
         paginator = self.t.dynamodb.get_paginator("query")
-        return [
-            InboxEntry.model_validate_json(item["entry"]["S"])
-            for page in paginator.paginate(**query)  # type: ignore[misc]
-            for item in page["Items"]
-        ]
+        for page in paginator.paginate(**query):  # type: ignore[misc]
+            entries += [InboxEntry.model_validate_json(i["entry"]["S"]) for i in page["Items"]]
+            if limit is not None and len(entries) >= limit:
+                break
+        return entries
+
+
+class Hints:
+    """What this process saw of busy threads, until it stops being true, so that a keep
+    does not first try a conditional write that would fail (and cost as much as one that
+    succeeds): threads held by another process (until their lease's expiry: the keep does
+    not try to take them), and threads whose claims live in rows (until `spill_until`: the
+    keep goes to a row at once). Hints only: a thread released early is taken by `serve`
+    instead; a row costs a little more than the record."""
+
+    LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self._held: dict[ConversationKey, datetime] = {}
+        self._spilling: dict[ConversationKey, datetime] = {}
+
+    def note(self, old: Item) -> None:
+        record = record_from_item(old)
+        self._remember(self._held, record.key, record.lease_expires_at)
+        until = _number(old, "spill_until")
+        if until:
+            self._remember(self._spilling, record.key, datetime.fromtimestamp(until, tz=UTC))
+
+    def held(self, key: ConversationKey, now: datetime) -> bool:
+        until = self._held.get(key)
+        return until is not None and until >= now
+
+    def spilling(self, key: ConversationKey, now: datetime) -> bool:
+        until = self._spilling.get(key)
+        return until is not None and until >= now
+
+    def taken(self, key: ConversationKey) -> None:
+        self._held.pop(key, None)
+
+    def _remember(
+        self, hints: dict[ConversationKey, datetime], key: ConversationKey, until: datetime | None
+    ) -> None:
+        if until is None:
+            return
+        if len(hints) >= self.LIMIT:
+            hints.clear()
+        hints[key] = until
 
 
 def lease_of(record: Conversation, expired: tuple[str, ...] = ()) -> Lease:
@@ -373,5 +554,31 @@ def _failed_item(exc: ClientError) -> Item | None:
     for reason in exc.response.get("CancellationReasons", []):
         if reason.get("Code") == "ConditionalCheckFailed" and "Item" in reason:
             failed: Item = reason["Item"]  # type: ignore[assignment]
-            return failed
+            if failed.get("sk", {}).get("S") == META:
+                return failed
     return None
+
+
+def _failed_claim(exc: ClientError) -> Item | None:
+    """The claim row that made a keep's transaction fail (the record's own check passed)."""
+    found = exc.response.get("CancellationReasons", [])
+    if not found or found[0].get("Code") == "ConditionalCheckFailed":
+        return None
+    for reason in found:
+        item: Item = reason.get("Item") or {}  # type: ignore[assignment]
+        if reason.get("Code") == "ConditionalCheckFailed" and item.get("sk", {}).get(
+            "S", ""
+        ).startswith(CLAIM_PREFIX):
+            return item
+    return None
+
+
+def _lease_free(item: Item, cutoff: datetime) -> bool:
+    owner = item.get("lease_owner")
+    expires = item.get("lease_expires_ms")
+    return owner is None or expires is None or int(expires["N"]) < ms(cutoff)
+
+
+def _number(item: Item, name: str) -> int:
+    value = item.get(name)
+    return int(value["N"]) if value is not None and "N" in value else 0

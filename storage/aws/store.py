@@ -59,6 +59,8 @@ class AwsStore(Store):
             bucket=bucket,
             clock=lambda: self.clock(),
             state_ttl=self.state_ttl,
+            tombstone_ttl=self.tombstone_ttl,
+            backlog_limit=self.backlog_limit,
             event_ttl=self.event_ttl,
             claim_ttl=self.claim_ttl,
             lease_duration=self.lease_duration,
@@ -95,6 +97,10 @@ class AwsStore(Store):
     @translated
     def get(self, key: ConversationKey) -> Conversation | None:
         return self.records.get(key)
+
+    @translated
+    def expired_record(self, key: ConversationKey) -> Conversation | None:
+        return self.records.expired_record(key)
 
     @translated
     def acquire(
@@ -165,8 +171,10 @@ class AwsStore(Store):
         )
 
     @translated
-    def read_inbox(self, key: ConversationKey, generation: int | None = None) -> list[InboxEntry]:
-        return self.records.read_inbox(key, generation)
+    def read_inbox(
+        self, key: ConversationKey, generation: int | None = None, limit: int | None = None
+    ) -> list[InboxEntry]:
+        return self.records.read_inbox(key, generation, limit)
 
     # -- ledgers ------------------------------------------------------------------------
 

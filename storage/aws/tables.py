@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from storage.aws.expressions import Update, n, s
-from storage.aws.layout import INDEXED, epoch_seconds, ms, shard_of, status_key
+from storage.aws.layout import INDEXED, STATE_EXPIRES, epoch_seconds, ms, shard_of, status_key
 from storage.models import ConversationKey, Status
 
 if TYPE_CHECKING:
@@ -25,6 +25,8 @@ class Tables:
     bucket: str
     clock: Callable[[], datetime]
     state_ttl: timedelta
+    tombstone_ttl: timedelta
+    backlog_limit: int
     event_ttl: timedelta
     claim_ttl: timedelta
     lease_duration: timedelta
@@ -42,11 +44,16 @@ class Tables:
 
     # -- recurring pieces of the record's update expressions ----------------------------
 
+    def record_ttl(self, now: datetime) -> datetime:
+        """The record's own TTL: it outlives its state as the conversation's tombstone."""
+        return self.expiry(now) + self.tombstone_ttl
+
     def touch(self, update: Update, now: datetime) -> None:
-        """Activity: moves `last_activity_ms` and the TTL."""
+        """Activity: moves `last_activity_ms`, the state's expiry and the record's TTL."""
         update.set("updated_ms", n(ms(now)))
         update.set("last_activity_ms", n(ms(now)))
-        update.set("expires_at", n(epoch_seconds(self.expiry(now))))
+        update.set(STATE_EXPIRES, n(epoch_seconds(self.expiry(now))))
+        update.set("expires_at", n(epoch_seconds(self.record_ttl(now))))
 
     def initialise(self, update: Update, key: ConversationKey, now: datetime) -> None:
         """Fields a new record starts with (left alone on an existing one)."""
@@ -57,7 +64,8 @@ class Tables:
         update.set_if_missing("generation", n(ms(now)))
         update.set_if_missing("created_ms", n(ms(now)))
         update.set_if_missing("last_activity_ms", n(ms(now)))
-        update.set_if_missing("expires_at", n(epoch_seconds(self.expiry(now))))
+        update.set_if_missing(STATE_EXPIRES, n(epoch_seconds(self.expiry(now))))
+        update.set_if_missing("expires_at", n(epoch_seconds(self.record_ttl(now))))
 
     def set_status(self, update: Update, key: ConversationKey, status: Status) -> None:
         """The status, and its place in the sharded status index (idle is not indexed)."""
@@ -68,7 +76,9 @@ class Tables:
             update.remove("status_key")
 
     def live(self, update: Update, now: datetime, *, create: bool) -> str:
-        alive = f"{update.name('expires_at')} >= {update.value('now_s', n(epoch_seconds(now)))}"
+        """The condition that the record's state has not expired (or, with `create`, that
+        there is no record)."""
+        alive = state_alive(update, now)
         if create:
             return f"attribute_not_exists(pk) OR {alive}"
         return f"attribute_exists(pk) AND {alive}"
@@ -79,3 +89,14 @@ class Tables:
             f"attribute_not_exists(pk) OR attribute_not_exists({update.name('lease_owner')}) OR "
             f"{update.name('lease_expires_ms')} < {cutoff}"
         )
+
+
+def state_alive(update: Update, now: datetime) -> str:
+    """The record's state has not expired (records written before `state_expires` have
+    only `expires_at`)."""
+    now_s = update.value("now_s", n(epoch_seconds(now)))
+    state, ttl = update.name(STATE_EXPIRES), update.name("expires_at")
+    return (
+        f"((attribute_exists({state}) AND {state} >= {now_s}) OR "
+        f"(attribute_not_exists({state}) AND {ttl} >= {now_s}))"
+    )

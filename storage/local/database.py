@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from storage.base import Store
+from storage.base import DROPPED_KEPT, Store
 from storage.errors import (
     LeaseLost,
     StorageUnavailable,
@@ -108,6 +108,14 @@ class Database(Store):
         record = read_record(self._connection(), key)
         return None if record is None or self._expired(record, self.clock()) else record
 
+    @translated
+    def expired_record(self, key: ConversationKey) -> Conversation | None:
+        record = read_record(self._connection(), key)
+        now = self.clock()
+        if record is None or not self._expired(record, now):
+            return None
+        return record if now <= self.tombstone_until(record) else None
+
     def _expired(self, record: Conversation, now: datetime) -> bool:
         """Past its TTL: treated as absent (sqlite has no TTL of its own)."""
         return record.expires_at < now
@@ -115,14 +123,26 @@ class Database(Store):
     def _live(
         self, db: sqlite3.Connection, key: ConversationKey, now: datetime
     ) -> Conversation | None:
-        """The record, or None after deleting an expired one with all its rows, so that a
-        conversation recreated after its TTL starts clean."""
+        """The record, or None when there is none or its state expired (the expired record
+        stays, as the conversation's tombstone, until `_fresh` replaces it)."""
         record = read_record(db, key)
-        if record is None or not self._expired(record, now):
-            return record
-        for table in ("conversations", *ROW_TABLES):
+        return None if record is None or self._expired(record, now) else record
+
+    def _fresh(
+        self, db: sqlite3.Connection, key: ConversationKey, now: datetime, *, revive: bool
+    ) -> Conversation:
+        """A new record in place of none, or of an expired one whose rows are deleted so
+        that it starts clean; with `revive`, one whose tombstone lasts is brought back
+        (`Store.revived`): it says what expired."""
+        old = read_record(db, key)
+        if old is None:
+            return self.new_record(key, now)
+        dropped = [entry.payload for entry in read_inbox(db, key, DROPPED_KEPT)]
+        for table in ROW_TABLES:
             db.execute(f"DELETE FROM {table} WHERE key = ?", (str(key),))
-        return None
+        if revive and now <= self.tombstone_until(old):
+            return self.revived(old, now, dropped)
+        return self.new_record(key, now)
 
     def _save(self, db: sqlite3.Connection, record: Conversation) -> None:
         db.execute(
@@ -154,9 +174,20 @@ def _write_ahead_log(db: sqlite3.Connection, attempts: int = 100) -> None:
             time.sleep(0.01 * random.uniform(1, 3))
 
 
-def read_inbox(db: sqlite3.Connection, key: ConversationKey) -> list[InboxEntry]:
-    rows = db.execute("SELECT entry FROM inbox WHERE key = ? ORDER BY entry_id", (str(key),))
+def read_inbox(
+    db: sqlite3.Connection, key: ConversationKey, limit: int | None = None
+) -> list[InboxEntry]:
+    rows = db.execute(
+        "SELECT entry FROM inbox WHERE key = ? ORDER BY entry_id LIMIT ?",
+        (str(key), -1 if limit is None else limit),
+    )
     return [InboxEntry.model_validate_json(row[0]) for row in rows]
+
+
+def backlog(db: sqlite3.Connection, key: ConversationKey) -> int:
+    """Messages queued in the thread."""
+    row = db.execute("SELECT COUNT(*) FROM inbox WHERE key = ?", (str(key),)).fetchone()
+    return int(row[0])
 
 
 def read_record(db: sqlite3.Connection, key: ConversationKey) -> Conversation | None:

@@ -21,18 +21,20 @@ class Queries(Database):
     ) -> list[Conversation]:
         if status is Status.IDLE:
             return []  # as with the aws backend's index: idle conversations are not listed
-        cutoff = (self.clock() - (idle_for or timedelta(0))).timestamp()
+        now = self.clock()
+        cutoff = (now - (idle_for or timedelta(0))).timestamp()
         rows = self._connection().execute(
             "SELECT record FROM conversations WHERE status = ? AND last_activity_at <= ?"
-            " ORDER BY last_activity_at LIMIT ?",
-            (status.value, cutoff, limit),
+            " AND expires_at >= ? ORDER BY last_activity_at LIMIT ?",
+            (status.value, cutoff, now.timestamp(), limit),
         )
         return [Conversation.model_validate_json(row[0]) for row in rows]
 
     @translated
     def count_by_status(self) -> dict[Status, int]:
         rows = self._connection().execute(
-            "SELECT status, COUNT(*) FROM conversations GROUP BY status"
+            "SELECT status, COUNT(*) FROM conversations WHERE expires_at >= ? GROUP BY status",
+            (self.clock().timestamp(),),
         )
         counts = dict.fromkeys(Status, 0)
         counts.update({Status(status): count for status, count in rows})
@@ -53,8 +55,8 @@ class Queries(Database):
         prefix = ":".join(part for part in (enterprise, team) if part) + ":"
         rows = self._connection().execute(
             f"SELECT record FROM conversations WHERE status IN ({','.join('?' * len(wanted))})"
-            " AND substr(key, 1, ?) = ? ORDER BY last_activity_at",
-            (*wanted, len(prefix), prefix),
+            " AND substr(key, 1, ?) = ? AND expires_at >= ? ORDER BY last_activity_at",
+            (*wanted, len(prefix), prefix, self.clock().timestamp()),
         )
         found = [Conversation.model_validate_json(row[0]) for row in rows]
         return [r for r in found if _of_team(r.key, team, enterprise)][:limit]

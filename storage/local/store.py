@@ -19,6 +19,7 @@ from storage.errors import (
 )
 from storage.local.database import (
     ROW_TABLES,
+    backlog,
     fenced,
     read_inbox,
     read_record,
@@ -62,7 +63,7 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
             if record is None:
                 if not create:
                     raise NotFound(str(key))
-                record = self.new_record(key, now)
+                record = self._fresh(db, key, now, revive=True)
             held = record.lease_owner is not None and record.lease_expires_at is not None
             busy = held and record.lease_expires_at >= self.takeover_cutoff(now)  # type: ignore[operator]
             if takeover_from is not None and record.lease_owner == takeover_from:
@@ -120,7 +121,9 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
             if commit.lease is not None:
                 record = fenced(db, commit.lease)
             else:
-                record = self._live(db, commit.key, now) or self.new_record(commit.key, now)
+                record = self._live(db, commit.key, now) or self._fresh(
+                    db, commit.key, now, revive=False
+                )
             if (
                 commit.expected_version is not None
                 and record.checkpoint_version != commit.expected_version
@@ -159,6 +162,10 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
                 )
             if commit.status is not None:
                 update["status"] = commit.status
+            if commit.run_by is not None:
+                update["run_by"] = commit.run_by
+            if commit.clear_expiry:
+                update["expired_from"] = None
             if commit.release:
                 update |= {"lease_owner": None, "lease_expires_at": None, "stop_by": None}
             if commit.touch:
@@ -250,16 +257,25 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
         with self._write() as db:
             record = self._live(db, key, now)
             if record is None:
-                if not create:
+                tombstone = read_record(db, key)
+                lasts = tombstone is not None and now <= self.tombstone_until(tombstone)
+                if not (create or lasts):
                     raise NotFound(str(key))
-                record = self.new_record(key, now)
+                record = self._fresh(db, key, now, revive=True)
+            if backlog(db, key) >= self.backlog_limit:
+                return Kept(kept=False, refused=True)
             if not self._claim(db, f"{key}|{event_id}", now.timestamp(), self.claim_ttl):
-                return Kept(kept=False)
+                # Our own earlier attempt (same token) is a keep; anything else a duplicate.
+                mine = bool(token) and any(
+                    e.event_id == event_id and e.token == token for e in read_inbox(db, key)
+                )
+                return Kept(kept=mine)
             entry = InboxEntry(
                 entry_id=f"{inbox_stamp(now)}#{event_id}",
                 event_id=event_id,
                 payload=payload,
                 received_at=now,
+                token=token or "",
             )
             db.execute(
                 "INSERT INTO inbox (key, entry_id, entry) VALUES (?, ?, ?)",
@@ -283,6 +299,7 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
                     "lease_owner": owner,
                     "lease_expires_at": now + self.lease_duration,
                     "stop_by": None,
+                    "run_by": participant or record.run_by,
                 }
             record = record.model_copy(update=update)
             self._save(db, record)
@@ -299,8 +316,10 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
         return Kept(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))
 
     @translated
-    def read_inbox(self, key: ConversationKey, generation: int | None = None) -> list[InboxEntry]:
-        return read_inbox(self._connection(), key)
+    def read_inbox(
+        self, key: ConversationKey, generation: int | None = None, limit: int | None = None
+    ) -> list[InboxEntry]:
+        return read_inbox(self._connection(), key, limit)
 
     # -- blobs and housekeeping ---------------------------------------------------------
 
@@ -321,26 +340,37 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
         self.blobs.delete(object_key)
 
     def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:
-        """Delete expired rows (sqlite has no TTL), checkpoint blobs that no record points
-        to and that are older than `orphan_age`, and content blobs not written for a day
+        """Delete expired rows (sqlite has no TTL; an expired record itself once its
+        tombstone's time is over too), checkpoint blobs that no live record points to and
+        that are older than `orphan_age`, and content blobs not written for a day
         longer than the state TTL (as the S3 lifecycle rule does). Returns how many blobs
         were removed."""
         now = self.clock()
         with self._write() as db:
+            # A record whose state expired stays as its conversation's tombstone (its
+            # queued messages with it, to be named) until `tombstone_ttl` later.
             expired = [
                 row[0]
                 for row in db.execute(
                     "SELECT key FROM conversations WHERE expires_at < ?", (now.timestamp(),)
                 )
             ]
+            gone = (now - self.tombstone_ttl).timestamp()
             for key in expired:
-                for table in ("conversations", *ROW_TABLES):
-                    db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
+                db.execute(
+                    "DELETE FROM conversations WHERE key = ? AND expires_at < ?", (key, gone)
+                )
+                for table in ROW_TABLES:
+                    if table != "inbox":
+                        db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
+            db.execute("DELETE FROM inbox WHERE key NOT IN (SELECT key FROM conversations)")
             for table in ("events", "tool_calls", "one_time_states"):
                 db.execute(f"DELETE FROM {table} WHERE expires_at < ?", (now.timestamp(),))
-            live = {
+            live = {  # an expired state's checkpoint goes with it
                 record.checkpoint.object_key
-                for (text,) in db.execute("SELECT record FROM conversations")
+                for (text,) in db.execute(
+                    "SELECT record FROM conversations WHERE expires_at >= ?", (now.timestamp(),)
+                )
                 if (record := Conversation.model_validate_json(text)).checkpoint
             }
         cutoff = (now - orphan_age).timestamp()

@@ -186,7 +186,10 @@ def workload(store: Store) -> set[str]:
     store.delete_checkpoint(done.checkpoint)
     later = store.clock() + store.state_ttl + timedelta(days=1)
     store.clock = lambda: later
-    store.enqueue(KEY, "Ev4", '{"user":"U","text":"much later"}')  # expired: made anew
+    store.expired_record(KEY)
+    store.enqueue(KEY, "Ev4", '{"user":"U","text":"much later"}')  # expired: brought back
+    for i in range(6):  # a busy thread: its further messages go to rows
+        store.keep(KEY, f"Ev5.{i}", '{"user":"U","text":"busy"}', create=False)
     digest = store.put_content(b"a shared file")
     store.put_content(b"a shared file")  # shared again: kept once
     store.get_content(digest)
@@ -216,6 +219,7 @@ def workload(store: Store) -> set[str]:
         "release",
         "drop_checkpoint",
         "get",
+        "expired_record",
         "list_by_status",
         "count_by_status",
         "delete_checkpoint",
@@ -260,7 +264,9 @@ def test_policy_grants_exactly_what_the_code_calls(aws_services: dict[str, str])
     public = {n for n in dir(Store) if not n.startswith("_") and callable(getattr(Store, n))} - {
         "close",
         "new_record",
+        "revived",
         "takeover_cutoff",
+        "tombstone_until",
     }
     assert public <= exercised, f"the workload misses {public - exercised}"
     granted = policy_actions(with_kms=False)

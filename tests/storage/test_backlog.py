@@ -1,0 +1,117 @@
+"""A busy thread's backlog: every message is kept while a run holds the thread, however
+many and however big, up to a cap past which a keep is refused (never an error); it is read
+back in arrival order, a bounded page at a time, and consumed in chunks. On aws a busy
+thread's record stays small (its further messages and their claims are rows), so the cost of
+one keep stays flat however long the backlog: measured in DynamoDB's write units."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from storage import CONSUME_LIMIT, Commit, Lease, Store
+from storage.aws import AwsStore
+from storage.aws.layout import meta_key
+from tests.conftest import Backend
+from tests.storage.conftest import KEY
+
+
+def payload(i: int, size: int = 20) -> str:
+    return '{"user":"U2","text":"%s"}' % (f"{i:06d}".ljust(size, "x"))
+
+
+def hold(store: Store) -> Lease:
+    """A run holds the thread (its first message took it)."""
+    kept = store.keep(KEY, "first", payload(-1), owner="holder", participant="U1")
+    assert kept.lease is not None
+    return kept.lease
+
+
+def drain(store: Store, lease: Lease) -> list[str]:
+    """Consume the whole backlog the way a holder does: the oldest page, then the next."""
+    seen: list[str] = []
+    while page := store.read_inbox(KEY, lease.generation, CONSUME_LIMIT + 1):
+        chunk = page[:CONSUME_LIMIT]
+        store.apply(Commit(key=KEY, lease=lease, consume=[e.entry_id for e in chunk]))
+        seen += [entry.payload for entry in chunk]
+    return seen
+
+
+class WriteUnits:
+    """DynamoDB write units of each keep, as DynamoDB Local reports them."""
+
+    def __init__(self, store: AwsStore) -> None:
+        self.units: list[float] = []
+        events = store.dynamodb.meta.events
+        for operation in ("UpdateItem", "TransactWriteItems"):
+            events.register(f"provide-client-params.dynamodb.{operation}", self._ask)
+            events.register(f"after-call.dynamodb.{operation}", self._note)
+
+    def _ask(self, params: dict[str, Any], **_: Any) -> None:
+        params["ReturnConsumedCapacity"] = "TOTAL"
+
+    def _note(self, parsed: dict[str, Any], **_: Any) -> None:
+        found = parsed.get("ConsumedCapacity")
+        found = found if isinstance(found, list) else [found] if found else []
+        self.units.append(sum(c.get("CapacityUnits", 0) for c in found))
+
+
+@pytest.fixture
+def store(backend: Backend) -> Iterator[Store]:
+    yield backend.open(lease_seconds=600, backlog_limit=2500)
+
+
+def test_a_megabyte_of_replies_behind_a_run_is_kept_in_full(store: Store) -> None:
+    lease = hold(store)
+    sent = [payload(i, 12_500) for i in range(84)]  # 12,500 characters each: ~1 MB
+    for i, text in enumerate(sent):
+        kept = store.keep(KEY, f"Ev{i}", text, create=False, participant="U2")
+        assert kept.kept and not kept.refused, i
+    assert drain(store, lease)[1:] == sent  # the first is the message that took the thread
+    assert store.read_inbox(KEY) == []
+    if isinstance(store, AwsStore):
+        item = store.dynamodb.get_item(TableName=store.table, Key=meta_key(KEY))["Item"]
+        assert len(str(item)) < 10_000  # the record did not grow with the backlog
+
+
+def test_two_thousand_short_replies_cost_the_same_each(store: Store) -> None:
+    lease = hold(store)
+    units = WriteUnits(store) if isinstance(store, AwsStore) else None
+    sent = [payload(i) for i in range(2000)]
+    for i, text in enumerate(sent):
+        assert store.keep(KEY, f"Ev{i}", text, create=False, participant="U2").kept, i
+    assert not store.keep(KEY, "Ev7", payload(7), create=False).kept  # a retried delivery
+    page = store.read_inbox(KEY, lease.generation, CONSUME_LIMIT + 1)
+    assert [e.payload for e in page] == [payload(-1), *sent[:CONSUME_LIMIT]]
+    assert drain(store, lease)[1:] == sent
+    if units is not None:
+        keeps = units.units[:2000]
+        early, late = keeps[10:110], keeps[-100:]
+        print(f"write units per keep: first {keeps[:10]}, then {max(early)} .. {max(late)}")
+        assert max(late) <= max(early)  # flat: the 2,000th costs what the 20th did
+        assert max(keeps) <= 12
+
+
+def test_past_the_cap_a_keep_is_refused_not_failed(backend: Backend) -> None:
+    store = backend.open(lease_seconds=600, backlog_limit=30)
+    lease = hold(store)
+    for i in range(29):
+        assert store.keep(KEY, f"Ev{i}", payload(i), create=False).kept
+    refused = store.keep(KEY, "Ev-over", payload(99), create=False)
+    assert (refused.kept, refused.refused) == (False, True)
+    page = store.read_inbox(KEY, lease.generation, 10)
+    store.apply(Commit(key=KEY, lease=lease, consume=[e.entry_id for e in page]))
+    again = store.keep(KEY, "Ev-over", payload(99), create=False)  # nothing was claimed
+    assert again.kept and not again.refused
+
+
+def test_a_retried_keep_is_recognised_in_a_row_too(store: Store) -> None:
+    hold(store)
+    for i in range(10):  # past what the record holds itself
+        assert store.keep(KEY, f"Ev{i}", payload(i), create=False, token=f"t{i}").kept
+    assert not store.keep(KEY, "Ev8", payload(8), create=False, token="other").kept
+    # Our own attempt whose answer was lost (same token): kept, and kept once.
+    assert store.keep(KEY, "Ev8", payload(8), create=False, token="t8").kept
+    assert [e.event_id for e in store.read_inbox(KEY)].count("Ev8") == 1

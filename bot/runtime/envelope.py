@@ -82,6 +82,11 @@ class UserMessage(BaseModel):
     text: str
     ts: str | None = None
     files: list[SharedFile] = Field(default_factory=list)
+    addressed: bool = Field(
+        default=False,
+        description="it called the bot (a mention or a DM), rather than replying in a thread "
+        "the bot is part of: after an expiry, it starts a fresh conversation",
+    )
 
 
 class DecisionRequest(BaseModel):
@@ -98,7 +103,17 @@ class DecisionRequest(BaseModel):
     reply_to: str | None = None
 
 
-InboxPayload = UserMessage | DecisionRequest
+class Probe(BaseModel):
+    """The inbox payload of a request about the thread that is not a message (a Stop click or
+    a `/resume` after the conversation's state expired): it brings the thread back so that
+    the thread is told; otherwise it changes nothing."""
+
+    kind: Literal["probe"] = "probe"
+    user: str
+    reason: str
+
+
+InboxPayload = UserMessage | DecisionRequest | Probe
 
 
 def parse_payload(text: str) -> InboxPayload:
@@ -108,4 +123,6 @@ def parse_payload(text: str) -> InboxPayload:
         raise ValueError("not an object")
     if data.get("kind") == "decision":
         return DecisionRequest.model_validate(data)
+    if data.get("kind") == "probe":
+        return Probe.model_validate(data)
     return UserMessage.model_validate(data)

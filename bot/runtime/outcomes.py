@@ -24,6 +24,7 @@ class NoticeKind(StrEnum):
     MESSAGE_KEPT = "message_kept"
     QUEUED = "queued"
     STOPPED = "stopped"
+    NOT_TAKEN = "not_taken"  # messages refused because the thread's backlog is full
     CONTEXT_UNAVAILABLE = "context_unavailable"  # a thread's earlier messages were not read
     FILES_NOT_READ = "files_not_read"  # shared files the model was not given
 
@@ -70,13 +71,16 @@ class Decided(Outcome):
 
 class Notice(Outcome):
     """A statement in the thread. `reference` ties it to the logs when something failed;
-    `settles` lists calls whose approval requests this notice makes moot; `details` are
-    lines listed under the text that come from outside (file names): raw, like model text."""
+    `settles` lists calls whose approval requests this notice makes moot (`closes_cards`:
+    every approval request still open in the thread, named or not); `details` are lines
+    listed under the text that come from outside (file names, quotes): raw, like model
+    text."""
 
     kind: NoticeKind
     text: str
     reference: str | None = None
     settles: list[PendingCall] = []
+    closes_cards: bool = False
     details: list[str] = []
 
 

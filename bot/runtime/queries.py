@@ -29,6 +29,14 @@ class Queries:
         settings = self.settings
         return user in record.participants or user in settings.approvers | settings.admins
 
+    def may_stop(self, record: Conversation, user: str) -> bool:
+        """Who may stop a run: the person who started it, approvers (who may decide its
+        calls) and admins. (A record written before runs were attributed: its participants.)"""
+        settings = self.settings
+        if user in settings.approvers | settings.admins:
+            return True
+        return user == record.run_by if record.run_by else user in record.participants
+
     async def conversation(self, key: ConversationKey) -> Conversation | None:
         return await self.io(self.store.get, key)
 

@@ -27,11 +27,13 @@ from bot.runtime.ack_first import KeepsFirst
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource, SharedFile
 from bot.runtime.delivery import OutcomeSink
-from bot.runtime.envelope import DecisionRequest, UserMessage
+from bot.runtime.envelope import DecisionRequest, Probe, UserMessage
+from bot.runtime.expiry import EXPIRED
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
 from bot.runtime.history_cache import HistoryCache
 from bot.runtime.holder import new_owner, process_identity
+from bot.runtime.not_taken import NotTaken
 from bot.runtime.outcomes import (
     Duplicate,
     Notice,
@@ -65,10 +67,12 @@ NEUTRAL = (
     "I can't resume that thread: there is nothing of mine to resume there, or it is not one "
     "you took part in."
 )
-EXPIRED = (
-    "That request has expired: this conversation's saved state is gone (it is kept for a "
-    "while after the last activity). Nothing was run."
+EXPIRED_RESUME = (
+    "There is nothing to resume: this conversation's saved state expired, and nothing that "
+    "was waiting was run (see the thread). Send a new message there to start again."
 )
+NOT_YOURS_TO_STOP = "Only the person who started this run, an approver or an admin can stop it."
+EXPIRED_STOP = "Nothing is running there: this conversation's saved state expired (see the thread)."
 
 
 class Kept(StrEnum):
@@ -76,12 +80,15 @@ class Kept(StrEnum):
     DUPLICATE = "duplicate"
     NOT_OURS = "not_ours"  # a reply in a thread the bot is not part of
     STOPPING = "stopping"  # `stop` while a run was going: it asked the run to stop
+    STOP_REFUSED = "stop_refused"  # `stop` from someone who may not: answered privately
+    NOT_TAKEN = "not_taken"  # the thread's backlog is full: the thread is told
 
 
 @dataclass(frozen=True)
 class Stopping:
     accepted: bool
     text: str
+    refused: bool = False  # the person may not stop this run (nothing was asked)
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,8 @@ class ConversationRuntime(Queries):
         self.history = HistoryCache()
         self._serving: set[asyncio.Task[Any]] = set()
         self.keeps = KeepsFirst()
+        self.not_taken = NotTaken(self._emit_later)
+        self._emitting: set[asyncio.Task[None]] = set()  # outcomes sent after an ack
         # Threads taken by the write that kept their message, for `serve` to use at once.
         self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
         self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
@@ -155,12 +164,35 @@ class ConversationRuntime(Queries):
         the same write takes the thread when it is free, for `serve` to go on with. `files`
         describe what was shared with it (read later, when the model is given it)."""
         if is_stop_word(text) and not files:
-            stopping = await self.request_stop(key, user)
-            if stopping.accepted:
-                return Kept.STOPPING  # a request to the run in progress, not a message
-        message = UserMessage(user=user, text=clean_text(text), ts=ts, files=list(files))
+            stopping = await self._ask_stop(key, user)
+            if stopping is not None:
+                return stopping
+        message = UserMessage(
+            user=user, text=clean_text(text), ts=ts, files=list(files), addressed=create
+        )
         payload = message.model_dump_json()
-        return await self._keep(key, event_id, payload, create=create, user=user, take=take)
+        kept = await self._keep(key, event_id, payload, create=create, user=user, take=take)
+        if kept is Kept.NOT_TAKEN:
+            self.not_taken.add(key, message)
+        return kept
+
+    async def _ask_stop(self, key: ConversationKey, user: str) -> Kept | None:
+        """The reply `stop`: a request to the run in progress, refused privately to whoever
+        may not stop it (and then neither kept nor given to the model); None when nothing
+        runs there, and it is an ordinary message."""
+        record = await self.io(self.store.get, key)
+        if record is None:
+            if await self._expired_for(key, user):  # the thread is told, not the model
+                return await self._keep_probe(key, user, "stop", take=True)
+            return None
+        stopping = await self._stop(record, user)
+        if stopping.accepted:
+            return Kept.STOPPING
+        if stopping.refused:
+            text = f"{stopping.text} Your `stop` was not passed on to it."
+            self._emit_later([Refused(key=key, text=text, user=user)])
+            return Kept.STOP_REFUSED
+        return None
 
     async def _keep(
         self,
@@ -188,7 +220,23 @@ class ConversationRuntime(Queries):
             return Kept.NOT_OURS
         if kept.lease is not None and kept.record is not None:
             self._taken[key] = (kept.lease, kept.record)
+        if kept.refused:
+            return Kept.NOT_TAKEN
         return Kept.KEPT if kept.kept else Kept.DUPLICATE
+
+    async def _keep_probe(
+        self, key: ConversationKey, user: str, reason: str, *, take: bool
+    ) -> Kept:
+        """A request about a thread whose state expired: it brings the thread back, to be
+        told (see `expiry`)."""
+        payload = Probe(user=user, reason=reason).model_dump_json()
+        event_id = f"probe:{reason}:{user}:{uuid.uuid4().hex}"
+        return await self._keep(key, event_id, payload, create=False, user=None, take=take)
+
+    async def _expired_for(self, key: ConversationKey, user: str) -> bool:
+        """The conversation's state expired, and `user` may act on it."""
+        gone = await self.io(self.store.expired_record, key)
+        return gone is not None and self.may_act(gone, user)
 
     async def serve(self, key: ConversationKey) -> list[Outcome]:
         """Serve the thread if it is free (or taken for us when its message was kept); if
@@ -283,10 +331,23 @@ class ConversationRuntime(Queries):
 
     async def request_stop(self, key: ConversationKey, user: str) -> Stopping:
         """Ask the run in progress to stop (the Stop control, or the reply `stop`): the
-        holder learns it at once in this process, from its next renewal elsewhere (2 s)."""
+        holder learns it at once in this process, from its next renewal elsewhere (2 s).
+        Honoured for the person who started the run, approvers and admins."""
         record = await self.io(self.store.get, key)
-        if record is None or not self.may_act(record, user):
+        if record is None:
+            if await self._expired_for(key, user):
+                if await self._keep_probe(key, user, "stop", take=True) is Kept.KEPT:
+                    await self.serve(key)  # the thread is told
+                return Stopping(False, EXPIRED_STOP)
             return Stopping(False, "There is nothing of yours running there.")
+        return await self._stop(record, user)
+
+    async def _stop(self, record: Conversation, user: str) -> Stopping:
+        key = record.key
+        if not record.leased(self.store.takeover_cutoff(self.store.clock())):
+            return Stopping(False, "Nothing is running there right now.")
+        if not self.may_stop(record, user):
+            return Stopping(False, NOT_YOURS_TO_STOP, refused=True)
         asked = await self.io(self.store.request_stop, key, user)
         if asked is None:
             return Stopping(False, "Nothing is running there right now.")
@@ -299,6 +360,10 @@ class ConversationRuntime(Queries):
         """`/resume`: continue a paused or interrupted conversation, or say why not. Anyone
         who may not act on it gets the same answer whether or not it exists."""
         found = await self.io(self.store.get, key)
+        if found is None and user is not None and await self._expired_for(key, user):
+            if await self._keep_probe(key, user, "resume", take=True) is Kept.KEPT:
+                await self.serve(key)  # the thread is told
+            return [StatusReply(key=key, text=EXPIRED_RESUME)]
         if found is None or (user is not None and not self.may_act(found, user)):
             return [StatusReply(key=key, text=NEUTRAL)]
         try:
@@ -349,7 +414,8 @@ class ConversationRuntime(Queries):
         `grace` seconds (they then give their threads up as `running`); cancel what is left
         (a tool cut short stays `started`: its outcome is unknown, never "failed")."""
         self.draining = True
-        pending = set(self._serving)
+        await self.not_taken.flush()
+        pending = set(self._serving) | self._emitting
         if pending:
             log.info("draining: %d threads in progress", len(pending))
             _, pending = await asyncio.wait(pending, timeout=grace)
@@ -379,6 +445,12 @@ class ConversationRuntime(Queries):
             agent_fingerprint=self.fingerprint,
             finished=finished,
         )
+
+    def _emit_later(self, outcomes: Sequence[Outcome]) -> None:
+        """Deliver outcomes after the request that caused them is acknowledged."""
+        task = asyncio.create_task(self.emit(outcomes))
+        self._emitting.add(task)
+        task.add_done_callback(self._emitting.discard)
 
     async def emit(self, outcomes: Sequence[Outcome]) -> None:
         """Deliver outcomes that are not recorded anywhere (best effort)."""

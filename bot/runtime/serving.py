@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import RunState, TResponseInputItem
 
-from bot.runtime import approvals, trust
+from bot.runtime import approvals, expiry, trust
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
 from bot.runtime.envelope import (
@@ -25,6 +25,7 @@ from bot.runtime.envelope import (
     DecisionRequest,
     Envelope,
     HeldMessage,
+    Probe,
     UserMessage,
     parse_payload,
 )
@@ -56,18 +57,25 @@ log = logging.getLogger(__name__)
 
 
 class Entries:
-    """One pass's share of the inbox, parsed, in arrival order."""
+    """One pass's share of the inbox, parsed, in arrival order (probes left out: they only
+    bring a thread back, and are consumed with the rest)."""
 
     def __init__(self, inbox: list[InboxEntry]) -> None:
         self.ids = [entry.entry_id for entry in inbox]
         self.items: list[UserMessage | DecisionRequest] = []
+        self.item_ids: list[str] = []  # the entry id of each item
         self.arrived: list[datetime] = []  # when each item was kept
         for entry in inbox:
             try:
-                self.items.append(parse_payload(entry.payload))
-                self.arrived.append(entry.received_at)
+                payload = parse_payload(entry.payload)
             except ValueError:
                 log.error("%s: unreadable inbox entry %s dropped", entry.event_id, entry.entry_id)
+                continue
+            if isinstance(payload, Probe):
+                continue
+            self.items.append(payload)
+            self.item_ids.append(entry.entry_id)
+            self.arrived.append(entry.received_at)
 
     @property
     def messages(self) -> list[UserMessage]:
@@ -228,9 +236,14 @@ class Serving:
             inbox = self.record.inbox
             self.record = self.record.model_copy(update={"inbox": None})
         else:
-            inbox = await self.io(self.store.read_inbox, self.key, self.record.generation)
+            inbox = await self.io(
+                self.store.read_inbox, self.key, self.record.generation, CONSUME_LIMIT + 1
+            )
         self.more = len(inbox) > CONSUME_LIMIT
         entries = Entries(inbox[:CONSUME_LIMIT])
+        if self.record.expired_from is not None:  # the thread is told first
+            await expiry.announce(self, entries)
+            return
         current = await trust.current_envelope(self)
         owed: list[Outcome] = []
         if not self.outbox.loaded(self.version):
@@ -312,6 +325,7 @@ class Serving:
         base_seq: int | None = None,
         status: Status = Status.RUNNING,
         arm: list[AwaitingCall] | None = None,
+        clear_expiry: bool = False,
     ) -> int | None:
         """Commit the checkpoint with the turn's session items, consuming inbox entries,
         then deliver its outcomes. The status stays `running` until the release that
@@ -345,14 +359,19 @@ class Serving:
             status=status,
             consume=consume,
             arm=armed,
+            run_by=envelope.started_by or None,
+            clear_expiry=clear_expiry,
         )
         assert done.checkpoint is not None
         self.armed |= set(done.armed)
         self.outbox.committed()
         self.version = done.checkpoint.version
-        self.record = self.record.model_copy(
-            update={"checkpoint": done.checkpoint, "status": status}
-        )
+        update: dict[str, Any] = {"checkpoint": done.checkpoint, "status": status}
+        if clear_expiry:
+            update["expired_from"] = None
+        if envelope.started_by:
+            update["run_by"] = envelope.started_by
+        self.record = self.record.model_copy(update=update)
         self.active = True
         self.outcomes.extend(outcomes)
         await self.outbox.deliver()

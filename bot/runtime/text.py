@@ -12,3 +12,10 @@ def clean_text(text: str) -> str:
     """Unpaired surrogates (what `json.loads` makes of a broken `\\ud83d` escape) cannot be
     encoded as UTF-8: replace them with U+FFFD, so that the message is kept, not dropped."""
     return _SURROGATE.sub("\ufffd", text)
+
+
+def quote(text: str, limit: int = 120) -> str:
+    """A short quote of someone's message, on one line (to name it in a notice)."""
+    flat = " ".join(text.split())
+    cut = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return f"“{cut}”"

@@ -58,6 +58,7 @@ NOTICE_ICONS = {
     NoticeKind.STOPPED: ":octagonal_sign:",
     NoticeKind.CONTEXT_UNAVAILABLE: ":warning:",
     NoticeKind.FILES_NOT_READ: ":paperclip:",
+    NoticeKind.NOT_TAKEN: ":warning:",
 }
 # Errors that retrying cannot fix (https://api.slack.com/methods/chat.postMessage#errors).
 PERMANENT_ERRORS = frozenset(
@@ -214,6 +215,10 @@ class SlackPoster:
             card = await self.readback.find_card(outcome.key, call.call_id)
             if card:
                 await self._update(card, outcome, set_aside_blocks(call, "Set aside: see below."))
+        if outcome.closes_cards:  # every request still open, named above or not
+            for message in await self.readback.open_cards(outcome.key):
+                card = f"{outcome.key.channel}:{message['ts']}"
+                await self._update(card, outcome, without_buttons(message, "Closed: see below."))
 
     def _open_stream(self, outcome: Outcome) -> str | None:
         return self.live.open_stream(outcome.key) if self.live else None
@@ -269,6 +274,15 @@ class SlackPoster:
                 thread_ts=outcome.key.thread_ts,
                 text=outcome.text,
             )
+
+
+def without_buttons(message: dict[str, Any], why: str) -> list[dict[str, Any]]:
+    """An approval request as posted, its buttons replaced by why it is closed."""
+    kept = [b for b in message.get("blocks") or [] if b.get("type") not in ("actions", "context")]
+    return [
+        *kept,
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": f":heavy_minus_sign: {why}"}]},
+    ]
 
 
 def _mark(outcome: Outcome, ref: DeliveryRef, part: int, calls: str = "") -> dict[str, Any]:

@@ -74,6 +74,15 @@ class Readback:
                 return f"{key.channel}:{message['ts']}"
         return None
 
+    async def open_cards(self, key: ConversationKey) -> list[Message]:
+        """The thread's approval requests whose buttons are still there."""
+        return [
+            message
+            for message in await self.messages(key, fresh=True)
+            if (payload_of(message) or {}).get("calls")
+            and any(block.get("type") == "actions" for block in message.get("blocks") or [])
+        ]
+
     async def tidy_interrupted(self, key: ConversationKey, *, keep: str | None = None) -> int:
         """Streamed replies of a process that died mid-stream (the bot's posts without a
         mark; `keep` is this process's open stream) are closed and replaced by a note, so

@@ -93,24 +93,6 @@ async def test_expired_checkpoint(backend: Backend, effects: SideEffects) -> Non
     await assert_failed_closed(later, effects, outcomes, NoticeKind.STATE_EXPIRED)
 
 
-async def test_an_expired_conversation_is_forgotten(backend: Backend, effects: SideEffects) -> None:
-    """Past its TTL the whole conversation is gone: a late click runs nothing, and a new
-    mention starts clean, without the old history (what users wrote is not fed again)."""
-    store = backend.open(state_ttl="7d")
-    _, request = await paused(store, effects)
-    later = backend.open(state_ttl="7d")
-    later.clock = lambda: utcnow() + timedelta(days=8)
-    rt_later = ConversationRuntime(later, build_agent(echo_model(), effects))
-    [refused] = await approve(rt_later, request)
-    assert isinstance(refused, Refused) and "expired" in refused.text
-    assert effects.calls() == []
-    answer = await rt_later.handle_message(KEY, event_id="Ev-new", user="U2", text="hello")
-    assert answer == [Answer(key=KEY, text="echo: hello")]
-    assert kinds(later) == ["user", "message"]  # nothing of the expired conversation
-    record = later.get(KEY)
-    assert record is not None and record.status is Status.IDLE and record.participants == {"U2"}
-
-
 async def test_unsupported_schema(store: Store, effects: SideEffects) -> None:
     rt, _ = await paused(store, effects)
     record = store.get(KEY)

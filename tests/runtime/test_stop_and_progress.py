@@ -8,8 +8,9 @@ from typing import Any
 
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from bot.runtime import Answer, ConversationRuntime, Kept, Notice, NoticeKind
+from bot.runtime import Answer, ConversationRuntime, Kept, Notice, NoticeKind, Refused
 from bot.runtime.progress import Step
+from bot.settings import RuntimeSettings
 from storage import ConversationKey, Status, Store, ToolCallStatus
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, history
 from tests.conftest import Backend
@@ -121,6 +122,39 @@ async def test_stop_is_refused_to_strangers_and_when_nothing_runs(
     # `stop` while nothing runs is an ordinary message for the agent.
     kept = await rt.keep_message(KEY, event_id="E2", user="U1", text="stop")
     assert kept is Kept.KEPT
+
+
+async def test_who_may_stop_a_run(store: Store, effects: SideEffects) -> None:
+    """The person who started the run, approvers and admins; anyone else's `stop` is
+    answered privately, neither kept nor given to the model, and makes no one a participant
+    (r19: their second `stop` used to stop the starter's run)."""
+    started = asyncio.Event()
+    told: list[Any] = []
+
+    async def sink(outcome: Any, *_: Any) -> None:
+        told.append(outcome)
+
+    settings = RuntimeSettings(approvers=frozenset({"UAPP"}), admins=frozenset({"UADM"}))
+    model = slow_model(started, [[assistant_message("again")] for _ in range(3)])
+    rt = ConversationRuntime(store, build_agent(model, effects), settings, on_outcome=sink)
+    running = asyncio.create_task(rt.handle_message(KEY, event_id="E1", user="U1", text="go"))
+    await started.wait()
+    await rt.keep_message(KEY, event_id="E0", user="U2", text="me too", create=False)
+    for attempt in range(2):  # a participant who did not start it, twice
+        kept = await rt.keep_message(KEY, event_id=f"S{attempt}", user="U2", text="stop")
+        assert kept is Kept.STOP_REFUSED
+    assert (await rt.request_stop(KEY, "U9")).refused  # the Stop button, a stranger
+    await asyncio.sleep(0)
+    record = store.get(KEY)
+    assert record is not None and record.stop_by is None and record.participants == {"U1", "U2"}
+    assert [entry.payload for entry in store.read_inbox(KEY) if "stop" in entry.payload] == []
+    refusals = [o for o in told if isinstance(o, Refused)]
+    assert [(r.user, "started this run" in r.text) for r in refusals] == [("U2", True)] * 2
+    assert not running.done()
+    assert [rt.may_stop(record, u) for u in ("U1", "UADM", "UAPP", "U2")] == [True] * 3 + [False]
+    assert (await rt.request_stop(KEY, "UAPP")).accepted
+    notice = next(o for o in await running if isinstance(o, Notice))
+    assert notice.kind is NoticeKind.STOPPED and "<@UAPP>" in notice.text
 
 
 async def test_progress_shows_status_text_and_steps(store: Store, effects: SideEffects) -> None:

@@ -117,7 +117,7 @@ async def test_the_stop_control_stops_a_run_within_seconds(bot: Harness) -> None
     status, refused = await bot.press(offers[0], STOP, BOB)
     assert status == 200
     [no] = await bot.responses_for(refused)
-    assert "nothing of yours" in no["text"]
+    assert "Only the person who started this run" in no["text"]
     status, token = await bot.press(offers[0], STOP, ALICE)
     assert status == 200
     [yes] = await bot.responses_for(token)

@@ -1,0 +1,178 @@
+"""Past its TTL a conversation's state is gone, but its record stays as a tombstone: the
+first event in the thread after the expiry (a click, a reply, a Stop, a `/resume`) tells the
+thread, once, in a recorded notice; nothing that was waiting runs; a new mention starts
+clean, without the old history. After the tombstone's own TTL, the thread is unknown."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from bot.runtime import (
+    Answer,
+    ApprovalRequest,
+    ConversationRuntime,
+    Notice,
+    NoticeKind,
+    Refused,
+    StatusReply,
+)
+from bot.runtime.expiry import EXPIRED
+from storage import Status, Store
+from storage.models import utcnow
+from testkit.runtime import (
+    KEY,
+    SideEffects,
+    build_agent,
+    echo_model,
+    email_then_answer,
+    kinds,
+    record_of,
+)
+from tests.conftest import Backend
+
+
+class Delivered:
+    """The outcomes the thread was sent (the runtime's sink)."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[Any] = []
+
+    async def __call__(self, outcome: Any, *_: Any) -> None:
+        self.outcomes.append(outcome)
+
+    def notices(self, kind: NoticeKind) -> list[Notice]:
+        return [o for o in self.outcomes if isinstance(o, Notice) and o.kind is kind]
+
+
+async def paused_then_expired(
+    backend: Backend, effects: SideEffects, *, days: int = 8
+) -> tuple[ConversationRuntime, Store, ApprovalRequest, Delivered]:
+    """A run paused for approval (`send_email`), with a reply queued for it; then the same
+    bot `days` later, its state expired."""
+    store = backend.open(state_ttl="7d", tombstone_ttl="30d")
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
+    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    await rt.handle_message(KEY, event_id="Ev2", user="U2", text="and copy Bob please")
+    later = backend.open(state_ttl="7d", tombstone_ttl="30d")
+    later.clock = lambda: utcnow() + timedelta(days=days)
+    delivered = Delivered()
+    rt_later = ConversationRuntime(later, build_agent(echo_model(), effects), on_outcome=delivered)
+    return rt_later, later, request, delivered
+
+
+def assert_told(
+    delivered: Delivered, store: Store, effects: SideEffects, *, fresh_run: bool = False
+) -> Notice:
+    [notice] = delivered.notices(NoticeKind.STATE_EXPIRED)
+    assert "expired" in notice.text and "`send_email` (waiting for approval) was not run" in (
+        notice.text
+    )
+    assert [call.call_id for call in notice.settles] == ["call-email"] and notice.closes_cards
+    assert "“and copy Bob please”" in notice.details  # the reply that was never answered
+    assert effects.calls() == []
+    record = record_of(store)
+    assert (record.status, record.expired_from, record.lease_owner) == (Status.IDLE, None, None)
+    assert record.participants >= {"U1", "U2"}
+    # None of the expired history is part of it any more (only a fresh run's).
+    assert kinds(store) == (["user", "message"] if fresh_run else [])
+    return notice
+
+
+async def test_a_click_after_expiry_tells_the_thread_and_runs_nothing(
+    backend: Backend, effects: SideEffects
+) -> None:
+    rt, store, request, delivered = await paused_then_expired(backend, effects)
+    outcomes = await rt.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert Refused(key=KEY, text=EXPIRED, user="U1") in outcomes  # the clicker, privately
+    assert_told(delivered, store, effects)
+    # Once: a second click is only answered (its call is unknown to the new conversation).
+    again = await rt.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert [type(o) for o in again] == [Refused]
+    assert len(delivered.notices(NoticeKind.STATE_EXPIRED)) == 1 and effects.calls() == []
+
+
+async def test_a_reply_after_expiry_is_told_not_run(backend: Backend, effects: SideEffects) -> None:
+    rt, store, _, delivered = await paused_then_expired(backend, effects)
+    await rt.keep_message(KEY, event_id="Ev3", user="U1", text="yes", create=False, take=True)
+    await rt.serve(KEY)  # a reply in the thread, not a mention
+    notice = assert_told(delivered, store, effects)
+    assert "“yes”" in notice.details
+    assert not [o for o in delivered.outcomes if isinstance(o, Answer)]  # the model got nothing
+    # The next message starts a fresh conversation.
+    answer = await rt.handle_message(KEY, event_id="Ev4", user="U1", text="hello again")
+    assert Answer(key=KEY, text="echo: hello again") in answer
+    assert kinds(store) == ["user", "message"]
+
+
+async def test_a_mention_after_expiry_is_told_then_served_fresh(
+    backend: Backend, effects: SideEffects
+) -> None:
+    rt, store, _, delivered = await paused_then_expired(backend, effects)
+    kept = await rt.keep_message(
+        KEY, event_id="Ev3", user="U3", text="start over", create=True, take=True
+    )
+    outcomes = await rt.serve(KEY)
+    assert kept.value == "kept"
+    assert_told(delivered, store, effects, fresh_run=True)
+    assert Answer(key=KEY, text="echo: start over") in outcomes
+    assert kinds(store) == ["user", "message"]
+    assert record_of(store).participants == {"U1", "U2", "U3"}
+
+
+async def test_stop_and_resume_after_expiry_tell_the_thread(
+    backend: Backend, effects: SideEffects
+) -> None:
+    rt, store, _, delivered = await paused_then_expired(backend, effects)
+    stranger = await rt.request_stop(KEY, "U9")  # never in the conversation: told nothing
+    assert not stranger.accepted and delivered.outcomes == []
+    assert await rt.resume(KEY, user="U9") == [
+        StatusReply(
+            key=KEY,
+            text="I can't resume that thread: there is nothing of mine to "
+            "resume there, or it is not one you took part in.",
+        )
+    ]
+    stopping = await rt.request_stop(KEY, "U1")
+    assert not stopping.accepted and "expired" in stopping.text
+    assert_told(delivered, store, effects)
+    [reply] = await rt.resume(KEY, user="U1")  # live again (idle): nothing to resume
+    assert isinstance(reply, StatusReply) and "nothing to resume" in reply.text.lower()
+
+
+async def test_resume_after_expiry(backend: Backend, effects: SideEffects) -> None:
+    rt, store, _, delivered = await paused_then_expired(backend, effects)
+    [reply] = await rt.resume(KEY, user="U2")
+    assert isinstance(reply, StatusReply) and "expired" in reply.text
+    assert_told(delivered, store, effects)
+
+
+async def test_past_the_tombstone_the_thread_is_unknown(
+    backend: Backend, effects: SideEffects
+) -> None:
+    rt, store, request, delivered = await paused_then_expired(backend, effects, days=40)
+    [refused] = await rt.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert refused == Refused(key=KEY, text=EXPIRED, user="U1")
+    assert delivered.outcomes == [] and store.get(KEY) is None and effects.calls() == []
+    answer = await rt.handle_message(KEY, event_id="Ev-new", user="U5", text="hello")
+    assert answer == [Answer(key=KEY, text="echo: hello")]
+    assert record_of(store).participants == {"U5"}

@@ -4,7 +4,7 @@ python -m bot                     local mode (embedded storage), or serve when S
 python -m bot serve               serve Slack: Socket Mode or HTTP
 python -m bot admin init-storage  create the DynamoDB table and S3 bucket (development)
 python -m bot admin gc            local backend: drop expired rows and orphan blobs
-python -m bot admin migrate       aws backend: bring a first-release table up to date
+python -m bot admin migrate       aws backend: bring a table of an earlier release up to date
 python -m bot admin status | list [stale] [--older-than D]  (python -m bot admin --help)
                     | discard <permalink | [enterprise:]team:channel:ts>
                     | discard stale --older-than D [--dry-run]
@@ -43,7 +43,7 @@ ADMIN_COMMANDS = {
     ),
     "init-storage": ("init-storage", "create the DynamoDB table and S3 bucket (development)"),
     "gc": ("gc", "local backend: drop expired rows and orphan blobs"),
-    "migrate": ("migrate", "aws backend: bring a first-release table up to date"),
+    "migrate": ("migrate", "aws backend: bring a table of an earlier release up to date"),
     "help": ("help", "the admin commands' help text"),
 }
 
@@ -273,7 +273,8 @@ def _migrate(settings: StorageSettings) -> int:
     done = store.migrate()
     print(
         f"migrated {done.records} conversations: {done.indexed} indexed, {done.counted} "
-        f"counted, {done.messages_moved} queued messages moved into their records"
+        f"counted, {done.messages_moved} queued messages moved into their records, "
+        f"{done.placed} paused ones listed by channel"
     )
     return 0
 

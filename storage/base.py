@@ -6,7 +6,7 @@ The runtime's session stages what the SDK appends during a turn and hands it to 
 so a crash can never leave a turn's items without its checkpoint, or the reverse. Each
 pointer also records the session watermark (`session_seq`) it was committed with.
 
-Longer than the other modules on purpose: the whole contract both backends implement (23
+Longer than the other modules on purpose: the whole contract both backends implement (24
 abstract operations, each with the promise it keeps) reads best in one place.
 """
 
@@ -55,6 +55,9 @@ DROPPED_KEPT = 10  # unanswered messages an expired record names (see `Expiry.dr
 APPEND_ATTEMPTS = 50
 # The statuses operational queries can find (idle conversations are not indexed).
 INDEXED = tuple(status for status in Status if status is not Status.IDLE)
+# The statuses `list_paused_in` finds: threads a person can resume.
+PAUSED_IN_CHANNEL = (Status.AWAITING_APPROVAL, Status.INTERRUPTED)
+PAUSED_PAGES = 4  # `list_paused_in` examines at most this many times its `limit`
 
 
 class _Keep:
@@ -453,6 +456,27 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         `enterprise` (None: a key without one); with `team` None, those of every team of
         `enterprise`. Least recently active first. A rare operator query (a workspace that
         uninstalled the app): it may read every conversation in those statuses."""
+
+    @abstractmethod
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        *,
+        enterprise: str | None = None,
+        participant: str | None = None,
+        limit: int = 50,
+    ) -> list[Conversation]:
+        """Conversations awaiting approval or interrupted (`PAUSED_IN_CHANNEL`) in one
+        channel of one workspace (`team`, and `enterprise` as the key names it: None for a
+        key without one), most recently active first, at most `limit`; with `participant`,
+        only those that person wrote in. Expired conversations are never listed, nor
+        values that could not be parts of a key. Bounded cost whatever the store holds
+        elsewhere: it reads only that channel's paused threads, through an index of them,
+        and examines at most `limit * PAUSED_PAGES` of the most recently active (aws: at
+        most `PAUSED_PAGES` queries of `limit` index entries each). So with `participant`,
+        a thread of theirs behind that many newer paused threads of others in the channel
+        is not listed."""
 
     # -- feedback on answers ------------------------------------------------------------
 

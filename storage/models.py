@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 
@@ -79,6 +80,24 @@ class ConversationKey(BaseModel):
     def path(self) -> str:
         """The key as an object-store path segment."""
         return str(self).replace(":", "/")
+
+    @property
+    def place(self) -> str:
+        """The thread's channel, as `place_of` names it."""
+        return str(self).rsplit(":", 1)[0]
+
+
+_KEY_PART = re.compile(r"[^:/\s]+")  # what ConversationKey allows in a team, channel, enterprise
+
+
+def place_of(team: str, channel: str, enterprise: str | None = None) -> str | None:
+    """One channel of one workspace: its threads' keys without their `:thread_ts`
+    (`[enterprise:]team:channel`). None when these could not be parts of a key (so that no
+    crafted value names, or starts, another workspace's place)."""
+    parts = (enterprise, team, channel) if enterprise else (team, channel)
+    if not all(_KEY_PART.fullmatch(part) for part in parts):
+        return None
+    return ":".join(parts)
 
 
 class CheckpointPointer(BaseModel):

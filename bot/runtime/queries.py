@@ -13,6 +13,7 @@ from storage import Conversation, ConversationKey, FeedbackTally, Status, Store,
 
 log = logging.getLogger(__name__)
 PAUSED = (Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.NEEDS_RESTART)
+LISTED = 20  # paused threads `/resume` lists (the most recently active)
 PROBE = ConversationKey(team="healthz", channel="healthz", thread_ts="0")  # never stored
 
 
@@ -41,19 +42,29 @@ class Queries:
         return await self.io(self.store.get, key)
 
     async def paused_in(
-        self, team: str, channel: str, user: str, *, enterprise: str | None = None
+        self,
+        team: str,
+        channel: str,
+        user: str,
+        *,
+        enterprise: str | None = None,
+        limit: int = LISTED,
     ) -> list[Conversation]:
-        """Paused or interrupted conversations of one channel that `user` may act on."""
-        records = await self.stale(timedelta(0))
-        return [
-            r
-            for r in records
-            if r.key.team == team
-            and r.key.enterprise == enterprise
-            and r.key.channel == channel
-            and r.status in (Status.AWAITING_APPROVAL, Status.INTERRUPTED)
-            and self.may_act(r, user)
-        ]
+        """Conversations of one channel, awaiting approval or interrupted, that `user` may
+        act on, most recently active first: those they wrote in, or, for approvers and
+        admins, every one of the channel. One bounded query of that channel's paused
+        threads (`Store.list_paused_in`), whatever the rest of the store holds."""
+        settings = self.settings
+        everyone = user in settings.approvers | settings.admins
+        records = await self.io(
+            self.store.list_paused_in,
+            team,
+            channel,
+            enterprise=enterprise,
+            participant=None if everyone else user,
+            limit=limit,
+        )
+        return [r for r in records if self.may_act(r, user)]
 
     @property
     def lease_seconds(self) -> float:

@@ -39,6 +39,11 @@ is counted in (`counted` = `<status>#<yyyymmdd of its expiry day>`); a count is 
 buckets whose day has not passed, so conversations that TTL removed stop counting without
 any code running.
 
+Index `by_place` (sparse): hash `place_key` = the key without its thread_ts
+(`[enterprise:]team:channel`, see `place_of`), range `last_activity_ms`; only conversations
+awaiting approval or interrupted are in it (`Tables.set_status` sets and removes the
+attribute), so one channel's paused threads are one query, newest first.
+
 `gen` is the record's generation (its creation time in ms, 13 digits): a record that TTL
 removed and that is created again starts a new generation, so none of the old rows (which
 expire on their own) are seen or collided with. Records written before generations existed
@@ -56,6 +61,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from storage.aws.expressions import Item, Value, n, s
+from storage.base import PAUSED_IN_CHANNEL
 from storage.models import (
     CheckpointPointer,
     Conversation,
@@ -67,6 +73,7 @@ from storage.models import (
 )
 
 STATUS_INDEX = "by_status_shard"
+PLACE_INDEX = "by_place"
 META = "META"
 ITEM_PREFIX = "ITEM#"
 TOOL_PREFIX = "TOOL#"
@@ -80,6 +87,7 @@ SPILL_SUFFIX = "#~spill"  # ends the id of a message kept in a row (counted in `
 LEGACY_CLAIM = "ev:"  # + event id: a claim as written before the sets (its expiry, epoch s)
 CLAIM_SETS = ("ev0", "ev1", "ev2")  # event claims by period (see `claim_sets`)
 INDEXED = frozenset(status for status in Status if status is not Status.IDLE)
+PLACED = frozenset(PAUSED_IN_CHANNEL)  # the statuses in the place index
 # What the status index carries besides its keys: enough for lists and recovery.
 INDEX_ATTRIBUTES = (
     "pk",
@@ -100,6 +108,8 @@ INDEX_ATTRIBUTES = (
     "delivery_attempts",
     "delivery_error",
 )
+# The place index carries the same, and who took part (whom `/resume` lists a thread to).
+PLACE_ATTRIBUTES = (*INDEX_ATTRIBUTES, "participants")
 
 
 def conv_pk(key: ConversationKey) -> str:

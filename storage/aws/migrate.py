@@ -1,9 +1,11 @@
-"""One-time migration of a table written by the first release (`python -m bot admin migrate`).
+"""One-time migration of a table written by an earlier release (`python -m bot admin migrate`).
 
 It scans the conversation records once (a Scan is fine for a migration, never for a query)
 and, for each: puts it in the sharded status index (`status_key`), counts it in the sharded
-counters (`counted`), and moves messages still queued in `INBOX#` rows into the record.
-Idempotent: a record already migrated is left alone. Run it with traffic drained."""
+counters (`counted`), and moves messages still queued in `INBOX#` rows into the record
+(first release); puts a paused one in the place index (`place_key`, releases before
+`by_place`). Idempotent: a record already migrated is left alone. Run it with traffic
+drained (the place index alone is safe to backfill under traffic: see `_place`)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from storage.aws.layout import (
     INDEXED,
     INLINE_INBOX,
     META,
+    PLACED,
     ROW_MARK,
     ROW_SUFFIX,
     bucket,
@@ -29,7 +32,7 @@ from storage.aws.layout import (
 )
 from storage.aws.records import INLINE_ENTRY_LIMIT
 from storage.aws.tables import Tables
-from storage.models import ConversationKey
+from storage.models import ConversationKey, Status
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -41,6 +44,7 @@ class Migrated:
     indexed: int = 0
     counted: int = 0
     messages_moved: int = 0
+    placed: int = 0
 
 
 def migrate(tables: Tables) -> Migrated:
@@ -55,7 +59,33 @@ def migrate(tables: Tables) -> Migrated:
         for item in page["Items"]:
             done.records += 1
             _migrate_record(tables, item, done)
+            _place(tables, item, done)
     return done
+
+
+def _place(tables: Tables, item: Item, done: Migrated) -> None:
+    """A paused record written before the place index: give it its `place_key`, on the
+    condition that its status is still the one read (a record that moved on meanwhile had
+    the attribute set or removed by that very write)."""
+    if Status(item["conv_status"]["S"]) not in PLACED or "place_key" in item:
+        return
+    key = ConversationKey.parse(item["conv_key"]["S"])
+    try:
+        tables.dynamodb.update_item(
+            TableName=tables.table,
+            Key={"pk": item["pk"], "sk": item["sk"]},
+            UpdateExpression="SET place_key = :place",
+            ConditionExpression="conv_status = :status AND attribute_not_exists(place_key)",
+            ExpressionAttributeValues={
+                ":place": s(key.place),
+                ":status": item["conv_status"],
+            },
+        )
+    except ClientError as exc:
+        if code(exc) != "ConditionalCheckFailedException":
+            raise
+        return  # its status changed, or a second run placed it
+    done.placed += 1
 
 
 def _migrate_record(tables: Tables, item: Item, done: Migrated) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from storage.aws.layout import INDEX_ATTRIBUTES, STATUS_INDEX
+from storage.aws.layout import INDEX_ATTRIBUTES, PLACE_ATTRIBUTES, PLACE_INDEX, STATUS_INDEX
 
 TTL_ATTRIBUTE = "expires_at"
 # The table as the code uses it; infra/template.yaml must declare the same (a test checks).
@@ -17,6 +17,7 @@ TABLE_DEFINITION: dict[str, Any] = {
         {"AttributeName": "sk", "AttributeType": "S"},
         {"AttributeName": "status_key", "AttributeType": "S"},
         {"AttributeName": "last_activity_ms", "AttributeType": "N"},
+        {"AttributeName": "place_key", "AttributeType": "S"},
     ],
     "KeySchema": [
         {"AttributeName": "pk", "KeyType": "HASH"},
@@ -34,7 +35,19 @@ TABLE_DEFINITION: dict[str, Any] = {
                 "ProjectionType": "INCLUDE",
                 "NonKeyAttributes": [a for a in INDEX_ATTRIBUTES if a not in ("pk", "sk")],
             },
-        }
+        },
+        {
+            "IndexName": PLACE_INDEX,
+            "KeySchema": [
+                {"AttributeName": "place_key", "KeyType": "HASH"},
+                {"AttributeName": "last_activity_ms", "KeyType": "RANGE"},
+            ],
+            # The same, and who took part: `/resume` lists a thread to them.
+            "Projection": {
+                "ProjectionType": "INCLUDE",
+                "NonKeyAttributes": [a for a in PLACE_ATTRIBUTES if a not in ("pk", "sk")],
+            },
+        },
     ],
 }
 

@@ -1,6 +1,7 @@
 """Operational queries in a bounded number of requests at any table size: lists through the
 sharded status index (one query per shard, merged by activity), counts from the sharded
-counters (one query per shard)."""
+counters (one query per shard), a channel's paused threads through the place index (a few
+pages of one partition)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from storage.aws.expressions import Item, n, s
 from storage.aws.layout import (
+    PLACE_INDEX,
+    PLACED,
     STATUS_INDEX,
     day_of,
     ms,
@@ -20,7 +23,8 @@ from storage.aws.layout import (
     team_prefix,
 )
 from storage.aws.tables import Tables
-from storage.models import Conversation, Status
+from storage.base import PAUSED_PAGES
+from storage.models import Conversation, Status, place_of
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
@@ -126,6 +130,49 @@ class Queries:
         }
         paginator = self.t.dynamodb.get_paginator("query")
         return [item for page in paginator.paginate(**query) for item in page["Items"]]  # type: ignore[misc]
+
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        enterprise: str | None,
+        participant: str | None,
+        limit: int,
+    ) -> list[Conversation]:
+        """One partition of the place index, newest first, a page of `limit` entries at a
+        time, until `limit` are found or `PAUSED_PAGES` pages were read: at most that many
+        requests, reading at most `limit * PAUSED_PAGES` index entries."""
+        place = place_of(team, channel, enterprise)
+        if place is None or limit < 1:
+            return []
+        now = self.t.clock()
+        values = {":place": s(place), ":since": n(ms(now - self.t.state_ttl))}
+        query: QueryInputTypeDef = {
+            "TableName": self.t.table,
+            "IndexName": PLACE_INDEX,
+            # Not those whose state expired (tombstones): a TTL after their last activity.
+            "KeyConditionExpression": "place_key = :place AND last_activity_ms >= :since",
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        if participant is not None:
+            query["FilterExpression"] = "contains(participants, :user)"
+            values[":user"] = s(participant)
+        found: list[Conversation] = []
+        for _ in range(PAUSED_PAGES):
+            page = self.t.dynamodb.query(**query)
+            found += [
+                self._listed(item)
+                for item in page["Items"]
+                # A replica of an earlier release (a rolling update) moves the status
+                # without the place key: the projected status has the last word.
+                if Status(item["conv_status"]["S"]) in PLACED
+            ]
+            if len(found) >= limit or "LastEvaluatedKey" not in page:
+                break
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return found[:limit]
 
     def count_by_status(self) -> dict[Status, int]:
         """From the counters: conversations by the status they last settled in, whose state

@@ -221,6 +221,18 @@ class AwsStore(Store):
     ) -> list[Conversation]:
         return self.queries.list_by_team(team, enterprise, statuses, limit)
 
+    @translated
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        *,
+        enterprise: str | None = None,
+        participant: str | None = None,
+        limit: int = 50,
+    ) -> list[Conversation]:
+        return self.queries.list_paused_in(team, channel, enterprise, participant, limit)
+
     # -- installations ------------------------------------------------------------------
 
     @translated

@@ -9,7 +9,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from storage.aws.expressions import Update, n, s
-from storage.aws.layout import INDEXED, STATE_EXPIRES, epoch_seconds, ms, shard_of, status_key
+from storage.aws.layout import (
+    INDEXED,
+    PLACED,
+    STATE_EXPIRES,
+    epoch_seconds,
+    ms,
+    shard_of,
+    status_key,
+)
 from storage.models import ConversationKey, Status
 
 if TYPE_CHECKING:
@@ -68,12 +76,18 @@ class Tables:
         update.set_if_missing("expires_at", n(epoch_seconds(self.record_ttl(now))))
 
     def set_status(self, update: Update, key: ConversationKey, status: Status) -> None:
-        """The status, and its place in the sharded status index (idle is not indexed)."""
+        """The status, its place in the sharded status index (idle is not indexed) and in
+        the place index (only while awaiting approval or interrupted). Every write of the
+        status goes through here, so the indexes follow it."""
         update.set("conv_status", s(status.value))
         if status in INDEXED:
             update.set("status_key", s(status_key(status, self.shard(key))))
         else:
             update.remove("status_key")
+        if status in PLACED:
+            update.set("place_key", s(key.place))
+        else:
+            update.remove("place_key")
 
     def live(self, update: Update, now: datetime, *, create: bool) -> str:
         """The condition that the record's state has not expired (or, with `create`, that

@@ -1,17 +1,23 @@
-"""The local backend's operational queries: conversations by status, counts, a team's."""
+"""The local backend's operational queries: conversations by status, counts, a team's, a
+channel's paused threads."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
 
-from storage.base import INDEXED
+from storage.base import INDEXED, PAUSED_IN_CHANNEL, PAUSED_PAGES
 from storage.local.database import Database, translated
 from storage.models import (
     Conversation,
     ConversationKey,
     Status,
+    place_of,
 )
+
+# The partial index's condition, spelled out (sqlite uses a partial index only for a query
+# whose WHERE repeats it, literals and all).
+_PAUSED = "status IN ({})".format(", ".join(f"'{status.value}'" for status in PAUSED_IN_CHANNEL))
 
 
 class Queries(Database):
@@ -60,6 +66,40 @@ class Queries(Database):
         )
         found = [Conversation.model_validate_json(row[0]) for row in rows]
         return [r for r in found if _of_team(r.key, team, enterprise)][:limit]
+
+    @translated
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        *,
+        enterprise: str | None = None,
+        participant: str | None = None,
+        limit: int = 50,
+    ) -> list[Conversation]:
+        """Through the partial index `conversations_by_place`, newest first: reads at most
+        `limit * PAUSED_PAGES` rows of that channel's paused threads."""
+        place = place_of(team, channel, enterprise)
+        if place is None or limit < 1:
+            return []
+        now = self.clock()
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT record FROM conversations INDEXED BY conversations_by_place"
+                f" WHERE rtrim(key, '0123456789.') = ? AND {_PAUSED}"
+                " ORDER BY last_activity_at DESC LIMIT ?",
+                (place + ":", limit * PAUSED_PAGES),
+            )
+            .fetchall()
+        )
+        found = [Conversation.model_validate_json(text) for (text,) in rows]
+        return [
+            record
+            for record in found
+            if not self._expired(record, now)
+            and (participant is None or participant in record.participants)
+        ][:limit]
 
 
 def _of_team(key: ConversationKey, team: str | None, enterprise: str | None) -> bool:

@@ -6,6 +6,11 @@ CREATE TABLE IF NOT EXISTS conversations (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS conversations_by_status ON conversations (status, last_activity_at);
+-- Paused threads by channel (sparse, as the aws backend's `by_place`): rtrim strips the
+-- thread_ts (digits and a dot) and leaves `[enterprise:]team:channel:`.
+CREATE INDEX IF NOT EXISTS conversations_by_place
+    ON conversations (rtrim(key, '0123456789.'), last_activity_at)
+    WHERE status IN ('awaiting_approval', 'interrupted');
 CREATE TABLE IF NOT EXISTS items (
     key TEXT NOT NULL,
     seq INTEGER NOT NULL,

@@ -57,7 +57,8 @@ def test_cli_creates_aws_resources_idempotently(aws_services: dict[str, str]) ->
     second = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     assert "nothing" in second.stdout
     table = boto3.client("dynamodb").describe_table(TableName="cli-table")["Table"]
-    assert table["GlobalSecondaryIndexes"][0]["IndexName"] == "by_status_shard"
+    indexes = {index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
+    assert indexes == {"by_status_shard", "by_place"}
     ttl = boto3.client("dynamodb").describe_time_to_live(TableName="cli-table")
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
     status = subprocess.run(

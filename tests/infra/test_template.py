@@ -3,6 +3,7 @@ CloudFormation, and its IAM policy grants exactly the actions the code calls."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -131,7 +132,8 @@ class ActionRecorder:
                 [(kind, _body)] = action.items()
                 self.actions.add((f"dynamodb:{TRANSACT_ACTIONS[kind]}", "table"))
             return
-        resource = "index" if params.get("IndexName") else "table"
+        index = params.get("IndexName")
+        resource = f"index/{index}" if index else "table"
         self.actions.add((f"dynamodb:{model.name}", resource))
 
     def _s3(self, model: Any, params: dict[str, Any], **_: Any) -> None:
@@ -178,6 +180,7 @@ def workload(store: Store) -> set[str]:
     store.count_by_status()
     store.keep(KEY, "Ev3", '{"user":"U","text":"more"}', owner="w2")
     store.list_by_team(KEY.team)
+    store.list_paused_in(KEY.team, KEY.channel, participant="U")
     store.save_installation("E1:TI", '{"bot_token":"xoxb-1"}')
     store.find_installation("E1:TI")
     store.delete_installation("E1:TI")
@@ -224,6 +227,7 @@ def workload(store: Store) -> set[str]:
         "count_by_status",
         "delete_checkpoint",
         "list_by_team",
+        "list_paused_in",
         "save_installation",
         "find_installation",
         "delete_installation",
@@ -241,9 +245,10 @@ def policy_actions(*, with_kms: bool) -> set[tuple[str, str]]:
         resources = statement["Resource"]
         for resource in resources if isinstance(resources, list) else [resources]:
             text = str(resource)
+            index = re.search(r"/index/([A-Za-z0-9_.-]+)", text)
             kind = (
-                "index"
-                if "/index/" in text
+                f"index/{index.group(1)}"
+                if index
                 else "object"
                 if "/*" in text
                 else "key"
@@ -321,7 +326,8 @@ def test_stack_deploys_and_storage_runs_on_it(moto_everything: str) -> None:
     assert outputs["BotPolicyArn"].startswith("arn:aws:iam::")
     assert outputs["StateTtl"] == "7d"
     table = boto3.client("dynamodb").describe_table(TableName=outputs["BotTable"])["Table"]
-    assert table["GlobalSecondaryIndexes"][0]["IndexName"] == "by_status_shard"
+    indexes = {index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
+    assert indexes == {"by_status_shard", "by_place"}
 
     store = AwsStore(outputs["BotTable"], outputs["BotBucket"])
     lease, _ = store.acquire(KEY, "smoke", status=Status.RUNNING)
@@ -338,6 +344,7 @@ def test_stack_deploys_and_storage_runs_on_it(moto_everything: str) -> None:
     assert store.load_checkpoint(done.checkpoint) == {"smoke": True}
     assert store.read_items(KEY).items == ['{"role":"user","content":"hi"}']
     assert [r.key for r in store.list_by_status(Status.AWAITING_APPROVAL)] == [KEY]
+    assert [r.key for r in store.list_paused_in(KEY.team, KEY.channel)] == [KEY]
 
 
 def test_stack_takes_a_longer_state_ttl(moto_everything: str) -> None:

@@ -6,6 +6,7 @@ one keep stays flat however long the backlog: measured in DynamoDB's write units
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,8 @@ from tests.storage.conftest import KEY
 
 
 def payload(i: int, size: int = 20) -> str:
-    return '{"user":"U2","text":"%s"}' % (f"{i:06d}".ljust(size, "x"))
+    text = f"{i:06d}".ljust(size, "x")
+    return json.dumps({"user": "U2", "text": text}, separators=(",", ":"))
 
 
 def hold(store: Store) -> Lease:

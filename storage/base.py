@@ -38,6 +38,7 @@ from storage.models import (
     Status,
     ToolCallClaim,
     ToolCallRecord,
+    ToolCallStatus,
     Verdict,
     utcnow,
 )
@@ -119,6 +120,7 @@ class Commit:
     inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
     run_by: str | None = None  # who started the run this write belongs to (None: unchanged)
     clear_expiry: bool = False  # the thread was told its state expired (`expired_from`)
+    clear_stop: bool = False  # a stop request was applied (`stop_by` goes)
     # Makes a retried write idempotent (DynamoDB's ClientRequestToken): a retry of a write
     # whose answer was lost is not applied twice, nor refused for its own earlier effect.
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -195,11 +197,11 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         """Extend a held lease. Raises `LeaseLost`. The lease it returns carries `stop_by`
         when someone asked the run to stop."""
 
-    @abstractmethod
-    def request_stop(self, key: ConversationKey, user: str) -> Conversation | None:
-        """Ask the run holding the thread to stop (its holder learns it when it renews).
-        Returns the record, or None when nothing holds the thread (nothing was asked).
-        Taking the lease and releasing it clear the request."""
+    def stop_requested(self, key: ConversationKey) -> str | None:
+        """Who asked the run holding the thread to stop (`keep` with `stop_by`), if anyone:
+        a cheap read that a holder polls while a run goes on."""
+        record = self.get(key)
+        return record.stop_by if record else None
 
     def release(
         self,
@@ -249,6 +251,7 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         arm: Sequence[ToolCallRecord] = (),
         run_by: str | None = None,
         clear_expiry: bool = False,
+        clear_stop: bool = False,
     ) -> Committed:
         """Write the RunState blob write-once, then commit its pointer together with the
         staged session items, fenced and expecting `expected_version`.
@@ -295,6 +298,7 @@ class Store(InstallationRecords, ContentBlobs, ABC):
                 arm=arm,
                 run_by=run_by,
                 clear_expiry=clear_expiry,
+                clear_stop=clear_stop,
             )
         )
 
@@ -368,6 +372,7 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         participant: str | None = None,
         owner: str | None = None,
         token: str | None = None,
+        stop_by: str | None = None,
     ) -> Kept:
         """Keep a user message durably, claiming its event id (per conversation, for at least
         `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
@@ -382,7 +387,10 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         generation (none of the old rows is seen) that keeps its participants and says what
         expired (`Conversation.expired_from`, until a commit clears it). Retrying with the
         same `token` after an unanswered attempt is not mistaken for a duplicate. The cost of
-        one keep does not grow with the backlog."""
+        one keep does not grow with the backlog. With `stop_by`, the message is a request to
+        stop the run: the same write sets `stop_by` on the record, for the holder to see at
+        once (`stop_requested`, `renew`); a release or a commit with `clear_stop` removes it,
+        and neither can pass over the message itself (it is in the inbox)."""
 
     def enqueue(
         self,
@@ -421,8 +429,19 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         """Record that a tool call starts, once per call id (fenced)."""
 
     @abstractmethod
-    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> None:
-        """Record a started call's result (fenced): one write."""
+    def complete_tool_call(
+        self,
+        lease: Lease,
+        call_id: str,
+        output: str,
+        *,
+        status: ToolCallStatus = ToolCallStatus.COMPLETED,
+    ) -> bool:
+        """Record a started call's result: one write, fenced by the lease (True), or, once
+        the lease was taken from the writer (a discard, a takeover), by the fence the call
+        was started under (False): only that writer ran it, so only it knows the result.
+        Raises `LeaseLost` when neither holds. With status `CANCELLED`: it was recorded as
+        started but never ran (a stop came first)."""
 
     @abstractmethod
     def get_tool_call(

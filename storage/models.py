@@ -289,6 +289,7 @@ class CheckpointMeta(BaseModel):
 class ToolCallStatus(StrEnum):
     STARTED = "started"
     COMPLETED = "completed"
+    CANCELLED = "cancelled"  # recorded as started, and never ran: a stop came first
 
 
 class ToolCallRecord(BaseModel):

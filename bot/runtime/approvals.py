@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import RunState
 
-from bot.runtime import trust
+from bot.runtime import stopping, trust
 from bot.runtime.envelope import DecisionMade, DecisionRequest, Envelope, HeldMessage
 from bot.runtime.outcomes import (
     ApprovalRequest,
@@ -52,6 +52,12 @@ def late_decision(envelope: Envelope | None, decision: DecisionRequest) -> str:
     made = envelope.decided.get(decision.call_id) if envelope else None
     if made is None:
         return "That approval is no longer pending."
+    return already(made)
+
+
+def already(made: DecisionMade) -> str:
+    if made.stopped:
+        return f"That call was stopped by <@{made.user}> before it ran."
     verdict = "approved" if made.approved else "rejected"
     return f"That call was already {verdict} by <@{made.user}>."
 
@@ -75,7 +81,10 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
     asked = {call.call_id: call.asked_at for call in envelope.humans}
     for item, arrived in zip(entries.items, entries.arrived, strict=True):
         if isinstance(item, DecisionRequest):
-            if item.call_id not in awaiting or item.call_id in verdicts:
+            if item.call_id in verdicts:  # decided by an earlier click of this same pass
+                approve, user, _ = verdicts[item.call_id]
+                await serving.refuse(item, already(DecisionMade(approved=approve, user=user)))
+            elif item.call_id not in awaiting:
                 await serving.refuse(item, late_decision(envelope, item))
             elif not allowed(serving, envelope, item.user):
                 await serving.refuse(
@@ -161,6 +170,9 @@ async def _decided(
         for call_id, (approve, user, _) in verdicts.items()
     }
     serving.decided = decided
+    if serving.stop_asked:  # a stop came with the decision: nothing of it runs
+        await stopping.stopped(serving, consume)
+        return
     # The decision is durable before anything runs: a crash from here on is recovered from
     # this checkpoint (status `running`), not asked again.
     approved = envelope.model_copy(

@@ -14,6 +14,7 @@ from storage import ToolCallRecord, ToolCallStatus
 from storage.session import dump_item
 
 NOT_RUN = "Not run: the saved state of this run was set aside, so this call never executed."
+STOPPED_BEFORE_IT_RAN = "Not run: the run was stopped on request before this call started."
 UNKNOWN_OUTCOME = (
     "The outcome of this call is unknown: it was started, then the bot restarted before it "
     "recorded a result. It was not run again. Tell the user, and do not assume it succeeded."
@@ -43,6 +44,7 @@ class ClosedCalls:
     ran: list[PendingCall] = field(default_factory=list)
     unknown: list[PendingCall] = field(default_factory=list)
     not_run: list[PendingCall] = field(default_factory=list)
+    stopped: list[PendingCall] = field(default_factory=list)  # armed, never started
 
     def add(self, call: dict[str, Any], record: ToolCallRecord | None) -> None:
         pending = PendingCall(
@@ -52,6 +54,8 @@ class ClosedCalls:
         )
         if record is not None and record.status is ToolCallStatus.COMPLETED:
             output, bucket = record.output or "", self.ran
+        elif record is not None and record.status is ToolCallStatus.CANCELLED:
+            output, bucket = STOPPED_BEFORE_IT_RAN, self.stopped
         elif record is not None:
             output, bucket = UNKNOWN_OUTCOME, self.unknown
         else:
@@ -65,7 +69,7 @@ class ClosedCalls:
 
     @property
     def all(self) -> list[PendingCall]:
-        return self.ran + self.unknown + self.not_run
+        return self.ran + self.unknown + self.not_run + self.stopped
 
     def describe(self) -> str:
         """One sentence per kind, consistent with the ledger."""
@@ -77,6 +81,8 @@ class ClosedCalls:
             parts.append(f"Started, outcome unknown (not run again; check it): {calls}.")
         if self.not_run:
             parts.append(f"Not run: {_names(self.not_run)}.")
+        if self.stopped:
+            parts.append(f"Stopped before it ran (not run): {_names(self.stopped)}.")
         return " ".join(parts)
 
 

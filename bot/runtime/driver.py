@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Start = str | list[TResponseInputItem] | RunState[Any]
+LATE_OUTPUT_CHARACTERS = 500
 
 
 async def drive(
@@ -60,7 +61,13 @@ async def drive(
     async def on_text(delta: str) -> None:
         await shown(lambda: progress.text(key, delta))
 
-    scope = TurnScope(storage=serving.io, lease=serving.lease, armed=serving.armed, on_step=on_step)
+    scope = TurnScope(
+        storage=serving.io,
+        lease=serving.lease,
+        armed=serving.armed,
+        on_step=on_step,
+        stop_requested=lambda: serving.stop_asked,
+    )
     await serving.show_work(started_by)
     token = CURRENT_SCOPE.set(scope)
     try:
@@ -97,6 +104,7 @@ async def drive(
             except Exception as exc:
                 session.discard_pending()
                 if scope.fault is not None:
+                    await _tell_late(serving, scope)
                     raise scope.fault from exc
                 if isinstance(exc, StorageError):
                     raise
@@ -111,8 +119,13 @@ async def drive(
                 await interrupted(serving, exc)
                 return
             if scope.fault is not None:
+                await _tell_late(serving, scope)
                 raise scope.fault
             serving.check()
+            if serving.stop_asked:  # before anything of this turn is kept or posted
+                session.discard_pending()
+                await stopping.stopped(serving, consume)
+                return
             outcomes: list[Outcome] = [
                 Notice(
                     key=serving.key,
@@ -211,6 +224,23 @@ async def _stopped_first(serving: Serving, scope: TurnScope, turn: asyncio.Task[
         return True
     finally:
         asked.cancel()
+
+
+async def _tell_late(serving: Serving, scope: TurnScope) -> None:
+    """Results recorded after the lease was taken from this serve (a discard, while the
+    tool ran): the thread is told what became of them (best effort: the ledger has it)."""
+    for call_id, tool, output in scope.late:
+        await serving.emit_now(
+            Notice(
+                key=serving.key,
+                kind=NoticeKind.TOOL_FINISHED_LATE,
+                text=f"`{tool}` (call {call_id}) finished after this conversation's saved "
+                "state was set aside, and its result was recorded; the conversation was not "
+                "continued. Its result:",
+                details=[output[:LATE_OUTPUT_CHARACTERS]],
+            )
+        )
+    scope.late.clear()
 
 
 async def interrupted(serving: Serving, exc: BaseException) -> None:

@@ -42,6 +42,7 @@ class DecisionMade(BaseModel):
 
     approved: bool
     user: str
+    stopped: bool = False  # not decided: the run was stopped (by `user`) before it ran
 
 
 class Envelope(BaseModel):
@@ -113,7 +114,17 @@ class Probe(BaseModel):
     reason: str
 
 
-InboxPayload = UserMessage | DecisionRequest | Probe
+class StopRequest(BaseModel):
+    """The inbox payload of a request to stop the run (the Stop control, the reply `stop`):
+    kept like a message (so that no release passes over it) and, in the same write, flagged
+    on the record for the run in progress to see at once."""
+
+    kind: Literal["stop"] = "stop"
+    user: str
+    reply_to: str | None = None
+
+
+InboxPayload = UserMessage | DecisionRequest | Probe | StopRequest
 
 
 def parse_payload(text: str) -> InboxPayload:
@@ -125,4 +136,6 @@ def parse_payload(text: str) -> InboxPayload:
         return DecisionRequest.model_validate(data)
     if data.get("kind") == "probe":
         return Probe.model_validate(data)
+    if data.get("kind") == "stop":
+        return StopRequest.model_validate(data)
     return UserMessage.model_validate(data)

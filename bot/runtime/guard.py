@@ -28,11 +28,12 @@ from typing import Any
 from agents import Agent, FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
-from bot.runtime.closing import UNKNOWN_OUTCOME
+from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
 from bot.runtime.progress import Step, shown
 from bot.runtime.storage_calls import StorageCalls
 from storage import (
     Lease,
+    LeaseLost,
     StorageError,
     StorageUnavailable,
     Store,
@@ -70,6 +71,9 @@ class TurnScope:
     on_step: Callable[[str, str, Step], Awaitable[None]] | None = None  # progress, best effort
     running: int = 0  # side-effecting calls executing right now (a stop waits for them)
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while `running` is 0
+    stop_requested: Callable[[], bool] = lambda: False  # someone asked the run to stop
+    late: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, output)
+    # recorded after the lease was taken from us (a discard): the thread is told after
 
     @property
     def store(self) -> Store:
@@ -149,6 +153,11 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
             output = await original(ctx, arguments)
             await scope.show(ctx.tool_call_id, tool.name, _fate(output))
             return output
+        if scope.stop_requested():  # a stop came first: it never runs, and says so
+            if ctx.tool_call_id in scope.armed:
+                scope.armed.discard(ctx.tool_call_id)
+                await _cancel(scope, ctx.tool_call_id)
+            return STOPPED_BEFORE_IT_RAN
         if ctx.tool_call_id in scope.armed:
             # This serve recorded it as started with the checkpoint that approved it.
             scope.armed.discard(ctx.tool_call_id)
@@ -176,13 +185,14 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
                 output = await original(ctx, arguments)
             except Exception as exc:
                 await scope.show(ctx.tool_call_id, tool.name, Step.FAILED)
+                failure = f"error: {type(exc).__name__}: {exc}"
                 try:
-                    await _complete(scope, ctx.tool_call_id, f"error: {type(exc).__name__}: {exc}")
+                    await _complete(scope, ctx.tool_call_id, tool.name, failure)
                 except StorageError as fault:
                     scope.fault = fault
                 raise
             try:
-                await _complete(scope, ctx.tool_call_id, as_text(output))
+                await _complete(scope, ctx.tool_call_id, tool.name, as_text(output))
             except StorageError as fault:
                 scope.fault = fault
                 raise
@@ -215,15 +225,35 @@ async def _begin(scope: TurnScope, call_id: str, name: str, arguments: str) -> T
         return claim.model_copy(update={"created": True}) if mine else claim
 
 
-async def _complete(scope: TurnScope, call_id: str, output: str) -> None:
+async def _complete(scope: TurnScope, call_id: str, tool: str, output: str) -> None:
+    """Record the result; when the lease was taken meanwhile (a discard), the result is
+    recorded all the same and the run goes no further (`LeaseLost`)."""
     for attempt in range(COMPLETION_ATTEMPTS):
         try:
-            await scope.storage(scope.store.complete_tool_call, scope.lease, call_id, output)
-            return
+            held = await scope.storage(scope.store.complete_tool_call, scope.lease, call_id, output)
         except StorageUnavailable:
             if attempt == COMPLETION_ATTEMPTS - 1:
                 raise
             await asyncio.sleep(min(2**attempt, 10))
+            continue
+        if not held:
+            scope.late.append((call_id, tool, output))
+            raise LeaseLost(str(scope.lease.key), scope.lease.fence)
+        return
+
+
+async def _cancel(scope: TurnScope, call_id: str) -> None:
+    """An armed call that will never run: the ledger says so (not "outcome unknown")."""
+    try:
+        await scope.storage(
+            scope.store.complete_tool_call,
+            scope.lease,
+            call_id,
+            STOPPED_BEFORE_IT_RAN,
+            status=ToolCallStatus.CANCELLED,
+        )
+    except StorageError as fault:  # it stays `started`: said to be of unknown outcome
+        scope.fault = fault
 
 
 def _fate(output: Any) -> Step:

@@ -19,6 +19,7 @@ class NoticeKind(StrEnum):
     STATE_INCOMPATIBLE = "state_incompatible"
     STATE_DAMAGED = "state_damaged"
     TOOL_OUTCOME_UNKNOWN = "tool_outcome_unknown"
+    TOOL_FINISHED_LATE = "tool_finished_late"  # after its conversation was set aside
     DISCARDED = "discarded"
     RUN_FAILED = "run_failed"
     MESSAGE_KEPT = "message_kept"

@@ -27,7 +27,7 @@ from bot.runtime.ack_first import KeepsFirst
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource, SharedFile
 from bot.runtime.delivery import OutcomeSink
-from bot.runtime.envelope import DecisionRequest, Probe, UserMessage
+from bot.runtime.envelope import DecisionRequest, Probe, StopRequest, UserMessage
 from bot.runtime.expiry import EXPIRED
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
@@ -71,6 +71,8 @@ EXPIRED_RESUME = (
     "There is nothing to resume: this conversation's saved state expired, and nothing that "
     "was waiting was run (see the thread). Send a new message there to start again."
 )
+# What a stop may apply to besides a held thread: a run paused or interrupted.
+STOPPABLE = (Status.RUNNING, Status.AWAITING_APPROVAL, Status.INTERRUPTED)
 NOT_YOURS_TO_STOP = "Only the person who started this run, an approver or an admin can stop it."
 EXPIRED_STOP = "Nothing is running there: this conversation's saved state expired (see the thread)."
 
@@ -186,8 +188,8 @@ class ConversationRuntime(Queries):
                 return await self._keep_probe(key, user, "stop", take=True)
             return None
         stopping = await self._stop(record, user)
-        if stopping.accepted:
-            return Kept.STOPPING
+        if stopping.accepted:  # served by whoever holds the thread (us, if we took it)
+            return Kept.KEPT if key in self._taken else Kept.STOPPING
         if stopping.refused:
             text = f"{stopping.text} Your `stop` was not passed on to it."
             self._emit_later([Refused(key=key, text=text, user=user)])
@@ -203,6 +205,7 @@ class ConversationRuntime(Queries):
         create: bool,
         user: str | None,
         take: bool,
+        stop_by: str | None = None,
     ) -> Kept:
         try:
             with self.keeps.keeping():
@@ -215,6 +218,7 @@ class ConversationRuntime(Queries):
                     participant=user or None,
                     owner=new_owner(self.process) if take and not self.draining else None,
                     token=uuid.uuid4().hex,
+                    stop_by=stop_by,
                 )
         except NotFound:
             return Kept.NOT_OURS
@@ -329,10 +333,12 @@ class ConversationRuntime(Queries):
 
     # -- requests about a thread --------------------------------------------------------
 
-    async def request_stop(self, key: ConversationKey, user: str) -> Stopping:
-        """Ask the run in progress to stop (the Stop control, or the reply `stop`): the
-        holder learns it at once in this process, from its next renewal elsewhere (2 s).
-        Honoured for the person who started the run, approvers and admins."""
+    async def request_stop(
+        self, key: ConversationKey, user: str, *, reply_to: str | None = None
+    ) -> Stopping:
+        """Ask the run in progress to stop (the Stop control): honoured for the person who
+        started the run, approvers and admins (see `stopping`). `reply_to` answers the
+        person later, when it had already finished."""
         record = await self.io(self.store.get, key)
         if record is None:
             if await self._expired_for(key, user):
@@ -340,18 +346,34 @@ class ConversationRuntime(Queries):
                     await self.serve(key)  # the thread is told
                 return Stopping(False, EXPIRED_STOP)
             return Stopping(False, "There is nothing of yours running there.")
-        return await self._stop(record, user)
+        stopping = await self._stop(record, user, reply_to=reply_to)
+        if stopping.accepted and key in self._taken:
+            await self.serve(key)  # the run was paused: stop it now
+        return stopping
 
-    async def _stop(self, record: Conversation, user: str) -> Stopping:
+    async def _stop(
+        self, record: Conversation, user: str, *, reply_to: str | None = None
+    ) -> Stopping:
+        """Keep the request in the thread's inbox, flagged on the record in the same write
+        (see `stopping`); this process's own serve of the thread learns it at once, another
+        replica's within `STOP_POLL`. When the thread was free (a run paused for approval)
+        the write takes it, for the caller to serve."""
         key = record.key
-        if not record.leased(self.store.takeover_cutoff(self.store.clock())):
+        cutoff = self.store.takeover_cutoff(self.store.clock())
+        if not (record.leased(cutoff) or record.status in STOPPABLE):
             return Stopping(False, "Nothing is running there right now.")
         if not self.may_stop(record, user):
             return Stopping(False, NOT_YOURS_TO_STOP, refused=True)
-        asked = await self.io(self.store.request_stop, key, user)
-        if asked is None:
+        payload = StopRequest(user=user, reply_to=reply_to).model_dump_json()
+        event_id = f"stop:{user}:{uuid.uuid4().hex}"
+        kept = await self._keep(
+            key, event_id, payload, create=False, user=None, take=True, stop_by=user
+        )
+        if kept is Kept.NOT_OURS:
             return Stopping(False, "Nothing is running there right now.")
-        serving = self._live.get(key)
+        if kept is Kept.NOT_TAKEN:
+            return Stopping(False, "Too many messages are waiting in that thread; try again.")
+        serving = self._live.get(key)  # after the keep: the stop it applies consumes it
         if serving is not None and serving.keeper is not None:
             serving.keeper.ask_stop(user)
         return Stopping(True, "Stopping it now.")

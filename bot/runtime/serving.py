@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import RunState, TResponseInputItem
 
-from bot.runtime import approvals, expiry, trust
+from bot.runtime import approvals, expiry, stopping, trust
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
 from bot.runtime.envelope import (
@@ -26,6 +26,7 @@ from bot.runtime.envelope import (
     Envelope,
     HeldMessage,
     Probe,
+    StopRequest,
     UserMessage,
     parse_payload,
 )
@@ -65,6 +66,9 @@ class Entries:
         self.items: list[UserMessage | DecisionRequest] = []
         self.item_ids: list[str] = []  # the entry id of each item
         self.arrived: list[datetime] = []  # when each item was kept
+        self.stops: list[StopRequest] = []  # requests to stop the run (in arrival order)
+        self.stop_ids: list[str] = []
+        self.stop_arrived: list[datetime] = []
         for entry in inbox:
             try:
                 payload = parse_payload(entry.payload)
@@ -72,6 +76,11 @@ class Entries:
                 log.error("%s: unreadable inbox entry %s dropped", entry.event_id, entry.entry_id)
                 continue
             if isinstance(payload, Probe):
+                continue
+            if isinstance(payload, StopRequest):
+                self.stops.append(payload)
+                self.stop_ids.append(entry.entry_id)
+                self.stop_arrived.append(entry.received_at)
                 continue
             self.items.append(payload)
             self.item_ids.append(entry.entry_id)
@@ -118,6 +127,7 @@ class Serving:
         self.armed: set[str] = set()  # calls this session recorded as started, to run now
         self.showing = False  # progress was shown for this thread: end it when done
         self.notes: list[Outcome] = []  # for the thread, with the next commit (`model_input`)
+        self.stopped_by = ""  # who stopped a run of this serve (a later stop is told so)
 
     @property
     def lease(self) -> Lease:
@@ -266,6 +276,8 @@ class Serving:
             )
         self.outcomes.extend(owed)
         await self.outbox.deliver()
+        if entries.stops and await stopping.stop_requests(self, entries, runnable):
+            return
         if runnable is not None and runnable.humans:
             await approvals.while_awaiting(self, runnable, entries)
             return
@@ -326,6 +338,7 @@ class Serving:
         status: Status = Status.RUNNING,
         arm: list[AwaitingCall] | None = None,
         clear_expiry: bool = False,
+        clear_stop: bool = False,
     ) -> int | None:
         """Commit the checkpoint with the turn's session items, consuming inbox entries,
         then deliver its outcomes. The status stays `running` until the release that
@@ -361,6 +374,7 @@ class Serving:
             arm=armed,
             run_by=envelope.started_by or None,
             clear_expiry=clear_expiry,
+            clear_stop=clear_stop,
         )
         assert done.checkpoint is not None
         self.armed |= set(done.armed)

@@ -15,16 +15,18 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from bot.runtime import trust
-from bot.runtime.envelope import Envelope
+from bot.runtime.envelope import Envelope, UserMessage, parse_payload
 from bot.runtime.holder import new_owner
 from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
 from bot.runtime.serving import Serving
+from bot.runtime.text import quote
 from storage import (
     CONSUME_LIMIT,
     KEEP,
     CheckpointError,
     Commit,
     ConversationKey,
+    InboxEntry,
     LeaseBusy,
     NotFound,
     Status,
@@ -38,6 +40,7 @@ UNFINISHED = (
     Status.NEEDS_RESTART,
 )
 TEAM_SWEEP_CONCURRENCY = 8
+QUOTED = 10  # dropped messages the notice names
 
 if TYPE_CHECKING:
     from bot.runtime.runtime import ConversationRuntime, StaleFilter
@@ -108,23 +111,26 @@ async def _discard(serving: Serving, by: str | None) -> None:
             envelope = Envelope.model_validate(document)
         except (CheckpointError, ValueError):
             envelope = None  # damaged: there is nothing in it to count
-    held = len(envelope.held) if envelope else 0
+    quotes = [quote(held.text) for held in envelope.held] if envelope else []
+    quotes += [quote(text) for text in _message_texts(inbox)]
     closed = await trust.close_calls(serving.io, serving.store, serving.key, record.generation)
-    dropped = len(inbox) + held
+    dropped = len(quotes)
     who = f"An admin (<@{by}>)" if by else "An operator"
     lost = closed.describe() or "No tool call was pending."
     messages = (
         f" {dropped} message{'s' if dropped != 1 else ''} waiting for an answer "
-        f"{'were' if dropped != 1 else 'was'} dropped."
+        f"{'were' if dropped != 1 else 'was'} dropped; send "
+        f"{'them' if dropped != 1 else 'it'} again if you still need an answer:"
         if dropped
         else ""
     )
     notice = Notice(
         key=serving.key,
         kind=NoticeKind.DISCARDED,
-        text=f"{who} discarded this conversation's saved state. {lost}{messages} The history "
-        "is kept; send a new message to start over.",
+        text=f"{who} discarded this conversation's saved state. {lost} The history is kept; "
+        f"send a new message to start over.{messages}",
         settles=closed.all,
+        details=quotes[:QUOTED] + ([f"… and {dropped - QUOTED} more"] if dropped > QUOTED else []),
     )
     old = record.checkpoint
     tombstone = Envelope(
@@ -155,3 +161,16 @@ async def _discard(serving: Serving, by: str | None) -> None:
             previous_status=previous.value,
         ),
     )
+
+
+def _message_texts(inbox: list[InboxEntry]) -> list[str]:
+    """What people wrote, of the queued entries (clicks, stops and probes are not messages)."""
+    texts = []
+    for entry in inbox:
+        try:
+            payload = parse_payload(entry.payload)
+        except ValueError:
+            continue
+        if isinstance(payload, UserMessage):
+            texts.append(payload.text)
+    return texts

@@ -212,7 +212,7 @@ class Listeners:
         except (KeyError, IndexError, ValueError, ValidationError):
             await respond(text="That button is not one of mine.", replace_original=False)
             return
-        stopping = await self.runtime.request_stop(key, user)
+        stopping = await self.runtime.request_stop(key, user, reply_to=body.get("response_url"))
         # The Stop control is this person's alone: it becomes the answer.
         await respond(text=stopping.text, response_type="ephemeral", replace_original=True)
 

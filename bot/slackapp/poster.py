@@ -52,6 +52,7 @@ NOTICE_ICONS = {
     NoticeKind.STATE_INCOMPATIBLE: ":warning:",
     NoticeKind.STATE_DAMAGED: ":warning:",
     NoticeKind.TOOL_OUTCOME_UNKNOWN: ":grey_question:",
+    NoticeKind.TOOL_FINISHED_LATE: ":white_check_mark:",
     NoticeKind.DISCARDED: ":wastebasket:",
     NoticeKind.RUN_FAILED: ":x:",
     NoticeKind.MESSAGE_KEPT: ":inbox_tray:",

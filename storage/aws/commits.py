@@ -154,6 +154,8 @@ class Commits:
             update.set("run_by", s(commit.run_by))
         if commit.clear_expiry:
             update.remove("expired_from")
+        if commit.clear_stop and not commit.release:
+            update.remove("stop_by")
         if base_seq is not None:
             update.set("next_seq", n(base_seq + count))
             guard = f"#next_seq = {update.value('base_seq', n(base_seq))}"

@@ -91,11 +91,13 @@ class Ledger:
             return ToolCallClaim(record=existing, created=False)
         return ToolCallClaim(record=record, created=True)
 
-    def complete(self, lease: Lease, call_id: str, output: str) -> None:
-        """One write (fenced, conditional on the call being started); no read."""
+    def complete(self, lease: Lease, call_id: str, output: str, status: ToolCallStatus) -> bool:
+        """One write (fenced, conditional on the call being started); no read. True when
+        recorded under the lease; False when recorded after the lease was taken from us,
+        under the fence the call was started with (see `Store.complete_tool_call`)."""
         now = self.t.clock()
         update = ledger_rows.completion(
-            lease.key, call_id, output, now, self.t.expiry(now), self.put_blob
+            lease.key, call_id, output, now, self.t.expiry(now), self.put_blob, status
         )
         key = {"pk": s(conv_pk(lease.key)), "sk": s(tool_sk(lease.generation, call_id))}
         target = update.as_update(self.t.table, key)
@@ -112,15 +114,26 @@ class Ledger:
             if code(exc) != "TransactionCanceledException":
                 raise
             if first_failed(exc):
+                if self._complete_orphan(lease, update, key):
+                    return False
                 raise LeaseLost(str(lease.key), lease.fence) from exc
             existing = self.get(lease.key, call_id, lease.generation)
-            if (
-                existing is not None
-                and existing.status is ToolCallStatus.COMPLETED
-                and existing.output == output
-            ):
-                return  # our own earlier attempt landed
+            if existing is not None and existing.status is status and existing.output == output:
+                return True  # our own earlier attempt landed
             raise StorageError(f"tool call {call_id} is not started in {lease.key}") from exc
+        return True
+
+    def _complete_orphan(self, lease: Lease, update: Update, key: Item) -> bool:
+        """The lease is gone (a discard took it): record the result all the same, if the
+        call is still `started` under our fence: nobody else can have run it."""
+        update.require(f"{update.name('fence')} = {update.value('our_fence', n(lease.fence))}")
+        try:
+            self.t.dynamodb.update_item(TableName=self.t.table, Key=key, **update.expression())
+        except ClientError as exc:
+            if code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
 
     def get(
         self, key: ConversationKey, call_id: str, generation: int | None

@@ -138,9 +138,16 @@ class Records:
         raise StorageError(f"{key}: its expired record could not be replaced")
 
     def _take(
-        self, update: Update, owner: str, now: datetime, *, run_by: str | None = None
+        self,
+        update: Update,
+        owner: str,
+        now: datetime,
+        *,
+        run_by: str | None = None,
+        keep_stop: bool = False,
     ) -> None:
-        update.remove("stop_by")  # a stop asked of an earlier run is not this one's
+        if not keep_stop:  # a stop asked of an earlier run is not this one's
+            update.remove("stop_by")
         if run_by:  # the message that takes the thread starts the run
             update.set("run_by", s(run_by))
         update.increment("fence")
@@ -167,27 +174,15 @@ class Records:
         stop = now_item.get("stop_by", {}).get("S")
         return lease.model_copy(update={"expires_at": expires, "stop_by": stop})
 
-    def request_stop(self, key: ConversationKey, user: str) -> Conversation | None:
-        now = self.t.clock()
-        update = Update()
-        update.set("stop_by", s(user))
-        cutoff = update.value("cutoff", n(ms(self.t.takeover_cutoff(now))))
-        update.require(
-            f"attribute_exists({update.name('lease_owner')}) AND "
-            f"{update.name('lease_expires_ms')} >= {cutoff}"
+    def stop_requested(self, key: ConversationKey) -> str | None:
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table,
+            Key=meta_key(key),
+            ConsistentRead=True,
+            ProjectionExpression="stop_by",
         )
-        try:
-            result = self.t.dynamodb.update_item(
-                TableName=self.t.table,
-                Key=meta_key(key),
-                ReturnValues="ALL_NEW",
-                **update.expression(),
-            )
-        except ClientError as exc:
-            if code(exc) == "ConditionalCheckFailedException":
-                return None  # nothing holds the thread (or there is no such thread)
-            raise
-        return record_from_item(result["Attributes"])
+        value: str | None = found.get("Item", {}).get("stop_by", {}).get("S")
+        return value
 
     def forget_expired(self, key: ConversationKey, old: Item) -> bool:
         """Delete a record past its TTL (what DynamoDB's TTL would do, late), so that it can be
@@ -218,6 +213,7 @@ class Records:
         participant: str | None,
         owner: str | None,
         token: str | None,
+        stop_by: str | None = None,
     ) -> Kept:
         token = token or uuid.uuid4().hex
         now = self.t.clock()
@@ -236,9 +232,11 @@ class Records:
             update = Update()
             if take:
                 assert owner is not None
-                self._take(update, owner, now, run_by=participant)
+                self._take(update, owner, now, run_by=participant, keep_stop=bool(stop_by))
                 update.require(self.t.lease_free(update, now))
             self._keep_update(update, key, entry, now, create=create, participant=participant)
+            if stop_by:
+                update.set("stop_by", s(stop_by))
             try:
                 item = None
                 if spill:

@@ -37,6 +37,7 @@ from storage.models import (
     Status,
     ToolCallClaim,
     ToolCallRecord,
+    ToolCallStatus,
     Verdict,
 )
 
@@ -122,8 +123,8 @@ class AwsStore(Store):
         return self.records.renew(lease)
 
     @translated
-    def request_stop(self, key: ConversationKey, user: str) -> Conversation | None:
-        return self.records.request_stop(key, user)
+    def stop_requested(self, key: ConversationKey) -> str | None:
+        return self.records.stop_requested(key)
 
     # -- the atomic write ---------------------------------------------------------------
 
@@ -159,6 +160,7 @@ class AwsStore(Store):
         participant: str | None = None,
         owner: str | None = None,
         token: str | None = None,
+        stop_by: str | None = None,
     ) -> Kept:
         return self.records.keep(
             key,
@@ -168,6 +170,7 @@ class AwsStore(Store):
             participant=participant,
             owner=owner,
             token=token,
+            stop_by=stop_by,
         )
 
     @translated
@@ -189,8 +192,15 @@ class AwsStore(Store):
         return self.ledger.begin(lease, call_id, tool_name, arguments)
 
     @translated
-    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> None:
-        self.ledger.complete(lease, call_id, output)
+    def complete_tool_call(
+        self,
+        lease: Lease,
+        call_id: str,
+        output: str,
+        *,
+        status: ToolCallStatus = ToolCallStatus.COMPLETED,
+    ) -> bool:
+        return self.ledger.complete(lease, call_id, output, status)
 
     @translated
     def get_tool_call(

@@ -50,10 +50,12 @@ def completion(
     now: datetime,
     expires: datetime,
     put_blob: Callable[[str, bytes], None],
+    status: ToolCallStatus = ToolCallStatus.COMPLETED,
 ) -> Update:
-    """The update that completes a started call (condition: it is still `started`)."""
+    """The update that completes a started call, or records that it never ran
+    (`CANCELLED`) (condition: it is still `started`)."""
     update = Update()
-    update.set("status", s(ToolCallStatus.COMPLETED.value))
+    update.set("status", s(status.value))
     update.set("completed_ms", n(ms(now)))
     update.set("expires_at", n(int(expires.timestamp())))
     data = output.encode()

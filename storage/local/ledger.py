@@ -6,6 +6,7 @@ import sqlite3
 from datetime import timedelta
 
 from storage.errors import (
+    LeaseLost,
     StorageError,
 )
 from storage.local.database import Database, fenced, read_tool, translated
@@ -60,17 +61,35 @@ class Ledgers(Database):
         return ToolCallClaim(record=record, created=True)
 
     @translated
-    def complete_tool_call(self, lease: Lease, call_id: str, output: str) -> None:
+    def complete_tool_call(
+        self,
+        lease: Lease,
+        call_id: str,
+        output: str,
+        *,
+        status: ToolCallStatus = ToolCallStatus.COMPLETED,
+    ) -> bool:
         now = self.clock()
         with self._write() as db:
-            fenced(db, lease)
+            try:
+                fenced(db, lease)
+                held = True
+            except LeaseLost:
+                held = False  # taken from us (a discard): the call's own fence decides
             record = read_tool(db, lease.key, call_id)
+            if not held and (
+                record is None
+                or record.status is not ToolCallStatus.STARTED
+                or record.fence != lease.fence
+            ):
+                raise LeaseLost(str(lease.key), lease.fence)
             if record is None or record.status is not ToolCallStatus.STARTED:
                 raise StorageError(f"tool call {call_id} is not started in {lease.key}")
             record = record.model_copy(
-                update={"status": ToolCallStatus.COMPLETED, "output": output, "completed_at": now}
+                update={"status": status, "output": output, "completed_at": now}
             )
             self._save_tool(db, record)
+        return held
 
     @translated
     def get_tool_call(

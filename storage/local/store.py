@@ -101,17 +101,6 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
             self._save(db, record.model_copy(update={"lease_expires_at": expires}))
         return lease.model_copy(update={"expires_at": expires, "stop_by": record.stop_by})
 
-    @translated
-    def request_stop(self, key: ConversationKey, user: str) -> Conversation | None:
-        now = self.clock()
-        with self._write() as db:
-            record = self._live(db, key, now)
-            if record is None or not record.leased(self.takeover_cutoff(now)):
-                return None
-            record = record.model_copy(update={"stop_by": user})
-            self._save(db, record)
-        return record
-
     # -- the atomic write ---------------------------------------------------------------
 
     @translated
@@ -166,6 +155,8 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
                 update["run_by"] = commit.run_by
             if commit.clear_expiry:
                 update["expired_from"] = None
+            if commit.clear_stop:
+                update["stop_by"] = None
             if commit.release:
                 update |= {"lease_owner": None, "lease_expires_at": None, "stop_by": None}
             if commit.touch:
@@ -252,6 +243,7 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
         participant: str | None = None,
         owner: str | None = None,
         token: str | None = None,
+        stop_by: str | None = None,
     ) -> Kept:
         now = self.clock()
         with self._write() as db:
@@ -301,6 +293,8 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
                     "stop_by": None,
                     "run_by": participant or record.run_by,
                 }
+            if stop_by:
+                update["stop_by"] = stop_by
             record = record.model_copy(update=update)
             self._save(db, record)
             inbox = read_inbox(db, key)

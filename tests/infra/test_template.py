@@ -167,7 +167,8 @@ def workload(store: Store) -> set[str]:
     store.complete_tool_call(lease, "c1", "z" * 400_000)
     store.get_tool_call(KEY, "c1")
     store.set_status(lease, Status.RUNNING)
-    store.request_stop(KEY, "U")
+    store.keep(KEY, "Ev-stop", '{"kind":"stop","user":"U"}', create=False, stop_by="U")
+    store.stop_requested(KEY)
     store.record_feedback(KEY, "a1", "U", Verdict.GOOD)
     store.count_feedback()
     store.apply(Commit(key=KEY, lease=lease, status=Status.RUNNING))
@@ -214,7 +215,7 @@ def workload(store: Store) -> set[str]:
         "complete_tool_call",
         "get_tool_call",
         "set_status",
-        "request_stop",
+        "stop_requested",
         "record_feedback",
         "count_feedback",
         "apply",

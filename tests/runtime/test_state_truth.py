@@ -192,8 +192,15 @@ async def test_a_holder_that_lost_its_lease_inside_a_tool_stops_quietly(
     outcomes = await rt.decide(
         KEY, call_id="call-email", approve=True, user="U1", checkpoint_version=2
     )
-    assert [type(o) for o in outcomes] == [Decided]  # no "run failed" or "use /resume"
+    # No "run failed" or "use /resume"; the result is recorded all the same (only this
+    # holder ran the call) and the thread is told what became of it.
+    decided, late = outcomes
+    assert isinstance(decided, Decided) and isinstance(late, Notice)
+    assert late.kind is NoticeKind.TOOL_FINISHED_LATE and "`send_email`" in late.text
+    assert late.details == ["sent to ana@example.com"]
     assert len(effects.calls("send_email")) == 1
+    call = store.get_tool_call(KEY, "call-email")
+    assert call is not None and call.status is ToolCallStatus.COMPLETED
 
 
 # -- 2. setting state aside tells what the ledger says ------------------------------------

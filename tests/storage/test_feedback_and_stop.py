@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from storage import ConversationKey, FeedbackTally, Status, Store, Verdict
+import pytest
+
+from storage import Commit, ConversationKey, FeedbackTally, InboxChanged, Status, Store, Verdict
 from testkit.runtime import record_of
 from tests.conftest import Backend
 from tests.storage.conftest import KEY
@@ -36,17 +38,22 @@ def test_no_verdict_on_a_conversation_that_is_gone(backend: Backend) -> None:
     assert store.count_feedback() == FeedbackTally()
 
 
-def test_a_stop_request_reaches_the_holder_on_renewal_and_release_clears_it(
-    store: Store,
-) -> None:
-    assert store.request_stop(KEY, "U1") is None  # no such thread
+def test_a_stop_is_kept_like_a_message_and_flagged_for_the_holder(store: Store) -> None:
+    """The flag is for speed; the kept request is what no release can pass over."""
+    stop = '{"kind":"stop","user":"U1"}'
     lease, _ = store.acquire(KEY, "w")
-    assert store.renew(lease).stop_by is None
-    asked = store.request_stop(KEY, "U1")
-    assert asked is not None and asked.stop_by == "U1"
-    assert store.renew(lease).stop_by == "U1"
-    store.release(lease, status=Status.IDLE)
+    seen = record_of(store, KEY).inbox_seq
+    assert store.renew(lease).stop_by is None and store.stop_requested(KEY) is None
+    assert store.keep(KEY, "stop1", stop, create=False, stop_by="U1").kept
+    assert store.stop_requested(KEY) == "U1" and store.renew(lease).stop_by == "U1"
+    with pytest.raises(InboxChanged):  # the holder cannot let go without reading it
+        store.release(lease, status=Status.IDLE, inbox_seen=seen)
+    [entry] = store.read_inbox(KEY)
+    store.apply(Commit(key=KEY, lease=lease, consume=[entry.entry_id], clear_stop=True))
+    assert store.stop_requested(KEY) is None
+    # A free thread (a run paused for approval): the stop takes it, for its keeper to serve.
+    store.release(lease, status=Status.AWAITING_APPROVAL)
+    kept = store.keep(KEY, "stop2", stop, create=False, owner="w2", stop_by="U1")
+    assert kept.lease is not None and kept.record is not None and kept.record.stop_by == "U1"
+    store.release(kept.lease, status=Status.IDLE)
     assert record_of(store, KEY).stop_by is None
-    assert store.request_stop(KEY, "U1") is None  # nothing holds it: nothing to stop
-    lease, record = store.acquire(KEY, "w")
-    assert record.stop_by is None and store.renew(lease).stop_by is None

@@ -1,0 +1,218 @@
+"""Stop means stop, wherever it lands and whenever (issue 30), on both backends, with two
+runtimes on one store standing for two replicas. Each race's window is hit on purpose: the
+sink (the Slack layer) makes the second request while the first one's outcome is being
+delivered, i.e. while the serve still holds the thread."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agents import Agent, function_tool
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+from bot.runtime import (
+    Answer,
+    ApprovalRequest,
+    ConversationRuntime,
+    Decided,
+    Notice,
+    NoticeKind,
+    Refused,
+)
+from storage import Status, ToolCallStatus
+from testkit.runtime import KEY, SideEffects, build_agent, echo_model, email_then_answer
+from tests.conftest import Backend
+
+
+class Sink:
+    """Records what the thread is sent; `when(kind, act)` runs `act` while the first
+    outcome of that kind is being delivered."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.hooks: dict[type, Callable[[], Awaitable[Any]]] = {}
+
+    def when(self, kind: type, act: Callable[[], Awaitable[Any]]) -> None:
+        self.hooks[kind] = act
+
+    async def __call__(self, outcome: Any, *_: Any) -> None:
+        self.sent.append(outcome)
+        act = self.hooks.pop(type(outcome), None)
+        if act is not None:
+            await act()
+
+    def notices(self, kind: NoticeKind) -> list[Notice]:
+        return [o for o in self.sent if isinstance(o, Notice) and o.kind is kind]
+
+
+def replicas(
+    backend: Backend, agent: Agent[Any]
+) -> tuple[ConversationRuntime, ConversationRuntime, Sink]:
+    sink = Sink()
+    a = ConversationRuntime(backend.open(), agent, on_outcome=sink, owner="A")
+    b = ConversationRuntime(backend.open(), agent, on_outcome=sink, owner="B")
+    return a, b, sink
+
+
+async def test_a_stop_as_the_card_is_posted_rejects_the_pending_call(
+    backend: Backend, effects: SideEffects
+) -> None:
+    a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
+    replies: list[Any] = []
+
+    async def stop_now() -> None:  # on the other replica, while A still holds the thread
+        replies.append(await b.request_stop(KEY, "U1"))
+
+    sink.when(ApprovalRequest, stop_now)
+    [request, *_] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest) and replies[0].accepted
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Not run: `send_email`" in notice.text and [c.call_id for c in notice.settles] == [
+        "call-email"
+    ]
+    late = await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert [o.text for o in late if isinstance(o, Refused)] == [
+        "That call was stopped by <@U1> before it ran."
+    ]
+    assert effects.calls() == []
+    record = backend.open().get(KEY)
+    assert record is not None and (record.status, record.stop_by) == (Status.IDLE, None)
+
+
+async def test_a_stop_on_another_replica_stops_the_run_at_its_next_step(
+    backend: Backend, effects: SideEffects
+) -> None:
+    started = asyncio.Event()
+
+    async def slow(call: Any) -> Any:
+        started.set()
+        await asyncio.sleep(5)
+        return [assistant_message("(never: stopped first)")]
+
+    model = ScriptedModel([ModelStep.respond(slow), [assistant_message("fresh")]])
+    a, b, sink = replicas(backend, build_agent(model, effects))
+    running = asyncio.create_task(a.handle_message(KEY, event_id="E1", user="U1", text="go"))
+    await started.wait()
+    loop = asyncio.get_running_loop()
+    asked_at = loop.time()
+    assert (await b.request_stop(KEY, "U1")).accepted
+    outcomes = await asyncio.wait_for(running, 10)
+    assert loop.time() - asked_at < 2.5  # learned from a look, not a renewal (or the model)
+    assert [o.kind for o in outcomes if isinstance(o, Notice)] == [NoticeKind.STOPPED]
+    assert not [o for o in sink.sent if isinstance(o, Answer)]
+
+
+async def test_a_stop_that_arrives_as_the_run_finishes_is_told_so(
+    backend: Backend, effects: SideEffects
+) -> None:
+    a, b, sink = replicas(backend, build_agent(echo_model(), effects))
+    replies: list[Any] = []
+
+    async def stop_now() -> None:
+        replies.append(await b.request_stop(KEY, "U1"))
+
+    sink.when(Answer, stop_now)
+    outcomes = await a.handle_message(KEY, event_id="E1", user="U1", text="hi")
+    assert Answer(key=KEY, text="echo: hi") in outcomes and replies[0].accepted
+    told = [o for o in sink.sent if isinstance(o, Refused)]
+    assert [r.text for r in told] == [
+        "It had already finished before your stop arrived; nothing was stopped."
+    ]
+    assert sink.notices(NoticeKind.STOPPED) == []
+    record = backend.open().get(KEY)
+    assert record is not None and record.stop_by is None and backend.open().read_inbox(KEY) == []
+
+
+async def test_approve_then_stop_before_the_call_says_not_run(
+    backend: Backend, effects: SideEffects
+) -> None:
+    a, _, sink = replicas(backend, build_agent(email_then_answer(), effects))
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+
+    async def stop_now() -> None:
+        assert (await a.request_stop(KEY, "U1")).accepted
+
+    sink.when(Decided, stop_now)  # the decision is committed (the call armed), not yet run
+    await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert effects.calls() == []
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Stopped before it ran (not run): `send_email`" in notice.text
+    assert "unknown" not in notice.text
+    call = backend.open().get_tool_call(KEY, "call-email")
+    assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
+async def test_the_losing_click_is_told_who_decided(backend: Backend, effects: SideEffects) -> None:
+    a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    for runtime, user in ((a, "U1"), (b, "U1")):  # both kept before either is served
+        await runtime.keep_decision(
+            KEY,
+            event_id=f"click-{runtime.process}",
+            call_id="call-email",
+            approve=True,
+            user=user,
+            checkpoint_version=request.checkpoint_version,
+        )
+    await asyncio.gather(a.serve(KEY), b.serve(KEY))
+    refused = [o.text for o in sink.sent if isinstance(o, Refused)]
+    assert refused == ["That call was already approved by <@U1>."]
+    assert len(effects.calls("send_email")) == 1
+
+
+async def test_a_discard_during_a_running_tool_records_its_result(
+    backend: Backend, effects: SideEffects
+) -> None:
+    running, finish = asyncio.Event(), asyncio.Event()
+
+    @function_tool(needs_approval=True)
+    async def transfer(amount: int) -> str:
+        """Move money (a side effect that takes a while)."""
+        effects.record("transfer", {"amount": amount})
+        running.set()
+        await finish.wait()
+        return f"moved {amount}"
+
+    model = ScriptedModel(
+        [[function_call("transfer", {"amount": 5}, call_id="call-t")], [assistant_message("ok")]]
+    )
+    agent = Agent(name="assistant", model=model, tools=[transfer])
+    a, b, sink = replicas(backend, agent)
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="move 5")
+    assert isinstance(request, ApprovalRequest)
+    deciding = asyncio.create_task(
+        a.decide(
+            KEY,
+            call_id="call-t",
+            approve=True,
+            user="U1",
+            checkpoint_version=request.checkpoint_version,
+        )
+    )
+    await running.wait()
+    await b.discard(KEY, by="UADMIN")
+    finish.set()
+    await deciding
+    [unknown] = sink.notices(NoticeKind.DISCARDED)
+    assert "outcome unknown" in unknown.text  # true when it was said
+    [late] = sink.notices(NoticeKind.TOOL_FINISHED_LATE)
+    assert "`transfer`" in late.text and late.details == ["moved 5"]
+    call = backend.open().get_tool_call(KEY, "call-t")
+    assert call is not None and call.status is ToolCallStatus.COMPLETED
+    assert len(effects.calls("transfer")) == 1

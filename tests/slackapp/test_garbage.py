@@ -13,22 +13,25 @@ import json
 import os
 import random
 import re
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import aiohttp
+import boto3
 import pytest
 
 from bot.slackapp.gate import BODY_LIMIT
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from testkit.services import free_port
-from testkit.slack import SECRET, TEAM, running_api
+from testkit.slack import CLIENT_ID, CLIENT_SECRET, SECRET, TEAM, running_api
+from tests.conftest import Backend
 
 pytestmark = pytest.mark.slow
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [A-Z]+ ")  # the bot's log format
@@ -63,11 +66,10 @@ def start_bot(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def bot_env(tmp_path: Path, api_url: str, **extra: str) -> dict[str, str]:
+def bot_env(base: dict[str, str], api_url: str, **extra: str) -> dict[str, str]:
+    """`base` (the storage's settings among them) and Slack's, in front of `api_url`."""
     env = {
-        **os.environ,
-        "BOT_STORAGE": "local",
-        "BOT_DATA_DIR": str(tmp_path / "data"),
+        **base,
         "SLACK_SIGNING_SECRET": SECRET,
         "SLACK_API_URL": f"{api_url}/api/",
         "PORT": str(free_port()),
@@ -77,7 +79,7 @@ def bot_env(tmp_path: Path, api_url: str, **extra: str) -> dict[str, str]:
         "PYTHONPATH": str(Path.cwd()),
         **extra,
     }
-    for name in ("SLACK_APP_TOKEN", "BOT_TABLE", "BOT_BUCKET"):
+    for name in ("SLACK_APP_TOKEN", *(() if "SLACK_BOT_TOKEN" in extra else ("SLACK_BOT_TOKEN",))):
         env.pop(name, None)
     return env
 
@@ -185,9 +187,10 @@ def valid_requests() -> list[tuple[bytes, str]]:
 
 async def test_garbage_gets_a_4xx_and_at_most_one_log_line(tmp_path: Path) -> None:
     rng = random.Random(20261130)
+    local = {**os.environ, "BOT_STORAGE": "local", "BOT_DATA_DIR": str(tmp_path / "data")}
     async with (
         running_api(SlackWebApi(team=TEAM)) as api_url,
-        serving(bot_env(tmp_path, api_url, SLACK_BOT_TOKEN="xoxb-test"), tmp_path / "log") as url,
+        serving(bot_env(local, api_url, SLACK_BOT_TOKEN="xoxb-test"), tmp_path / "log") as url,
         aiohttp.ClientSession() as http,
     ):
         log = tmp_path / "log"
@@ -228,3 +231,84 @@ async def test_garbage_gets_a_4xx_and_at_most_one_log_line(tmp_path: Path) -> No
     ][:5]
     assert all(len(line) < 400 for line in lines), max(lines, key=len)[:400]
     assert bad > 300 and elapsed < 30, (bad, elapsed)
+
+
+# -- anonymous install pages ---------------------------------------------------------------------
+
+
+async def install_page(http: aiohttp.ClientSession, url: str) -> tuple[str, str]:
+    """What an anonymous GET of the install page gets: (the state, also set as bolt's
+    cookie; the link to Slack's authorize page, carrying it)."""
+    async with http.get(f"{url}/slack/install", params={"team": TEAM}) as page:
+        assert page.status == 200, await page.text()
+        cookie = page.headers["Set-Cookie"].split(";", 1)[0]
+        found = re.search(r'<a href="([^"]+)"', await page.text())
+    assert found is not None
+    link = found.group(1).replace("&amp;", "&")
+    [state] = parse_qs(urlsplit(link).query)["state"]
+    assert cookie == f"slack-app-oauth-state={state}"
+    return state, link
+
+
+def kept(backend: Backend) -> tuple[int, int]:
+    """(bytes, rows) the backend holds: the local data directory's size and its one-time
+    states; DynamoDB's items (the table is this test's alone)."""
+    if backend.name == "local":
+        data = Path(backend.env["BOT_DATA_DIR"])
+        size = sum(f.stat().st_size for f in data.rglob("*") if f.is_file())
+        with sqlite3.connect(data / "state.sqlite3") as db:
+            return size, db.execute("SELECT COUNT(*) FROM one_time_states").fetchone()[0]
+    items = boto3.client("dynamodb").scan(TableName=backend.env["BOT_TABLE"], Select="COUNT")
+    return 0, int(items["Count"])
+
+
+async def test_install_pages_write_nothing_and_a_state_is_good_once(
+    backend: Backend, child_env: Callable[..., dict[str, str]], tmp_path: Path
+) -> None:
+    api = SlackWebApi(team=TEAM)
+    async with running_api(api) as api_url:
+        env = bot_env(child_env(), api_url, SLACK_CLIENT_ID=CLIENT_ID)
+        env["SLACK_CLIENT_SECRET"] = CLIENT_SECRET
+        url = f"http://127.0.0.1:{env['PORT']}"
+        api.configure_oauth(CLIENT_ID, CLIENT_SECRET, f"{url}/slack/oauth_redirect")
+        async with serving(env, tmp_path / "log"), aiohttp.ClientSession() as http:
+            before = kept(backend)
+            gate = asyncio.Semaphore(16)
+
+            async def anonymous() -> str:
+                async with gate:
+                    state, _ = await install_page(http, url)
+                    return state
+
+            states = await asyncio.gather(*(anonymous() for _ in range(2000)))
+            flooded = kept(backend)
+            assert await healthz(http, url) == 200
+
+            # A real install: Slack's authorize page sends the browser back with a code.
+            state, link = await install_page(http, url)
+            async with http.get(link, allow_redirects=False) as approved:
+                assert approved.status == 302, await approved.text()
+                back = approved.headers["Location"]
+            # A tampered state (with its own cookie, so bolt's browser check passes) is
+            # refused before the code is used.
+            forged = f"{state[:-2]}{'AB' if not state.endswith('AB') else 'CD'}"
+            assert await redirect(http, back.replace(state, forged), forged) == 401
+            assert await redirect(http, back, state) == 200
+            installed = kept(backend)
+            assert await redirect(http, back, state) == 401  # the same redirect, replayed
+            assert await healthz(http, url) == 200
+
+    assert len(set(states)) == 2000  # each page had a state of its own
+    assert flooded[1] == before[1], (before, flooded)  # no row for 2,000 pages
+    assert flooded[0] - before[0] < 16 * 1024, (before, flooded)
+    # The redirect wrote: the installation, and the spent state (local: its row).
+    assert installed[1] == before[1] + (1 if backend.name == "local" else 2)
+    reopened = backend.open()
+    assert reopened.find_installation(f"-:{TEAM}") is not None
+
+
+async def redirect(http: aiohttp.ClientSession, back: str, state: str) -> int:
+    """The browser's return to the bot's redirect, with the state's cookie."""
+    async with http.get(back, headers={"Cookie": f"slack-app-oauth-state={state}"}) as done:
+        await done.read()
+        return done.status

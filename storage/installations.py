@@ -28,8 +28,10 @@ class InstallationRecords(ABC):
         """Forget `install_id`; True when there was a document."""
 
     @abstractmethod
-    def issue_state(self, state: str, ttl: timedelta) -> None:
-        """Remember `state` (a random value) for `ttl`, to be consumed once."""
+    def issue_state(self, state: str, ttl: timedelta) -> bool:
+        """Remember `state` (a random value) for `ttl`, to be consumed once. False, and
+        nothing changes, when `state` is remembered already and has not expired: of two
+        callers issuing one value, one wins (so a state may also record a value as used)."""
 
     @abstractmethod
     def consume_state(self, state: str) -> bool:

@@ -56,7 +56,24 @@ class _ClientTokenWarning(logging.Filter):
         )
 
 
+class _UnhandledRequestLine(logging.Filter):
+    """bolt's warning for a request no listener takes (an event type the app does not
+    handle, say) adds a listener to paste in, over several lines: anyone who may sign a
+    request could fill the log with them. One line is enough, and it is kept short."""
+
+    LIMIT = 300
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Unhandled request"):
+            line = message.split("\n", 1)[0]
+            record.msg = line if len(line) <= self.LIMIT else f"{line[: self.LIMIT]}..."
+            record.args = None
+        return True
+
+
 _CLIENT_TOKEN_WARNING = _ClientTokenWarning()
+_UNHANDLED_REQUEST_LINE = _UnhandledRequestLine()
 
 
 def web_client(
@@ -100,7 +117,9 @@ def build_app(
     installs: Installs | None = None,
 ) -> AsyncApp:
     """`installs` for many workspaces; otherwise `identity` is the bot token's auth.test."""
-    logging.getLogger("slack_bolt.AsyncApp").addFilter(_CLIENT_TOKEN_WARNING)
+    bolt_log = logging.getLogger("slack_bolt.AsyncApp")
+    bolt_log.addFilter(_CLIENT_TOKEN_WARNING)
+    bolt_log.addFilter(_UNHANDLED_REQUEST_LINE)
     authorize: Any = installs.authorize if installs else None
     if identity is not None and settings.bot_token:
         authorize = single_team(identity, settings.bot_token)

@@ -1,6 +1,6 @@
-"""slack_sdk's installation store and OAuth state store over this project's storage (the
-conversations' DynamoDB table, or the local backend), for bolt's OAuth flow and for the
-tokens every outgoing call uses (`clients`).
+"""slack_sdk's installation store over this project's storage (the conversations' DynamoDB
+table, or the local backend), for bolt's OAuth flow and for the tokens every outgoing call
+uses (`clients`). The flow's states are signed, not stored (`oauth_state`).
 
 One document per workspace, or per organisation for an org-wide (Enterprise Grid) install:
 the latest installation, whole. A re-install (with changed scopes, say) replaces it: the
@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from slack_bolt.error import BoltError
 from slack_sdk.oauth.installation_store import Bot, Installation
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
-from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 
 from bot.runtime.storage_calls import StorageCalls
 from storage import StorageError, Store
-from storage.installations import INSTALL_ID_LIMIT
 
 log = logging.getLogger(__name__)
 NONE = "-"  # stands for an absent enterprise or team in an installation id
@@ -163,33 +160,3 @@ class StoredInstallations(AsyncInstallationStore):
         ids = install_id(enterprise_id, team_id)
         if await self.calls(self.store.delete_installation, ids):
             log.info("uninstalled from %s", ids)
-
-
-class StoredStates(AsyncOAuthStateStore):
-    """One-time `state` values of the OAuth flow (bolt's CSRF check), kept for
-    `expiration_seconds` across replicas: the redirect may reach another one."""
-
-    def __init__(
-        self, store: Store, calls: StorageCalls | None = None, *, expiration_seconds: int = 600
-    ) -> None:
-        self.store = store
-        self.calls = calls or StorageCalls(store)
-        self.expiration = timedelta(seconds=expiration_seconds)
-
-    @property
-    def logger(self) -> logging.Logger:
-        return log
-
-    async def async_issue(self, *args: Any, **kwargs: Any) -> str:
-        state = secrets.token_urlsafe(24)
-        await self.calls(self.store.issue_state, state, self.expiration)
-        return state
-
-    async def async_consume(self, state: str) -> bool:
-        if not state or len(state) > INSTALL_ID_LIMIT:
-            return False
-        try:
-            return await self.calls(self.store.consume_state, state)
-        except StorageError as exc:  # the install fails plainly; the person tries again
-            log.error("could not check an OAuth state: %r", exc)
-            return False

@@ -22,7 +22,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.runtime.storage_calls import StorageCalls
 from bot.slackapp.clients import InstalledWorkspaces
-from bot.slackapp.installations import StoredInstallations, StoredStates
+from bot.slackapp.installations import StoredInstallations
+from bot.slackapp.oauth_state import SignedStates
 from bot.slackapp.settings import SlackSettings
 from storage import Store
 
@@ -43,6 +44,7 @@ BOT_SCOPES = (
     "users:read",
 )
 FAILED = "The installation could not be completed. Please try again."
+STATE_SECONDS = 600  # how long an install link (its state, and bolt's cookie) is good for
 
 
 @dataclass
@@ -71,7 +73,9 @@ def installs(
         installation_store=installations,
         installation_store_bot_only=True,  # the bot keeps bot tokens only
         token_rotation_expiration_minutes=settings.token_rotation_minutes,
-        state_store=StoredStates(store, calls),
+        # Signed, so that the install page writes nothing (`oauth_state`).
+        state_store=SignedStates(secret, store, calls, expiration_seconds=STATE_SECONDS),
+        state_expiration_seconds=STATE_SECONDS,
         authorization_url=settings.install_authorize_url,
         success_url=settings.install_success_url,
         logger=log,

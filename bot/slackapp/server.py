@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.signature import SignatureVerifier
 
 from bot import metrics
 from bot.runtime import ConversationRuntime
@@ -29,6 +29,7 @@ from bot.runtime.warm_up import warm_up
 from bot.slackapp.app import build_app, web_api_session, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients
 from bot.slackapp.conversation_source import SlackSource
+from bot.slackapp.gate import Refused, slack_request
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.oauth import install_routes, installs
 from bot.slackapp.poster import SlackPoster
@@ -52,21 +53,19 @@ def health_routes(runtime: ConversationRuntime) -> list[web.RouteDef]:
     return [web.get("/healthz", healthz), web.get("/metrics", metrics_page)]
 
 
-def events_route(app: AsyncApp) -> web.RouteDef:
-    """Slack's requests into bolt; a body that is not what Slack sends gets a 400 and
-    changes nothing (bolt then verifies the signature of everything else)."""
+def events_route(app: AsyncApp, verifier: SignatureVerifier) -> web.RouteDef:
+    """Slack's requests into bolt, through the gate (`gate`): anything Slack did not sign, or
+    that does not parse, gets a 4xx and one log line, and changes nothing."""
 
     async def slack_events(request: web.Request) -> web.Response:
         try:
-            body = await request.text()
-            bolt_request = AsyncBoltRequest(
-                body=body,
-                query=request.query_string,
-                headers=request.headers,  # type: ignore[arg-type]
-            )
+            bolt_request = await slack_request(request, verifier)
             response = await app.async_dispatch(bolt_request)
-        except (ValueError, UnicodeDecodeError, LookupError, TypeError, AttributeError) as exc:
-            # bolt assumes Slack's shapes; a payload of another shape fails inside it.
+        except Refused as refused:
+            log.warning("refused a request to %s: %s", EVENTS_PATH, refused.reason)
+            return refused.response()
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            # bolt assumes Slack's shapes; a signed payload of another shape fails inside it.
             log.warning("refused a malformed request to %s: %r", EVENTS_PATH, exc)
             return web.json_response({"error": "malformed request"}, status=400)
         return await to_aiohttp_response(response)
@@ -150,7 +149,8 @@ async def _serve(
     )
     web_app = web.Application()
     if not settings.socket_mode:
-        web_app.add_routes([events_route(app)])
+        assert settings.signing_secret, "HTTP mode needs the signing secret (settings check)"
+        web_app.add_routes([events_route(app, SignatureVerifier(settings.signing_secret))])
     if app.oauth_flow is not None:
         web_app.add_routes(install_routes(app.oauth_flow))
     web_app.add_routes(health_routes(runtime))

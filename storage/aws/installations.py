@@ -39,10 +39,23 @@ class Installations:
         )
         return bool(gone.get("Attributes"))
 
-    def issue_state(self, state: str, ttl: timedelta) -> None:
-        expires = epoch_seconds(self.t.clock() + ttl)
-        item = state_key(check_id(state, "state")) | {"expires_at": n(expires)}
-        self.t.dynamodb.put_item(TableName=self.t.table, Item=item)
+    def issue_state(self, state: str, ttl: timedelta) -> bool:
+        """One conditional put: over nothing, or over a state that expired (TTL deletes
+        late)."""
+        now = self.t.clock()
+        item = state_key(check_id(state, "state")) | {"expires_at": n(epoch_seconds(now + ttl))}
+        try:
+            self.t.dynamodb.put_item(
+                TableName=self.t.table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
+                ExpressionAttributeValues={":now": n(epoch_seconds(now))},
+            )
+        except ClientError as exc:
+            if code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
     def consume_state(self, state: str) -> bool:
         """One conditional delete; TTL deletes late, so an expired state counts as absent."""

@@ -258,8 +258,8 @@ class AwsStore(Store):
         return self.installations.delete(install_id)
 
     @translated
-    def issue_state(self, state: str, ttl: timedelta) -> None:
-        self.installations.issue_state(state, ttl)
+    def issue_state(self, state: str, ttl: timedelta) -> bool:
+        return self.installations.issue_state(state, ttl)
 
     @translated
     def consume_state(self, state: str) -> bool:

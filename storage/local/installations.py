@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import timedelta
 
 from storage.installations import check_document, check_id
@@ -34,17 +35,28 @@ class Installations(Database):
             return gone.rowcount > 0
 
     @translated
-    def issue_state(self, state: str, ttl: timedelta) -> None:
+    def issue_state(self, state: str, ttl: timedelta) -> bool:
+        now = self.clock()
         with self._write() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO one_time_states (state, expires_at) VALUES (?, ?)",
-                (check_id(state, "state"), (self.clock() + ttl).timestamp()),
+            _forget_expired_states(db, now.timestamp())
+            added = db.execute(
+                "INSERT OR IGNORE INTO one_time_states (state, expires_at) VALUES (?, ?)",
+                (check_id(state, "state"), (now + ttl).timestamp()),
             )
+            return added.rowcount == 1
 
     @translated
     def consume_state(self, state: str) -> bool:
+        now = self.clock().timestamp()
         with self._write() as db:
             row = db.execute(
                 "DELETE FROM one_time_states WHERE state = ? RETURNING expires_at", (state,)
             ).fetchone()
-        return row is not None and row[0] >= self.clock().timestamp()
+            _forget_expired_states(db, now)
+        return row is not None and row[0] >= now
+
+
+def _forget_expired_states(db: sqlite3.Connection, now: float) -> None:
+    """sqlite has no TTL: expired states go whenever states are written, so a serving
+    process needs no `admin gc` for them (there are few: one per install at most)."""
+    db.execute("DELETE FROM one_time_states WHERE expires_at < ?", (now,))

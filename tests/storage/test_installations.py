@@ -4,11 +4,14 @@ against both backends."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from storage import ConversationKey, Status, Store
+from storage.local import LocalStore
 
 PLAIN = ConversationKey(team="TA", channel="C1", thread_ts="1700000000.000100")
 OTHER = ConversationKey(team="TB", channel="C2", thread_ts="1700000000.000200")
@@ -59,6 +62,32 @@ def test_an_expired_state_is_refused(store: Store) -> None:
     now = store.clock()
     store.clock = lambda: now + timedelta(seconds=61)
     assert store.consume_state("old") is False
+
+
+def test_of_two_issues_of_one_state_one_wins_until_it_expires(store: Store) -> None:
+    assert store.issue_state("spent:n1", timedelta(seconds=60)) is True
+    assert store.issue_state("spent:n1", timedelta(seconds=600)) is False  # a replay
+    now = store.clock()
+    store.clock = lambda: now + timedelta(seconds=61)
+    assert store.issue_state("spent:n1", timedelta(seconds=60)) is True  # it had expired
+    assert store.consume_state("spent:n1") is True
+
+
+def test_expired_states_are_removed_as_states_are_written(tmp_path: Path) -> None:
+    """The local backend has no TTL: a serving process removes expired states itself."""
+    store = LocalStore(tmp_path / "data")
+    for i in range(5):
+        store.issue_state(f"s-{i}", timedelta(seconds=60))
+    now = store.clock()
+    store.clock = lambda: now + timedelta(seconds=61)
+    assert store.consume_state("s-0") is False
+    rows = sqlite3.connect(tmp_path / "data" / "state.sqlite3").execute(
+        "SELECT COUNT(*) FROM one_time_states"
+    )
+    assert rows.fetchone()[0] == 0
+    store.issue_state("fresh", timedelta(seconds=60))
+    assert store.consume_state("fresh") is True
+    store.close()
 
 
 def test_a_teams_conversations_are_listed_by_team_and_enterprise(store: Store) -> None:

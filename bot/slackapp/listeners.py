@@ -36,6 +36,10 @@ SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,8}")  # message timestamps
 # Message subtypes that carry a user's text; every other subtype (edits, deletions, joins,
 # bot messages) is ignored.
 USER_SUBTYPES = {None, "file_share", "thread_broadcast"}
+LIST_FAILED = (
+    "I couldn't list the paused conversations just now. Run `/resume` with the thread's link "
+    "instead (its ⋮ menu: Copy link)."
+)
 Respond = Callable[..., Awaitable[Any]]
 Ack = Callable[..., Awaitable[None]]
 
@@ -226,9 +230,14 @@ class Listeners:
         user = str(body.get("user_id", ""))
         enterprise, link = self._enterprise(context), self._link(context)
         if not text:
-            paused = await self.runtime.paused_in(
-                team, str(body.get("channel_id", "")), user, enterprise=enterprise
-            )
+            try:
+                paused = await self.runtime.paused_in(
+                    team, str(body.get("channel_id", "")), user, enterprise=enterprise
+                )
+            except Exception:  # e.g. a table that lacks the index yet (an upgrade half done)
+                log.exception("listing the paused conversations of a channel failed")
+                await respond(text=LIST_FAILED)
+                return
             await respond(blocks=paused_list_blocks(paused, link), text="Paused conversations")
             return
         try:

@@ -23,6 +23,11 @@ DELIVERY_FAILURES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+LEFT_FOR_NEWER = Counter(
+    "bot_left_for_newer_total",
+    "Conversations left alone because a newer version saved them (a rolling upgrade)",
+    registry=REGISTRY,
+)
 FEEDBACK = Counter(
     "bot_feedback_total", "Verdicts on answers, by verdict", ["verdict"], registry=REGISTRY
 )

@@ -15,7 +15,15 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from agents import RunState, TResponseInputItem
-from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError, UserError
+from agents.exceptions import (
+    InputGuardrailTripwireTriggered,
+    MaxTurnsExceeded,
+    ModelBehaviorError,
+    OutputGuardrailTripwireTriggered,
+    ToolInputGuardrailTripwireTriggered,
+    ToolOutputGuardrailTripwireTriggered,
+    UserError,
+)
 
 from bot.runtime import approvals, stopping, trust
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
@@ -108,6 +116,10 @@ async def drive(
                     raise scope.fault from exc
                 if isinstance(exc, StorageError):
                     raise
+                tripped = guardrail_name(exc)
+                if tripped is not None:
+                    await guardrail_tripped(serving, tripped, started_by, held, consume)
+                    return
                 if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
                     log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
                     await trust.fail_closed(
@@ -241,6 +253,43 @@ async def _tell_late(serving: Serving, scope: TurnScope) -> None:
             )
         )
     scope.late.clear()
+
+
+def guardrail_name(exc: BaseException) -> str | None:
+    """The name of the guardrail whose tripwire ended the turn, if one did."""
+    if isinstance(exc, InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered):
+        return exc.guardrail_result.guardrail.get_name()
+    if isinstance(exc, ToolInputGuardrailTripwireTriggered | ToolOutputGuardrailTripwireTriggered):
+        return exc.guardrail.get_name()
+    return None
+
+
+async def guardrail_tripped(
+    serving: Serving, name: str, started_by: str, held: list[HeldMessage], consume: list[str]
+) -> None:
+    """A guardrail stopped the request: the turn ends with a plain answer naming it, and is
+    recorded as finished (not a failure: nothing is retried, `/resume` has nothing to
+    continue). The turn's items are not kept; calls left open are closed as the ledger
+    says, so that the history stays valid; messages held for the run are answered next."""
+    log.info("%s: guardrail %r stopped the request", serving.key, name)
+    closed = await trust.close_calls(
+        serving.io, serving.store, serving.key, serving.record.generation
+    )
+    notice = Notice(
+        key=serving.key,
+        kind=NoticeKind.GUARDRAIL,
+        text=f"A check (`{name}`) stopped this request, so I did not act on it."
+        + (f" {closed.describe()}" if closed.all else ""),
+        settles=closed.all,
+    )
+    finished = Envelope(
+        run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
+    )
+    await serving.commit(
+        finished, consume=consume, outcomes=[notice], items=closed.items, status=Status.IDLE
+    )
+    serving.final_status = Status.IDLE
+    serving.again = bool(held)
 
 
 async def interrupted(serving: Serving, exc: BaseException) -> None:

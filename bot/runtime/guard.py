@@ -23,11 +23,23 @@ import json
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from agents import Agent, FunctionTool, RunContextWrapper
+from agents import (
+    Agent,
+    CodeInterpreterTool,
+    CustomTool,
+    FileSearchTool,
+    FunctionTool,
+    ImageGenerationTool,
+    RunContextWrapper,
+    ToolSearchTool,
+    WebSearchTool,
+)
+from agents.mcp._logging import get_mcp_server_log_name as mcp_server_log_name
 from agents.tool_context import ToolContext
 
+from bot.runtime.agent_graph import agents_of, is_agent_tool
 from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
 from bot.runtime.progress import Step, shown
 from bot.runtime.storage_calls import StorageCalls
@@ -42,18 +54,33 @@ from storage import (
 )
 
 RETRY_SAFE = "_bot_retry_safe"
+RETRY_SAFE_TOOLS = "_bot_retry_safe_tools"  # on an MCP server: those of its tools
+T = TypeVar("T")
+GuardableT = TypeVar("GuardableT", FunctionTool, CustomTool)
 COMPLETION_ATTEMPTS = 8  # recording an output that exists only in memory is worth waiting for
 
-__all__ = ["UNKNOWN_OUTCOME", "TurnScope", "guard_agent", "is_retry_safe", "retry_safe"]
+__all__ = [
+    "UNKNOWN_OUTCOME",
+    "TurnScope",
+    "UnguardedTool",
+    "guard_agent",
+    "is_retry_safe",
+    "retry_safe",
+]
 
 
-def retry_safe(tool: FunctionTool) -> FunctionTool:
-    """Declare a tool read-only: it may run again after a crash and needs no pre-call pause."""
-    setattr(tool, RETRY_SAFE, True)
+def retry_safe(tool: T, *tool_names: str) -> T:
+    """Declare a tool harmless to run again (read-only, or idempotent by itself): it may run
+    again after a crash and needs no pre-call pause. Any kind of tool, or an MCP server: all
+    its tools, or only those named (`retry_safe(server, "search", "lookup")`)."""
+    if tool_names:
+        setattr(tool, RETRY_SAFE_TOOLS, frozenset(tool_names))
+    else:
+        setattr(tool, RETRY_SAFE, True)
     return tool
 
 
-def is_retry_safe(tool: FunctionTool) -> bool:
+def is_retry_safe(tool: object) -> bool:
     return bool(getattr(tool, RETRY_SAFE, False))
 
 
@@ -98,31 +125,97 @@ CURRENT_SCOPE: ContextVar[TurnScope | None] = ContextVar("bot_turn_scope", defau
 NeedsApproval = bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
 
 
-def guard_agent(agent: Agent[Any], _done: dict[int, Agent[Any]] | None = None) -> Agent[Any]:
-    """A copy of `agent` (and of the agents it hands off to) with every function tool guarded."""
-    done = _done if _done is not None else {}
-    if id(agent) in done:
-        return done[id(agent)]
-    clone = agent.clone()
-    done[id(agent)] = clone
-    clone.tools = [guard_tool(t) if isinstance(t, FunctionTool) else t for t in agent.tools]
-    clone.handoffs = [guard_agent(h, done) if isinstance(h, Agent) else h for h in agent.handoffs]
-    return clone
+class UnguardedTool(ValueError):
+    """An agent has a tool the bot cannot run at most once: the agent is refused at load."""
 
 
-def guard_tool(tool: FunctionTool) -> FunctionTool:
+# Tools that run at OpenAI, not here: nothing of theirs happens twice because of a restart
+# here that a model call would not repeat as well (and the bot can't guard them anyway).
+HOSTED_READ_ONLY = (
+    FileSearchTool,
+    WebSearchTool,
+    ImageGenerationTool,
+    CodeInterpreterTool,
+    ToolSearchTool,
+)
+
+
+def guard_agent(agent: Agent[Any]) -> Agent[Any]:
+    """Guard every tool of every agent `agent` reaches (handoffs, `handoff()` objects,
+    agents used as tools), in place, so that the agents the SDK runs and restores (its agent
+    map is this same graph) are the guarded ones; tools listed at run time (MCP servers) are
+    guarded as they are listed. Raises `UnguardedTool` for a tool the bot cannot run at most
+    once and that is not marked `retry_safe`."""
+    for member in agents_of(agent):
+        member.tools = [_guarded(member, tool) for tool in member.tools]
+        if member.mcp_servers and not getattr(member, "_bot_guarded_mcp", False):
+            setattr(member, "get_mcp_tools", _guarded_mcp_tools(member))  # noqa: B010
+            setattr(member, "_bot_guarded_mcp", True)  # noqa: B010
+    return agent
+
+
+def _guarded(agent: Agent[Any], tool: Any) -> Any:
+    if isinstance(tool, FunctionTool):
+        return guard_tool(tool)
+    if isinstance(tool, CustomTool):
+        return guard_tool(tool)
+    if isinstance(tool, HOSTED_READ_ONLY) or is_retry_safe(tool):
+        return tool
+    raise UnguardedTool(
+        f"agent {agent.name!r}: tool {getattr(tool, 'name', '?')!r} ({type(tool).__name__}) "
+        "runs outside the bot's tool ledger, so it could run twice after a restart; mark it "
+        "retry_safe(...) if running it again is harmless, or give the agent a function tool "
+        "instead (docs/agents.md)"
+    )
+
+
+def _guarded_mcp_tools(agent: Agent[Any]) -> Callable[[RunContextWrapper[Any]], Awaitable[Any]]:
+    """The agent's MCP tools, listed from its servers at run time, each guarded like a
+    function tool (retry-safe per server, or per tool name: `retry_safe`)."""
+    listed = type(agent).get_mcp_tools
+
+    async def get_mcp_tools(run_context: RunContextWrapper[Any]) -> list[Any]:
+        tools = await listed(agent, run_context)
+        servers = {mcp_server_log_name(server.name): server for server in agent.mcp_servers}
+        guarded: list[Any] = []
+        for tool in tools:
+            server_name, tool_name = (getattr(tool, "_mcp_tool_binding", None) or ("", ""))[:2]
+            server = servers.get(server_name)
+            if not isinstance(tool, FunctionTool):
+                guarded.append(tool)  # MCP servers list function tools only
+                continue
+            if server is not None and _server_says_retry_safe(server, str(tool_name)):
+                retry_safe(tool)
+            guarded.append(guard_tool(tool))
+        return guarded
+
+    return get_mcp_tools
+
+
+def _server_says_retry_safe(server: object, tool_name: str) -> bool:
+    names = getattr(server, RETRY_SAFE_TOOLS, None)
+    return is_retry_safe(server) or (names is not None and tool_name in names)
+
+
+def guard_tool(tool: GuardableT) -> GuardableT:
+    """A copy of a function (or custom) tool that runs at most once per call id: it pauses
+    before it runs (so its call id is checkpointed), is recorded as started, then completed.
+    A tool that runs another agent is not itself a side effect: its agent's tools are
+    guarded, and it keeps its own approval setting."""
     if getattr(tool, "_bot_guarded", False):
         return tool
     guarded = copy.copy(tool)
-    guarded.on_invoke_tool = _guarded_invoke(tool)
-    guarded.needs_approval = _guarded_approval(tool)
-    guarded._bot_guarded = True  # type: ignore[attr-defined]
+    carrier = is_agent_tool(tool)
+    if not carrier:
+        guarded.on_invoke_tool = _guarded_invoke(tool)
+    guarded.needs_approval = _guarded_approval(tool, carrier=carrier)  # type: ignore[assignment]
+    setattr(guarded, "_bot_guarded", True)  # noqa: B010
     return guarded
 
 
-def _guarded_approval(tool: FunctionTool) -> NeedsApproval:
-    original: NeedsApproval = tool.needs_approval
-    safe = is_retry_safe(tool)
+def _guarded_approval(tool: FunctionTool | CustomTool, *, carrier: bool = False) -> NeedsApproval:
+    original: NeedsApproval = tool.needs_approval  # type: ignore[assignment]
+    safe = is_retry_safe(tool) or carrier
 
     async def needs_approval(
         ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
@@ -140,9 +233,15 @@ def _guarded_approval(tool: FunctionTool) -> NeedsApproval:
     return needs_approval
 
 
-def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
-    original = tool.on_invoke_tool
+def _guarded_invoke(
+    tool: FunctionTool | CustomTool,
+) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
+    invoke_original = tool.on_invoke_tool
     safe = is_retry_safe(tool)
+
+    async def original(ctx: ToolContext[Any], arguments: str) -> Any:
+        output = invoke_original(ctx, arguments)  # a custom tool's may be plain
+        return await output if inspect.isawaitable(output) else output
 
     async def invoke(ctx: ToolContext[Any], arguments: str) -> Any:
         scope = CURRENT_SCOPE.get()

@@ -25,6 +25,7 @@ class NoticeKind(StrEnum):
     MESSAGE_KEPT = "message_kept"
     QUEUED = "queued"
     STOPPED = "stopped"
+    GUARDRAIL = "guardrail"  # a guardrail's tripwire ended the request
     NOT_TAKEN = "not_taken"  # messages refused because the thread's backlog is full
     CONTEXT_UNAVAILABLE = "context_unavailable"  # a thread's earlier messages were not read
     FILES_NOT_READ = "files_not_read"  # shared files the model was not given

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import RunState, TResponseInputItem
 
+from bot import metrics
 from bot.runtime import approvals, expiry, stopping, trust
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
@@ -254,7 +255,11 @@ class Serving:
         if self.record.expired_from is not None:  # the thread is told first
             await expiry.announce(self, entries)
             return
-        current = await trust.current_envelope(self)
+        try:
+            current = await trust.current_envelope(self)
+        except trust.WrittenByNewer as newer:
+            self._leave_for_newer(str(newer))
+            return
         owed: list[Outcome] = []
         if not self.outbox.loaded(self.version):
             self.outbox.load(self.record, current.outbox if current else [])
@@ -305,6 +310,16 @@ class Serving:
         # Nothing ran: a thread set aside (or interrupted) stays so until a message comes.
         set_aside = (Status.NEEDS_RESTART, Status.DISCARDED, Status.INTERRUPTED)
         self.final_status = self.record.status if self.record.status in set_aside else Status.IDLE
+
+    def _leave_for_newer(self, what: str) -> None:
+        """A newer version wrote the checkpoint: nothing here reads it, nothing is set aside.
+        The thread is given up as `running` with its messages queued, for a replica that can
+        read it (its recovery, or the next message it receives)."""
+        log.warning(
+            "%s: saved by a newer version (%s); left for a replica running it", self.key, what
+        )
+        metrics.LEFT_FOR_NEWER.inc()
+        self.stopped = True
 
     async def drive(
         self,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import RunState
 from agents.exceptions import ModelBehaviorError, UserError
-from agents.run_state import SUPPORTED_SCHEMA_VERSIONS
+from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
 from bot.runtime.closing import ClosedCalls, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
@@ -30,6 +30,23 @@ if TYPE_CHECKING:
     from storage import Store
 
 log = logging.getLogger(__name__)
+
+
+class WrittenByNewer(Exception):
+    """The checkpoint was written by a newer version (a rolling upgrade is under way):
+    leave the conversation as it is, for a replica that can read it."""
+
+
+def newer_schema(version: str) -> bool:
+    """A run-state schema newer than this SDK writes (so one this SDK cannot read)."""
+    try:
+        return _parts(version) > _parts(CURRENT_SCHEMA_VERSION)
+    except ValueError:
+        return False
+
+
+def _parts(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 class FailClosed(Exception):
@@ -73,6 +90,10 @@ async def current_envelope(serving: Serving) -> Envelope | None:
         return None
     if pointer.finished and record.undelivered_from() is None:
         return None
+    if pointer.schema_version not in SUPPORTED_SCHEMA_VERSIONS and newer_schema(
+        pointer.schema_version
+    ):
+        raise WrittenByNewer(f"run-state schema {pointer.schema_version}")
     failure: FailClosed | None = None
     try:
         verify(
@@ -86,12 +107,9 @@ async def current_envelope(serving: Serving) -> Envelope | None:
     envelope: Envelope | None = None
     try:
         document = await serving.io(serving.store.load_checkpoint, pointer)
+        if int(document.get("format", 1)) > ENVELOPE_FORMAT:
+            raise WrittenByNewer(f"envelope format {document.get('format')}")
         envelope = Envelope.model_validate(document)
-        if envelope.format > ENVELOPE_FORMAT:
-            failure = failure or FailClosed(
-                NoticeKind.STATE_INCOMPATIBLE,
-                "it was written by a newer version of the bot",
-            )
     except CheckpointError as exc:
         log.error("%s: checkpoint %s: %s", record.key, pointer.object_key, exc)
         failure = failure or FailClosed(NoticeKind.STATE_DAMAGED, f"it is {exc.reason}")

@@ -60,6 +60,7 @@ NOTICE_ICONS = {
     NoticeKind.CONTEXT_UNAVAILABLE: ":warning:",
     NoticeKind.FILES_NOT_READ: ":paperclip:",
     NoticeKind.NOT_TAKEN: ":warning:",
+    NoticeKind.GUARDRAIL: ":shield:",
 }
 # Errors that retrying cannot fix (https://api.slack.com/methods/chat.postMessage#errors).
 PERMANENT_ERRORS = frozenset(

@@ -215,6 +215,7 @@ async def _admin_command(
     runtime = _runtime(store, runtime_settings)
     if runtime is None:
         return 2
+    poster = None
     if process.bot_token:
         # Notices (e.g. "discarded") go to their threads, as from the slash command.
         from bot.slackapp.app import web_client
@@ -224,7 +225,7 @@ async def _admin_command(
         client = web_client(
             SlackSettings.model_construct(bot_token=process.bot_token, api_url=process.api_url)
         )
-        runtime.on_outcome = SlackPoster(client)
+        runtime.on_outcome = poster = SlackPoster(client)
         if team is None:
             team = (await client.auth_test())["team_id"]
     elif process.many_workspaces:
@@ -241,10 +242,13 @@ async def _admin_command(
             api_url=process.api_url,
         )
         installations = StoredInstallations(store, runtime.io)
-        runtime.on_outcome = SlackPoster(workspace_clients(slack, installations, web_client(slack)))
+        poster = SlackPoster(workspace_clients(slack, installations, web_client(slack)))
+        runtime.on_outcome = poster
     reply = await AdminCommands(runtime, permalink).run(
         text, team=team or "", by=None, enterprise=enterprise
     )
+    if poster is not None:  # a redelivered notice's second read-back
+        await poster.close()
     print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
     return 0 if reply.ok else 2
 

@@ -28,6 +28,11 @@ LEFT_FOR_NEWER = Counter(
     "Conversations left alone because a newer version saved them (a rolling upgrade)",
     registry=REGISTRY,
 )
+DUPLICATES_DELETED = Counter(
+    "bot_duplicate_posts_deleted_total",
+    "Second copies of a post deleted by the read-back after a redelivery",
+    registry=REGISTRY,
+)
 FEEDBACK = Counter(
     "bot_feedback_total", "Verdicts on answers, by verdict", ["verdict"], registry=REGISTRY
 )

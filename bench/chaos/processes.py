@@ -128,6 +128,7 @@ def bot_environment(
         "BOT_AGENT": "bench.chaos.agent:build_agent",
         "BOT_LEASE_SECONDS": str(lease_seconds),
         "BOT_LEASE_SKEW_SECONDS": "0",
+        "BOT_DUPLICATE_CHECK_SECONDS": "1",  # done within the quiet period a run ends with
         "BOT_STATE_TTL": "1h",
         "BOT_ADMINS": "UADMIN",
         "BOT_APPROVERS": "UCAROL",

@@ -499,7 +499,9 @@ class Run:
             facts.posts = [
                 BotPost(at=p.at, text=str(p.args.get("text") or ""), what=classify_post(p.args))
                 for p in posts
-                if p.channel == key.channel and (p.thread_ts or p.ts) == key.thread_ts
+                if p.channel == key.channel
+                and (p.thread_ts or p.ts) == key.thread_ts
+                and not p.deleted  # what the thread ends with
             ]
             mine = [c for c, made in calls.items() if thread_of_tag(made.tag) == thread.plan.index]
             await asyncio.to_thread(self._read_storage, facts, mine)

@@ -57,13 +57,15 @@ class SlackFault:
 
 @dataclass
 class Post:
-    """A message the bot posted (chat.postMessage that reached the stand-in and succeeded)."""
+    """A message the bot posted (chat.postMessage that reached the stand-in and succeeded).
+    `deleted`: the bot deleted it since (a second copy found by its read-back)."""
 
     channel: str
     ts: str
     thread_ts: str | None
     args: dict[str, Any]
     at: float
+    deleted: bool = False
 
 
 @dataclass
@@ -141,9 +143,12 @@ class SlackSide:
                 return web.json_response({"ok": False, "error": fault.error})
         response = await handler(request)
         self.last_call = time.monotonic()
-        if method in POSTING and isinstance(response, web.Response) and response.body:
-            result = json.loads(bytes(response.body))  # type: ignore[arg-type]
-            if result.get("ok"):
+        if method in (*POSTING, "chat.delete") and isinstance(response, web.Response):
+            body = bytes(response.body) if response.body else b"{}"  # type: ignore[arg-type]
+            result = json.loads(body)
+            if result.get("ok") and method == "chat.delete":  # a second copy, removed
+                self._deleted(str(args["channel"]), str(args["ts"]))
+            elif result.get("ok"):
                 self._posted(method, args, result)
         attempt["ok"] = getattr(response, "status", 0) == 200
         return response
@@ -174,6 +179,11 @@ class SlackSide:
             "metadata": message.metadata,
         }
         self.posts.append(Post(message.channel, message.ts, message.thread_ts, shown, time.time()))
+
+    def _deleted(self, channel: str, ts: str) -> None:
+        for post in self.posts:
+            if (post.channel, post.ts) == (channel, ts):
+                post.deleted = True
 
 
 def _object(value: Any) -> dict[str, Any] | None:

@@ -23,3 +23,14 @@ def payload_of(message: dict[str, Any]) -> dict[str, Any] | None:
         return None
     payload = metadata.get("event_payload")
     return payload if isinstance(payload, dict) else {}
+
+
+def delivers(message: dict[str, Any], outbox_id: str, part: int) -> bool:
+    """The message is marked as delivering part `part` of outbox entry `outbox_id`."""
+    payload = payload_of(message) or {}
+    if payload.get("id") != outbox_id:
+        return False
+    try:
+        return int(payload.get("part", 0)) == part
+    except (TypeError, ValueError):
+        return False

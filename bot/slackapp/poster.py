@@ -2,15 +2,17 @@
 
 Every post carries a mark (`marks`: Slack message metadata naming the outcome, its outbox id
 and part), so that a redelivery after a crash or a lost answer first reads the thread back
-and posts only what is not there: nothing is posted twice. Answers are Markdown (`markdown`
-blocks, split at Slack's 12,000 characters) with feedback buttons under the last part; the
-first part closes the reply this process streamed while the run worked (`live`), if any.
-Failures are sorted for the runtime: permanent Slack errors (the bot left the channel, the
-message is invalid, the token was revoked) are not retried; anything else is, later, with
-backoff. Approval requests decided by a reply, or set aside, get their buttons replaced
-like clicked ones. Each post goes out with the token of its conversation's workspace
-(`clients`); a workspace where the app is no longer installed is a permanent failure, and
-nothing is sent."""
+and posts only what is not there; a few seconds after such a post the thread is read once
+more, and a second copy (a dead process's post that was still in flight, landed after the
+first read-back) is deleted (`duplicates`), so that the thread keeps one. Answers are Markdown
+(`markdown` blocks, split at Slack's 12,000 characters) with feedback buttons under the last
+part; the first part closes the reply this process streamed while the run worked (`live`),
+if any. Failures are sorted for the runtime: permanent Slack errors (the bot left the
+channel, the message is invalid, the token was revoked) are not retried; anything else is,
+later, with backoff. Approval requests decided by a reply, or set aside, get their buttons
+replaced like clicked ones. Each post goes out with the token of its conversation's
+workspace (`clients`); a workspace where the app is no longer installed is a permanent
+failure, and nothing is sent."""
 
 from __future__ import annotations
 
@@ -38,12 +40,13 @@ from bot.runtime import (
 from bot.slackapp.agent_blocks import feedback_blocks, markdown_block
 from bot.slackapp.blocks import approval_blocks, decided_blocks, set_aside_blocks
 from bot.slackapp.clients import NOT_INSTALLED, SlackClients, TeamNotInstalled, as_clients
+from bot.slackapp.duplicates import RECHECK_SECONDS, DuplicateCheck
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.markdown import safe_markdown, split_markdown
 from bot.slackapp.marks import mark
 from bot.slackapp.readback import Readback
 from bot.slackapp.text import MESSAGE_LIMIT, escape, truncate
-from storage import StorageError
+from storage import ConversationKey, StorageError
 
 log = logging.getLogger(__name__)
 NOTICE_ICONS = {
@@ -107,11 +110,20 @@ def slack_error(exc: SlackApiError) -> str:
 
 class SlackPoster:
     def __init__(
-        self, client: AsyncWebClient | SlackClients, live: LiveThreads | None = None
+        self,
+        client: AsyncWebClient | SlackClients,
+        live: LiveThreads | None = None,
+        *,
+        recheck_after: float = RECHECK_SECONDS,
     ) -> None:
         self.clients = as_clients(client)
         self.live = live
         self.readback = Readback(self.clients)
+        self.duplicates = DuplicateCheck(self.readback, recheck_after)
+
+    async def close(self) -> None:
+        """Before the Web API session closes: the second read-backs still waiting run now."""
+        await self.duplicates.close()
 
     async def __call__(self, outcome: Outcome, ref: DeliveryRef) -> None:
         metrics.OUTCOMES.labels(type(outcome).__name__).inc()
@@ -193,6 +205,7 @@ class SlackPoster:
                     metadata=metadata,
                 )
                 if streamed:
+                    self._check_later(key, ref, part)
                     continue
             client = await self.clients.for_key(key)
             await client.chat_postMessage(
@@ -203,6 +216,7 @@ class SlackPoster:
                 metadata=metadata,
                 unfurl_links=False,
             )
+            self._check_later(key, ref, part)
 
     async def _notice(self, outcome: Notice, ref: DeliveryRef) -> None:
         metrics.NOTICES.labels(outcome.kind.value).inc()
@@ -247,8 +261,15 @@ class SlackPoster:
             metadata=_mark(outcome, ref, part, calls),
             **message,
         )
+        self._check_later(key, ref, part)
         if self.live is not None:
             self.live.posted_below(key)
+
+    def _check_later(self, key: ConversationKey, ref: DeliveryRef, part: int) -> None:
+        """A post that may repeat one still in flight from a dead process: the thread is
+        read again shortly, and a second copy deleted (`duplicates`)."""
+        if ref.id and ref.maybe_posted:
+            self.duplicates.after_post(key, ref.id, part)
 
     async def _update(self, card: str, outcome: Outcome, blocks: list[dict[str, Any]]) -> None:
         channel, _, ts = card.partition(":")

@@ -14,7 +14,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slackapp.clients import SlackClients, as_clients
-from bot.slackapp.marks import INTERRUPTED, mark, payload_of
+from bot.slackapp.marks import INTERRUPTED, delivers, mark, payload_of
 from storage import ConversationKey
 
 log = logging.getLogger(__name__)
@@ -59,12 +59,13 @@ class Readback:
         self._seen[key] = (time.monotonic(), found)
         return found
 
+    def forget(self, key: ConversationKey) -> None:
+        """The thread changed (a message deleted): read it afresh next time."""
+        self._seen.pop(key, None)
+
     async def already_posted(self, key: ConversationKey, outbox_id: str, part: int) -> bool:
-        for message in await self.messages(key, fresh=True):
-            payload = payload_of(message) or {}
-            if payload.get("id") == outbox_id and int(payload.get("part", 0)) == part:
-                return True
-        return False
+        messages = await self.messages(key, fresh=True)
+        return any(delivers(message, outbox_id, part) for message in messages)
 
     async def find_card(self, key: ConversationKey, call_id: str) -> str | None:
         """`channel:ts` of the approval request for `call_id` in the thread, if any."""

@@ -6,7 +6,8 @@ workspaces also bolt's install page and OAuth redirect (`GET /slack/install`,
 Stopping (SIGTERM, SIGINT): health turns 503 at once so that a load balancer drains the
 replica; requests still arriving are kept (never lost) and left for the next process; runs in
 flight get `BOT_SHUTDOWN_GRACE` to reach their next checkpoint and then give their threads up,
-so that the next process or another replica continues at once."""
+so that the next process or another replica continues at once; then the checks for
+duplicate posts still waiting run at once (`duplicates`)."""
 
 from __future__ import annotations
 
@@ -130,7 +131,8 @@ async def _serve(
     clients: SlackClients = many.clients if many else OneWorkspace(client)
     live = LiveThreads(clients)
     runtime.progress = live
-    runtime.on_outcome = SlackPoster(clients, live)
+    poster = SlackPoster(clients, live, recheck_after=settings.duplicate_check_seconds)
+    runtime.on_outcome = poster
     # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
     # Slack's and the storage's first connections. Many workspaces have no one token.
     identity = None if many else await client.auth_test()
@@ -182,6 +184,7 @@ async def _serve(
         with contextlib.suppress(asyncio.CancelledError):
             await sweep
         await runtime.drain(grace)
+        await poster.close()
         if socket_handler is not None:
             await socket_handler.close_async()  # type: ignore[no-untyped-call]
         await runner.cleanup()

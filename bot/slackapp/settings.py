@@ -44,6 +44,14 @@ class SlackSettings(BaseSettings):
     )
     port: int = Field(default=3000, validation_alias="PORT", ge=1, le=65535)
     host: str = Field(default="0.0.0.0", validation_alias="HOST")
+    duplicate_check_seconds: float = Field(
+        default=5.0,  # duplicates.RECHECK_SECONDS
+        validation_alias="BOT_DUPLICATE_CHECK_SECONDS",
+        gt=0,
+        le=60,
+        description="seconds after a redelivery's post before the thread is read again and "
+        "a second copy deleted",
+    )
     admin_command: str = Field(default="/agent-admin", validation_alias="BOT_ADMIN_COMMAND")
     resume_command: str = Field(default="/resume", validation_alias="BOT_RESUME_COMMAND")
 

@@ -2,7 +2,8 @@
 aiohttp on loopback. Tests read `calls` and `messages`; local mode builds its page on it.
 
 Answers like Slack: form or JSON bodies, `{"ok": true, ...}` or `{"ok": false, "error": ...}`,
-and 429 with `Retry-After` for methods told to be rate limited. Given a `token`, it also
+and 429 with `Retry-After` for methods told to be rate limited; a call told to be held
+(`hold`) stays in flight, applied and answered only when released. Given a `token`, it also
 checks it like Slack does (`Authorization: Bearer` or a `token` argument): `not_authed`
 without one, `invalid_auth` for another. Workspaces installed through its OAuth side
 (`oauth`) get tokens of their own, which it checks too (`token_revoked` after an
@@ -56,6 +57,8 @@ class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
         self.failures: dict[str, list[str | int]] = {}  # method -> next answers: status/error
         self.channel_errors: dict[str, str] = {}  # channel -> error for chat.* and assistant.*
         self.method_errors: dict[str, str] = {}  # method -> error for every call (a feature off)
+        self.holds: dict[str, asyncio.Event] = {}  # method -> its next call waits for it
+        self._landing: set[asyncio.Task[dict[str, Any]]] = set()  # held calls, applied later
         self.streaming_refused: set[str] = set()  # channels where chat.startStream is refused
         self.statuses: dict[tuple[str, str], list[StatusChange]] = {}  # per thread, in order
         self.status_timeout = STATUS_TIMEOUT
@@ -102,6 +105,15 @@ class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
             if isinstance(failure, int):
                 return web.json_response({"ok": False, "error": "fatal_error"}, status=failure)
             return web.json_response({"ok": False, "error": failure})
+        held = self.holds.pop(method, None)
+        if held is not None:
+            return web.json_response(await self._in_flight(held, method, args, grant))
+        result = self._apply(method, args, grant)
+        await self._notify()
+        return web.json_response(result)
+
+    def _apply(self, method: str, args: dict[str, Any], grant: Grant | None) -> dict[str, Any]:
+        """Run the method and record the call."""
         call = Call(method, args, team=grant.team if grant else None)
         handler = getattr(self, "m_" + method.replace(".", "_"), None)
         self._caller = grant
@@ -116,8 +128,33 @@ class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
                 result = refused("invalid_arguments")
         self._caller = None
         self._record(call)
+        return result
+
+    async def _in_flight(
+        self, release: asyncio.Event, method: str, args: dict[str, Any], grant: Grant | None
+    ) -> dict[str, Any]:
+        """A held call (`hold`): recorded as `<method>:held` on arrival, applied (and
+        recorded as `<method>`) once released, even when its caller is gone by then."""
+        self._record(Call(f"{method}:held", args, team=grant.team if grant else None))
         await self._notify()
-        return web.json_response(result)
+
+        async def land() -> dict[str, Any]:
+            await release.wait()
+            result = self._apply(method, args, grant)
+            await self._notify()
+            return result
+
+        task = asyncio.create_task(land())
+        self._landing.add(task)
+        task.add_done_callback(self._landing.discard)
+        return await asyncio.shield(task)  # a caller that disconnects does not stop it
+
+    def hold(self, method: str) -> asyncio.Event:
+        """Hold the next call of `method` in flight, the way Slack may take a while with a
+        request it has: neither applied nor answered until the returned event is set."""
+        release = asyncio.Event()
+        self.holds[method] = release
+        return release
 
     def _failure(self, method: str, args: dict[str, Any]) -> str | int | None:
         """A fault a test asked for: the next answers of a method (an HTTP status or a Slack

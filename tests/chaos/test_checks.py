@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bench.chaos.classify import PostKind, classify_post
 from bench.chaos.invariants import (
@@ -18,6 +19,7 @@ from bench.chaos.invariants import (
     check,
 )
 from bench.chaos.model import CallMade, ModelServer
+from bench.chaos.slack import SlackSide
 from bot.runtime import DeliveryRef
 from bot.runtime.guard import UNKNOWN_OUTCOME
 from bot.runtime.outcomes import (
@@ -32,6 +34,7 @@ from bot.runtime.outcomes import (
 from bot.slackapp.clients import OneWorkspace
 from bot.slackapp.poster import SlackPoster
 from storage import Conversation, ConversationKey, Status, ToolCallRecord, ToolCallStatus
+from testkit.services import free_port
 
 KEY = ConversationKey(team="T0CHAOS", channel="CS1A", thread_ts="1700000000.000001")
 NOW = datetime.now(UTC)
@@ -256,3 +259,21 @@ def test_each_check_fires() -> None:
     assert kinds(facts([running])) == ["thread_left_running"]
     duplicated = clean(items=session("ok: transferred 5 to bob") * 2)
     assert "session_turn_duplicated" in kinds(facts([duplicated]))
+
+
+async def test_a_post_the_bot_deleted_is_not_counted_as_shown() -> None:
+    """The soak's Slack side: a second copy the bot's read-back deleted is marked, so the
+    checks see what the thread ends with."""
+    slack = SlackSide()
+    url = await slack.start(free_port())
+    try:
+        client = AsyncWebClient(token="xoxb-chaos", base_url=f"{url}/api/")
+        first = await client.chat_postMessage(channel="CS1A", text="one", thread_ts="1.000001")
+        second = await client.chat_postMessage(channel="CS1A", text="one", thread_ts="1.000001")
+        await client.chat_delete(channel="CS1A", ts=second["ts"])
+    finally:
+        await slack.stop()
+    assert [(p.ts, p.deleted) for p in slack.posts] == [
+        (first["ts"], False),
+        (second["ts"], True),
+    ]

@@ -402,3 +402,45 @@ async def test_killed_mid_stream_ends_with_exactly_one_complete_answer(
     [old] = [r for r in replies if r.ts == half[0].ts]
     assert "interrupted by a restart" in old.text and not old.streaming
     assert any("resuming where I left off" in r.text for r in replies)
+
+
+def answers(
+    bot: Deployment, question: Message, text: str = "Here is your answer."
+) -> list[Message]:
+    return [m for m in bot.api.bot_replies(CHANNEL, question.ts) if m.text == text]
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)  # Slack's side: one backend
+async def test_a_post_in_flight_at_a_kill_ends_as_one_copy(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """SIGKILL while the answer's chat.postMessage is in flight (Slack has the request; the
+    message shows later). The next process reads the thread back, finds nothing and posts the
+    answer again; then the first post lands. The second read-back, a moment later, deletes
+    the later copy: the thread ends with the answer once."""
+    answer = "Here is your answer."
+    script = ScriptedResponses([[message(answer)]])
+    async with deployment(backend, tmp_path, script, BOT_DUPLICATE_CHECK_SECONDS="1") as bot:
+        bot.api.streaming_refused.add(CHANNEL)  # so the answer goes out with chat.postMessage
+        await bot.start()
+        landing = bot.api.hold("chat.postMessage")
+        question = await bot.mention("UALICE", "what time is it?")
+        await bot.api.wait_for(lambda: bot.api.called("chat.postMessage:held"))
+        assert await bot.signal(signal.SIGKILL) == -signal.SIGKILL
+        await bot.start()
+        await bot.api.wait_for(
+            lambda: [c for c in bot.api.called("chat.postMessage") if c.args["text"] == answer]
+        )
+        assert bot.api.called("chat.delete") == []
+        landing.set()  # the dead process's post lands after the new one's read-back
+        copies = await bot.api.wait_for(lambda: len(r := answers(bot, question)) == 2 and r)
+        others = [m for m in bot.api.bot_replies(CHANNEL, question.ts) if m not in copies]
+        [deleted] = await bot.api.wait_for(lambda: bot.api.called("chat.delete"), within=10)
+        await finished(bot, question)
+    assert copies[0].metadata == copies[1].metadata  # the same outbox entry and part
+    assert deleted.args["ts"] == copies[1].ts  # the later copy goes
+    assert answers(bot, question) == [copies[0]]
+    assert [m for m in bot.api.bot_replies(CHANNEL, question.ts) if m not in copies] == others
+    assert any("resuming where I left off" in m.text for m in others)
+    assert len(bot.api.called("chat.delete")) == 1
+    assert "a second copy of" in bot.log.read_text()

@@ -171,12 +171,13 @@ def _runtime(store: Store, runtime_settings: RuntimeSettings) -> ConversationRun
     from agents.exceptions import UserError
 
     from bot.agent_loader import AgentLoadError
+    from bot.runtime.guard import UnguardedTool
     from bot.tracing import TracingConfigError
     from bot.wiring import build_runtime
 
     try:
         return build_runtime(store, runtime_settings)
-    except (AgentLoadError, TracingConfigError, UserError) as exc:
+    except (AgentLoadError, TracingConfigError, UnguardedTool, UserError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return None
 

@@ -44,6 +44,13 @@ class RuntimeSettings(BaseSettings):
     turn_timeout: float = Field(
         default=300.0, gt=0, description="seconds one model turn (with its tools) may take"
     )
+    idempotent_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="times a keyed (`idempotent`) call may be started in all, when its outcome "
+        "is unknown after a crash; past them it is reported as outcome unknown",
+    )
     tracing: bool = False
     trace_processors: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_names)] = Field(
         default=(),

@@ -444,6 +444,16 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         started but never ran (a stop came first)."""
 
     @abstractmethod
+    def retry_tool_call(
+        self, lease: Lease, call_id: str, *, max_attempts: int
+    ) -> ToolCallRecord | None:
+        """Start again a call whose outcome is unknown (a keyed tool: the service it calls
+        deduplicates by the call's key): fenced, and conditional on the call still being
+        `started` after fewer than `max_attempts` attempts; the call is then this lease's
+        (its fence) and its attempts grow by one. None when it is not `started` any more
+        or its attempts are spent: it is not run again."""
+
+    @abstractmethod
     def get_tool_call(
         self, key: ConversationKey, call_id: str, generation: int | None = None
     ) -> ToolCallRecord | None:

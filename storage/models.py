@@ -304,6 +304,9 @@ class ToolCallRecord(BaseModel):
     fence: int
     started_at: datetime
     completed_at: datetime | None = None
+    attempts: int = Field(
+        default=1, description="times it was started (a keyed call is run again after a crash)"
+    )
 
 
 class ToolCallClaim(BaseModel):

@@ -1,7 +1,7 @@
 """The Slack-agnostic conversation runtime."""
 
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
-from bot.runtime.guard import retry_safe
+from bot.runtime.guard import idempotent, retry_safe
 from bot.runtime.outcomes import (
     Answer,
     ApprovalRequest,
@@ -36,5 +36,6 @@ __all__ = [
     "Refused",
     "StaleFilter",
     "StatusReply",
+    "idempotent",
     "retry_safe",
 ]

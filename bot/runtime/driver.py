@@ -75,6 +75,7 @@ async def drive(
         armed=serving.armed,
         on_step=on_step,
         stop_requested=lambda: serving.stop_asked,
+        keyed_attempts=rt.settings.idempotent_attempts,
     )
     await serving.show_work(started_by)
     token = CURRENT_SCOPE.set(scope)
@@ -138,7 +139,8 @@ async def drive(
                 session.discard_pending()
                 await stopping.stopped(serving, consume)
                 return
-            outcomes: list[Outcome] = [
+            outcomes: list[Outcome] = []
+            outcomes += [
                 Notice(
                     key=serving.key,
                     kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
@@ -146,6 +148,16 @@ async def drive(
                     "its outcome is unknown. It was not run again.",
                 )
                 for call_id, tool_name in scope.unknown_outcomes
+            ]
+            outcomes += [
+                Notice(
+                    key=serving.key,
+                    kind=NoticeKind.TOOL_COMPLETED_AFTER_RESTART,
+                    text=f"`{tool_name}` (call {call_id}) was cut short by a restart; it was "
+                    "run again with the same idempotency key (so it takes effect once) and "
+                    + ("failed." if scope.fates.get(call_id) is Step.FAILED else "completed."),
+                )
+                for call_id, tool_name in scope.started_again
             ]
             awaiting = [
                 AwaitingCall(

@@ -55,6 +55,9 @@ from storage import (
 
 RETRY_SAFE = "_bot_retry_safe"
 RETRY_SAFE_TOOLS = "_bot_retry_safe_tools"  # on an MCP server: those of its tools
+IDEMPOTENT = "_bot_idempotent"
+IDEMPOTENT_TOOLS = "_bot_idempotent_tools"  # on an MCP server: those of its tools
+KEY_ARGUMENT = "_bot_key_argument"  # the argument a keyed tool receives its key in
 T = TypeVar("T")
 GuardableT = TypeVar("GuardableT", FunctionTool, CustomTool)
 COMPLETION_ATTEMPTS = 8  # recording an output that exists only in memory is worth waiting for
@@ -64,6 +67,8 @@ __all__ = [
     "TurnScope",
     "UnguardedTool",
     "guard_agent",
+    "idempotent",
+    "is_idempotent",
     "is_retry_safe",
     "retry_safe",
 ]
@@ -84,6 +89,26 @@ def is_retry_safe(tool: object) -> bool:
     return bool(getattr(tool, RETRY_SAFE, False))
 
 
+def idempotent(tool: T, *tool_names: str, key_argument: str | None = None) -> T:
+    """Declare a side-effecting tool keyed: the service it calls deduplicates by the call's
+    idempotency key (`RequestContext.idempotency_key(ctx.tool_call_id)`), so a call whose
+    outcome is unknown after a crash is run again with the same key (`BOT_IDEMPOTENT_ATTEMPTS`
+    in all) and ends done or failed, not unknown. It still pauses before it runs and is
+    approved once. For an MCP server: all its tools, or those named; `key_argument` names
+    the argument the key is passed in (the tool's own schema must accept it)."""
+    if tool_names:
+        setattr(tool, IDEMPOTENT_TOOLS, frozenset(tool_names))
+    else:
+        setattr(tool, IDEMPOTENT, True)
+    if key_argument:
+        setattr(tool, KEY_ARGUMENT, key_argument)
+    return tool
+
+
+def is_idempotent(tool: object) -> bool:
+    return bool(getattr(tool, IDEMPOTENT, False))
+
+
 @dataclass
 class TurnScope:
     """What wrapped tools need while a run is driven: storage and the lease to fence with,
@@ -99,6 +124,9 @@ class TurnScope:
     running: int = 0  # side-effecting calls executing right now (a stop waits for them)
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while `running` is 0
     stop_requested: Callable[[], bool] = lambda: False  # someone asked the run to stop
+    keyed_attempts: int = 3  # times a keyed call may be started in all
+    started_again: list[tuple[str, str]] = field(default_factory=list)  # keyed, after a crash
+    fates: dict[str, Step] = field(default_factory=dict)  # how calls run in this turn ended
     late: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, output)
     # recorded after the lease was taken from us (a discard): the thread is told after
 
@@ -112,6 +140,8 @@ class TurnScope:
     def reset(self) -> None:
         self.human_approval.clear()
         self.unknown_outcomes.clear()
+        self.started_again.clear()
+        self.fates.clear()
         self.fault = None
 
     async def show(self, call_id: str, tool: str, state: Step) -> None:
@@ -147,7 +177,9 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
     guarded as they are listed. Raises `UnguardedTool` for a tool the bot cannot run at most
     once and that is not marked `retry_safe`."""
     for member in agents_of(agent):
-        member.tools = [_guarded(member, tool) for tool in member.tools]
+        tools = [_guarded(member, tool) for tool in member.tools]
+        if any(new is not old for new, old in zip(tools, member.tools, strict=True)):
+            member.tools = tools  # (once: the SDK refuses tools changed under a run)
         if member.mcp_servers and not getattr(member, "_bot_guarded_mcp", False):
             setattr(member, "get_mcp_tools", _guarded_mcp_tools(member))  # noqa: B010
             setattr(member, "_bot_guarded_mcp", True)  # noqa: B010
@@ -186,6 +218,8 @@ def _guarded_mcp_tools(agent: Agent[Any]) -> Callable[[RunContextWrapper[Any]], 
                 continue
             if server is not None and _server_says_retry_safe(server, str(tool_name)):
                 retry_safe(tool)
+            if server is not None and _server_says_idempotent(server, str(tool_name)):
+                idempotent(tool, key_argument=getattr(server, KEY_ARGUMENT, None))
             guarded.append(guard_tool(tool))
         return guarded
 
@@ -195,6 +229,11 @@ def _guarded_mcp_tools(agent: Agent[Any]) -> Callable[[RunContextWrapper[Any]], 
 def _server_says_retry_safe(server: object, tool_name: str) -> bool:
     names = getattr(server, RETRY_SAFE_TOOLS, None)
     return is_retry_safe(server) or (names is not None and tool_name in names)
+
+
+def _server_says_idempotent(server: object, tool_name: str) -> bool:
+    names = getattr(server, IDEMPOTENT_TOOLS, None)
+    return is_idempotent(server) or (names is not None and tool_name in names)
 
 
 def guard_tool(tool: GuardableT) -> GuardableT:
@@ -238,6 +277,8 @@ def _guarded_invoke(
 ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
     invoke_original = tool.on_invoke_tool
     safe = is_retry_safe(tool)
+    keyed = is_idempotent(tool)
+    key_argument = getattr(tool, KEY_ARGUMENT, None)
 
     async def original(ctx: ToolContext[Any], arguments: str) -> Any:
         output = invoke_original(ctx, arguments)  # a custom tool's may be plain
@@ -270,9 +311,14 @@ def _guarded_invoke(
                 if claim.record.status is ToolCallStatus.COMPLETED:
                     await scope.show(ctx.tool_call_id, tool.name, Step.DONE)
                     return claim.record.output
-                scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
-                await scope.show(ctx.tool_call_id, tool.name, Step.UNKNOWN)
-                return UNKNOWN_OUTCOME
+                if claim.record.status is ToolCallStatus.CANCELLED:
+                    return STOPPED_BEFORE_IT_RAN
+                if not (keyed and await _start_again(scope, ctx.tool_call_id, tool.name)):
+                    scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
+                    await scope.show(ctx.tool_call_id, tool.name, Step.UNKNOWN)
+                    return UNKNOWN_OUTCOME
+        if key_argument:  # a keyed MCP tool receives its key as an argument
+            arguments = _with_key(arguments, key_argument, ctx)
         await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
         # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
@@ -283,6 +329,7 @@ def _guarded_invoke(
             try:
                 output = await original(ctx, arguments)
             except Exception as exc:
+                scope.fates[ctx.tool_call_id] = Step.FAILED
                 await scope.show(ctx.tool_call_id, tool.name, Step.FAILED)
                 failure = f"error: {type(exc).__name__}: {exc}"
                 try:
@@ -299,10 +346,49 @@ def _guarded_invoke(
             scope.running -= 1
             if scope.running == 0:
                 scope.idle.set()
+        scope.fates[ctx.tool_call_id] = _fate(output)
         await scope.show(ctx.tool_call_id, tool.name, _fate(output))
         return output
 
     return invoke
+
+
+async def _start_again(scope: TurnScope, call_id: str, tool: str) -> bool:
+    """A keyed call whose outcome is unknown (its process died, or its lease was lost,
+    while it ran) is started again, with the same key, while its attempts last: the service
+    applies the key once. A pause before each attempt after the second lets a service that
+    failed recover. False when its attempts are spent (outcome unknown, as for any call)."""
+    try:
+        again = await scope.storage(
+            scope.store.retry_tool_call, scope.lease, call_id, max_attempts=scope.keyed_attempts
+        )
+    except StorageError as fault:
+        scope.fault = fault
+        raise
+    if again is None:
+        return False
+    await asyncio.sleep(_backoff(again.attempts))
+    scope.started_again.append((call_id, tool))
+    return True
+
+
+def _backoff(attempt: int) -> float:
+    """Seconds before attempt `attempt` of a keyed call (the second goes at once)."""
+    return 0.0 if attempt <= 2 else min(2.0 ** (attempt - 3), 10.0)
+
+
+def _with_key(arguments: str, name: str, ctx: ToolContext[Any]) -> str:
+    key = getattr(ctx.context, "idempotency_key", None)
+    if not callable(key):
+        return arguments
+    try:
+        document = json.loads(arguments or "{}")
+    except ValueError:
+        return arguments
+    if not isinstance(document, dict):
+        return arguments
+    document[name] = key(ctx.tool_call_id)
+    return json.dumps(document, ensure_ascii=False)
 
 
 async def _begin(scope: TurnScope, call_id: str, name: str, arguments: str) -> ToolCallClaim:

@@ -20,6 +20,7 @@ class NoticeKind(StrEnum):
     STATE_DAMAGED = "state_damaged"
     TOOL_OUTCOME_UNKNOWN = "tool_outcome_unknown"
     TOOL_FINISHED_LATE = "tool_finished_late"  # after its conversation was set aside
+    TOOL_COMPLETED_AFTER_RESTART = "tool_completed_after_restart"  # a keyed call, run again
     DISCARDED = "discarded"
     RUN_FAILED = "run_failed"
     MESSAGE_KEPT = "message_kept"

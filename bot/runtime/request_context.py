@@ -9,6 +9,8 @@ is for reading only (debugging); it is never the one a resumed run uses (`for_re
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,10 +33,22 @@ class RequestContext:
     thread_ts: str
     user: str
     approvals: Mapping[str, str] = field(default_factory=dict)
+    enterprise: str | None = None
 
     def approved_by(self, call_id: str) -> str | None:
         """Who approved the call `call_id`; None when no person had to (or did)."""
         return self.approvals.get(call_id)
+
+    def idempotency_key(self, call_id: str) -> str:
+        """A key for the call `call_id` to send to a service that deduplicates by it: the
+        same however often the call is attempted (after a crash, on another replica, on
+        `/resume`), and different for every other call (another thread, workspace or call).
+        27 URL-safe characters (Stripe allows 255)."""
+        where = ":".join(
+            part for part in (self.enterprise, self.team, self.channel, self.thread_ts) if part
+        )
+        digest = hashlib.blake2b(f"{where}|{call_id}".encode(), digest_size=18).digest()
+        return "sb-" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def request_context(
@@ -46,6 +60,7 @@ def request_context(
         thread_ts=key.thread_ts,
         user=started_by,
         approvals={call_id: made.user for call_id, made in decided.items() if made.approved},
+        enterprise=key.enterprise,
     )
 
 

@@ -56,6 +56,7 @@ NOTICE_ICONS = {
     NoticeKind.STATE_DAMAGED: ":warning:",
     NoticeKind.TOOL_OUTCOME_UNKNOWN: ":grey_question:",
     NoticeKind.TOOL_FINISHED_LATE: ":white_check_mark:",
+    NoticeKind.TOOL_COMPLETED_AFTER_RESTART: ":repeat:",
     NoticeKind.DISCARDED: ":wastebasket:",
     NoticeKind.RUN_FAILED: ":x:",
     NoticeKind.MESSAGE_KEPT: ":inbox_tray:",

@@ -135,6 +135,26 @@ class Ledger:
             return False
         return True
 
+    def retry(self, lease: Lease, call_id: str, max_attempts: int) -> ToolCallRecord | None:
+        """One transaction: the lease's check and the call's conditional update."""
+        update = ledger_rows.retry(lease.fence, self.t.clock(), max_attempts)
+        key = {"pk": s(conv_pk(lease.key)), "sk": s(tool_sk(lease.generation, call_id))}
+        actions: list[TransactWriteItemTypeDef] = [
+            self._lease_check(lease),
+            {"Update": update.as_update(self.t.table, key)},
+        ]
+        try:
+            self.t.dynamodb.transact_write_items(
+                TransactItems=actions, ClientRequestToken=uuid.uuid4().hex
+            )
+        except ClientError as exc:
+            if code(exc) != "TransactionCanceledException":
+                raise
+            if first_failed(exc):
+                raise LeaseLost(str(lease.key), lease.fence) from exc
+            return None  # completed meanwhile, or its attempts are spent
+        return self.get(lease.key, call_id, lease.generation)
+
     def get(
         self, key: ConversationKey, call_id: str, generation: int | None
     ) -> ToolCallRecord | None:

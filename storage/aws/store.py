@@ -203,6 +203,12 @@ class AwsStore(Store):
         return self.ledger.complete(lease, call_id, output, status)
 
     @translated
+    def retry_tool_call(
+        self, lease: Lease, call_id: str, *, max_attempts: int
+    ) -> ToolCallRecord | None:
+        return self.ledger.retry(lease, call_id, max_attempts)
+
+    @translated
     def get_tool_call(
         self, key: ConversationKey, call_id: str, generation: int | None = None
     ) -> ToolCallRecord | None:

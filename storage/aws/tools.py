@@ -93,4 +93,22 @@ def record_from_row(
         fence=int(item["fence"]["N"]),
         started_at=from_ms(item["started_ms"]["N"]),
         completed_at=from_ms(item["completed_ms"]["N"]) if "completed_ms" in item else None,
+        attempts=int(item["attempts"]["N"]) if "attempts" in item else 1,
     )
+
+
+def retry(fence: int, now: datetime, max_attempts: int) -> Update:
+    """The update that starts a call again (condition: still `started`, attempts left)."""
+    update = Update()
+    update.set("fence", n(fence))
+    update.set("started_ms", n(ms(now)))
+    attempts = update.name("attempts")
+    update.sets.append(f"{attempts} = if_not_exists({attempts}, :one_attempt) + :one_attempt")
+    update.values[":one_attempt"] = n(1)
+    update.require(f"{update.name('status')} = {update.value('started', s('started'))}")
+    update.require(
+        f"(attribute_not_exists({attempts}) AND :one_attempt < :max_attempts) OR "
+        f"{attempts} < :max_attempts"
+    )
+    update.values[":max_attempts"] = n(max_attempts)
+    return update

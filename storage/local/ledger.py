@@ -92,6 +92,24 @@ class Ledgers(Database):
         return held
 
     @translated
+    def retry_tool_call(
+        self, lease: Lease, call_id: str, *, max_attempts: int
+    ) -> ToolCallRecord | None:
+        now = self.clock()
+        with self._write() as db:
+            fenced(db, lease)
+            record = read_tool(db, lease.key, call_id)
+            if record is None or record.status is not ToolCallStatus.STARTED:
+                return None
+            if record.attempts >= max_attempts:
+                return None
+            record = record.model_copy(
+                update={"attempts": record.attempts + 1, "fence": lease.fence, "started_at": now}
+            )
+            self._save_tool(db, record)
+        return record
+
+    @translated
     def get_tool_call(
         self, key: ConversationKey, call_id: str, generation: int | None = None
     ) -> ToolCallRecord | None:

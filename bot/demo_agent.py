@@ -15,8 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from agents import Agent, RunContextWrapper, function_tool
 from agents.tool_context import ToolContext
 
-from bot.runtime.guard import retry_safe
-from bot.runtime.request_context import RequestContext
+from bot.agent_api import RequestContext, retry_safe
 
 INSTRUCTIONS = """You are a helpful assistant in a Slack thread. Be brief.
 You can look up the current time in a city, and you can file a ticket for the team; filing a

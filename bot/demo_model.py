@@ -1,7 +1,11 @@
 """The offline demo model: deterministic, no key, no network. It drives the demo agent's
 tools so that pause, approval, restart and resume can be seen without an OpenAI account.
 Used by local mode when OPENAI_API_KEY is not set (BOT_DEMO_MODEL=1). Streamed, it writes
-its answer a word at a time (BOT_DEMO_WORD_DELAY seconds apart), as a real model would."""
+its answer a word at a time (BOT_DEMO_WORD_DELAY seconds apart), as a real model would.
+
+`DemoModel(responder=...)` drives another agent the same way (the examples in `examples/`
+do): the responder reads the call (`user_text`, `tool_result`) and returns what the model
+says, a message or a tool call."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import os
 import re
 import string
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agents.items import ModelResponse
@@ -60,30 +64,59 @@ def city_asked(text: str) -> str:
     return phrase.group(1).strip() if phrase else "UTC"
 
 
-def respond(call: Any) -> Any:
+Responder = Callable[[Any], Any]  # a model call -> what the model says (output items)
+
+
+def user_text(call: Any) -> str:
+    """The newest user message of the call's input, without its author's header."""
+    users = [_text(i.get("content")) for i in _items(call.input) if i.get("role") == "user"]
+    return split_author(users[-1])[1] if users else ""
+
+
+def tool_result(call: Any) -> tuple[str, str] | None:
+    """(tool name, output) when the input ends with a tool's output: the model is called
+    back with what its call returned (a handoff's output included)."""
     items = _items(call.input)
     last = items[-1] if items else {}
-    if last.get("type") == "function_call_output":
-        names = {i.get("call_id"): i.get("name") for i in items if i.get("type") == "function_call"}
-        output = str(last.get("output", ""))
-        if names.get(last.get("call_id")) == "file_ticket":
-            if "reject" in output.lower() or "not approved" in output.lower():
-                return [assistant_message("OK, I did not file the ticket.")]
-            return [assistant_message(f"Done: {output}")]
-        return [assistant_message(output)]
-    users = [_text(i.get("content")) for i in items if i.get("role") == "user"]
-    text = split_author(users[-1])[1] if users else ""  # without its author's header
+    if last.get("type") != "function_call_output":
+        return None
+    names = {i.get("call_id"): i.get("name") for i in items if i.get("type") == "function_call"}
+    return str(names.get(last.get("call_id")) or ""), str(last.get("output", ""))
+
+
+def rejected(output: str) -> bool:
+    """The output the SDK gives the model for a call a person rejected."""
+    lowered = output.lower()
+    return "reject" in lowered or "not approved" in lowered
+
+
+def call_tool(name: str, arguments: dict[str, Any]) -> list[Any]:
+    """The model's answer: call `name` with `arguments` (a fresh call id)."""
+    return [function_call(name, arguments, call_id=f"call_{uuid.uuid4().hex[:12]}")]
+
+
+def say(text: str) -> list[Any]:
+    return [assistant_message(text)]
+
+
+def respond(call: Any) -> Any:
+    result = tool_result(call)
+    if result is not None:
+        tool, output = result
+        if tool == "file_ticket":
+            return say("OK, I did not file the ticket." if rejected(output) else f"Done: {output}")
+        return say(output)
+    text = user_text(call)
     lowered = text.lower()
-    call_id = f"call_{uuid.uuid4().hex[:12]}"
     if "ticket" in lowered or "file " in lowered:
         about = re.search(r"about (.+?)[.?!]*$", text, re.IGNORECASE)
         title = (about.group(1) if about else text).strip()[:80] or "A ticket"
-        return [function_call("file_ticket", {"title": title, "details": text}, call_id=call_id)]
+        return call_tool("file_ticket", {"title": title, "details": text})
     if "who am i" in lowered or "who is asking" in lowered:
-        return [function_call("who_is_asking", {}, call_id=call_id)]
+        return call_tool("who_is_asking", {})
     if "time" in lowered:
-        return [function_call("current_time", {"city": city_asked(text)}, call_id=call_id)]
-    return [assistant_message(HELP)]
+        return call_tool("current_time", {"city": city_asked(text)})
+    return say(HELP)
 
 
 _WORDS = re.compile(r"\s*\S+\s*")
@@ -95,11 +128,18 @@ def words(text: str) -> list[str]:
 
 
 class DemoModel(ScriptedModel):
-    """`ScriptedModel` with an endless script: each call is answered by `respond`, after a
-    short pause (BOT_DEMO_DELAY seconds) that makes a run visible, and interruptible."""
+    """`ScriptedModel` with an endless script: each call is answered by `responder` (the
+    demo agent's `respond` unless told otherwise), after a short pause (BOT_DEMO_DELAY
+    seconds) that makes a run visible, and interruptible."""
 
-    def __init__(self, delay: float | None = None, word_delay: float | None = None) -> None:
+    def __init__(
+        self,
+        delay: float | None = None,
+        word_delay: float | None = None,
+        responder: Responder = respond,
+    ) -> None:
         super().__init__()
+        self.responder = responder
         self.delay = float(os.getenv("BOT_DEMO_DELAY", "1.5")) if delay is None else delay
         self.word_delay = (
             float(os.getenv("BOT_DEMO_WORD_DELAY", "0.05")) if word_delay is None else word_delay
@@ -107,14 +147,14 @@ class DemoModel(ScriptedModel):
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         await asyncio.sleep(self.delay)
-        self.enqueue(ModelStep.respond(respond))
+        self.enqueue(ModelStep.respond(self.responder))
         return await super().get_response(*args, **kwargs)
 
     async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """The scripted events, with the answer's text split into one delta per word and
         the events numbered again in order."""
         await asyncio.sleep(self.delay)
-        self.enqueue(ModelStep.respond(respond))
+        self.enqueue(ModelStep.respond(self.responder))
         number = itertools.count()
         async for event in super().stream_response(*args, **kwargs):
             if not isinstance(event, ResponseTextDeltaEvent):

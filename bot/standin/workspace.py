@@ -46,6 +46,7 @@ from typing import IO, TYPE_CHECKING, Any
 import aiohttp
 from aiohttp import web
 
+from bot.settings import RuntimeSettings
 from bot.standin.only_you import OnlyYou, element
 from bot.standin.people_files import UPLOAD_BYTES, uploads
 from bot.standin.places import Place, Places
@@ -78,6 +79,7 @@ CLICKS_KEPT = 50  # clicks delivered, with the bot's answer, for the page and te
 WATCH_TICK = 0.25  # seconds: how often a waiting /ui/state looks again without an API call
 WATCH_LIMIT = 15.0  # seconds a /ui/state with `seen` waits for something new
 SERVER_ERROR_RETRIES = 3  # like Slack: a 5xx answer is retried three times, then dropped
+DEMO_AGENT = str(RuntimeSettings.model_fields["agent"].default)  # without BOT_AGENT
 
 
 class LocalModeError(Exception):
@@ -234,6 +236,10 @@ class Workspace:
         if self.demo:
             env["BOT_DEMO_MODEL"] = "1"
         return env
+
+    def agent(self) -> str:
+        """The agent the bot child runs (`BOT_AGENT` passes through to it), for the page."""
+        return self.bot_env().get("BOT_AGENT") or DEMO_AGENT
 
     def roles(self) -> dict[str, list[str]]:
         env = self.bot_env()
@@ -667,6 +673,7 @@ class Workspace:
         names = {uid: name for name, uid in USERS.items()} | {self.api.bot_user: "agent"}
         state = {
             "demo": self.demo,
+            "agent": self.agent(),
             "bot": self.bot_state,
             "recovering": len(self.recovering),
             "queued": len(self.outbox),

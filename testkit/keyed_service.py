@@ -1,7 +1,8 @@
 """A small service that deduplicates by idempotency key, as payment and ticketing APIs do:
-`POST /apply {"key": ..., "what": ...}` applies each key once and answers a repeated key
-with the first result. It runs in the test process, outside every bot process, so that the
-effects it counts survive the bot being killed."""
+`POST /apply {"key": ..., "what": ...}` (or the key in an `Idempotency-Key` header) applies
+each key once and answers a repeated key with the first result. It runs in the test
+process, outside every bot process, so that the effects it counts survive the bot being
+killed."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ def keyed_service() -> Iterator[KeyedService]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self.headers.get("Idempotency-Key"):  # as Stripe takes it (examples/)
+                body = {**body, "key": self.headers["Idempotency-Key"]}
             answer = json.dumps(service.apply(body)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

@@ -1,0 +1,136 @@
+"""An example in local mode, as a newcomer tries it: `BOT_AGENT=examples.keyed_payments:
+build_agent python -m bot` from the repository root, no OpenAI key. The page names the
+agent; a charge is asked for and approved on the page, the bot is restarted (killed) while
+the charge is in flight, and the new bot completes it with the same key: the thread says
+so, and the payment book holds one payment."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testkit.services import ROOT, free_port, wait_until
+
+pytestmark = pytest.mark.slow
+AGENT = "examples.keyed_payments:build_agent"
+
+
+class Page:
+    """What page.html does: its token in every request, JSON both ways."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        with urllib.request.urlopen(url, timeout=5) as response:
+            html = response.read().decode()
+        found = re.search(r'name="standin-token" content="([^"]+)"', html)
+        assert found is not None
+        self.token = found.group(1)
+
+    def call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        request = urllib.request.Request(
+            self.url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"X-Standin-Token": self.token, "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+    def state(self) -> dict[str, Any]:
+        return self.call("/ui/state?user=alice")
+
+    def thread(self) -> dict[str, Any]:
+        threads: list[dict[str, Any]] = self.state()["threads"]
+        assert len(threads) == 1
+        return threads[0]
+
+
+@contextmanager
+def local_mode(tmp_path: Path) -> Iterator[Page]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "BOT_LOCAL_BOT_PORT": str(free_port()),
+        "BOT_DATA_DIR": str(tmp_path / "data"),
+        "BOT_STORAGE": "local",
+        "BOT_AGENT": AGENT,
+        "BOT_DEMO_DELAY": "0.1",
+        "PAYMENTS_STANDIN_SECONDS": "4",  # the window in which the restart comes
+    }
+    for name in ("OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "BOT_TABLE", "PYTHONPATH"):
+        env.pop(name, None)
+    log = (tmp_path / "local.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot"], cwd=ROOT, env=env, stdout=log, stderr=log
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: urllib.request.urlopen(url, timeout=2), seconds=30)
+        page = Page(url)
+        wait_until(lambda: page.state()["bot"] == "running", seconds=60)
+        yield page
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+        if process.returncode not in (0, -signal.SIGINT):
+            print((tmp_path / "local.log").read_text())
+
+
+def approve_button(thread: dict[str, Any]) -> dict[str, Any] | None:
+    for reply in thread["replies"]:
+        for block in reply.get("blocks") or []:
+            for element in block.get("elements") or []:
+                if element.get("action_id") == "approval_approve":
+                    return {"ts": reply["ts"], **element}
+    return None
+
+
+def test_an_example_runs_in_local_mode_and_survives_a_restart(tmp_path: Path) -> None:
+    payments = tmp_path / "data" / "payments.jsonl"
+    with local_mode(tmp_path) as page:
+        state = page.state()
+        assert state["agent"] == AGENT and state["demo"] is True
+        page.call("/ui/post", {"user": "alice", "text": "@agent charge 20 EUR to Acme for rent"})
+        wait_until(lambda: approve_button(page.thread()), seconds=30)
+        thread = page.thread()
+        button = approve_button(thread)
+        assert button is not None
+        page.call(
+            "/ui/click",
+            {
+                "user": "alice",
+                "ts": button["ts"],
+                "thread_ts": thread["ts"],
+                "action_id": button["action_id"],
+                "value": button["value"],
+                "label": "Approve",
+            },
+        )
+        wait_until(payments.exists, seconds=30)  # booked; the service has not answered yet
+        page.call("/ui/restart", {})
+
+        def said() -> str:
+            return json.dumps(page.thread())
+
+        wait_until(lambda: "payment pay-1 (the service had it already" in said(), seconds=60)
+        assert "run again with the same idempotency key" in said()
+    assert len(payments.read_text().splitlines()) == 1
+    terminal = (tmp_path / "local.log").read_text()
+    assert "bot restarted" in terminal

@@ -64,7 +64,7 @@ class TurnScope:
 
     storage: StorageCalls
     lease: Lease
-    armed: set[str] = field(default_factory=set)  # started by this serve's own commit
+    armed: set[str] = field(default_factory=set)  # recorded as started, not started yet
     human_approval: dict[str, bool] = field(default_factory=dict)
     unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
     fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
@@ -154,14 +154,8 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
             await scope.show(ctx.tool_call_id, tool.name, _fate(output))
             return output
         if scope.stop_requested():  # a stop came first: it never runs, and says so
-            if ctx.tool_call_id in scope.armed:
-                scope.armed.discard(ctx.tool_call_id)
-                await _cancel(scope, ctx.tool_call_id)
-            return STOPPED_BEFORE_IT_RAN
-        if ctx.tool_call_id in scope.armed:
-            # This serve recorded it as started with the checkpoint that approved it.
-            scope.armed.discard(ctx.tool_call_id)
-        else:
+            return await _stopped_before_it_ran(scope, ctx.tool_call_id)
+        if ctx.tool_call_id not in scope.armed:  # else this serve's commit recorded it
             try:
                 claim = await _begin(scope, ctx.tool_call_id, tool.name, arguments)
             except StorageError as fault:
@@ -174,10 +168,16 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
                 scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
                 await scope.show(ctx.tool_call_id, tool.name, Step.UNKNOWN)
                 return UNKNOWN_OUTCOME
+            scope.armed.add(ctx.tool_call_id)
+        # Until the tool itself starts the call stays armed: a stop that lands meanwhile
+        # (while the progress is shown, say) records it as cancelled, not as started.
         await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
+        if scope.stop_requested():
+            return await _stopped_before_it_ran(scope, ctx.tool_call_id)
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
         # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
         # error output by the SDK inside `original`) is a known outcome: it ran and failed.
+        scope.armed.discard(ctx.tool_call_id)
         scope.running += 1
         scope.idle.clear()
         try:
@@ -240,6 +240,13 @@ async def _complete(scope: TurnScope, call_id: str, tool: str, output: str) -> N
             scope.late.append((call_id, tool, output))
             raise LeaseLost(str(scope.lease.key), scope.lease.fence)
         return
+
+
+async def _stopped_before_it_ran(scope: TurnScope, call_id: str) -> str:
+    if call_id in scope.armed:
+        scope.armed.discard(call_id)
+        await _cancel(scope, call_id)
+    return STOPPED_BEFORE_IT_RAN
 
 
 async def _cancel(scope: TurnScope, call_id: str) -> None:

@@ -21,7 +21,8 @@ from bot.runtime import (
     NoticeKind,
     Refused,
 )
-from storage import Status, ToolCallStatus
+from bot.runtime.progress import Quiet, Step
+from storage import ConversationKey, Status, ToolCallStatus
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, email_then_answer
 from tests.conftest import Backend
 
@@ -154,6 +155,54 @@ async def test_approve_then_stop_before_the_call_says_not_run(
     assert "Stopped before it ran (not run): `send_email`" in notice.text
     assert "unknown" not in notice.text
     call = backend.open().get_tool_call(KEY, "call-email")
+    assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
+class StopWhileShowing(Quiet):
+    """Progress on which showing a call as running is slow (a Slack call in flight), and
+    where a stop is asked meanwhile."""
+
+    def __init__(self) -> None:
+        self.act: Callable[[], Awaitable[Any]] | None = None
+
+    async def step(self, key: ConversationKey, call_id: str, tool: str, state: Step) -> None:
+        if state is Step.RUNNING and self.act is not None:
+            act, self.act = self.act, None
+            await act()
+            await asyncio.sleep(0.05)
+
+
+async def test_a_stop_while_the_call_is_shown_running_says_it_never_ran(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """Found over real processes: the stop landed while the Slack layer showed the approved
+    call as running, before the tool itself started. It never ran, and the ledger and the
+    notice say so (not "outcome unknown")."""
+    progress = StopWhileShowing()
+    sink = Sink()
+    store = backend.open()
+    a = ConversationRuntime(
+        store, build_agent(email_then_answer(), effects), on_outcome=sink, progress=progress
+    )
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+
+    async def stop_now() -> None:
+        assert (await a.request_stop(KEY, "U1")).accepted
+
+    progress.act = stop_now
+    await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert effects.calls() == []
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Stopped before it ran (not run): `send_email`" in notice.text
+    assert "unknown" not in notice.text
+    call = store.get_tool_call(KEY, "call-email")
     assert call is not None and call.status is ToolCallStatus.CANCELLED
 
 

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
@@ -204,6 +205,42 @@ async def test_a_stop_while_the_call_is_shown_running_says_it_never_ran(
     assert "unknown" not in notice.text
     call = store.get_tool_call(KEY, "call-email")
     assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
+async def test_a_stop_while_the_decision_is_applied_tells_the_click(
+    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found over real processes: the stop was asked on the replica applying the click,
+    after it had read the click from the inbox (so the stop was not read with it). Nothing
+    runs, and the click is told who stopped it, as a click read with the stop is."""
+    sink = Sink()
+    store = backend.open()
+    a = ConversationRuntime(store, build_agent(email_then_answer(), effects), on_outcome=sink)
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    loop, load = asyncio.get_running_loop(), store.load_checkpoint
+
+    def load_then_stop(pointer: Any) -> Any:  # the pass has read its inbox by now
+        document = load(pointer)
+        monkeypatch.setattr(store, "load_checkpoint", load)
+        asyncio.run_coroutine_threadsafe(a.request_stop(KEY, "U1"), loop).result(10)
+        return document
+
+    monkeypatch.setattr(store, "load_checkpoint", load_then_stop)
+    outcomes = await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert [o.text for o in outcomes if isinstance(o, Refused)] == [
+        "That call was stopped by <@U1> before it ran."
+    ]
+    assert not [o for o in outcomes if isinstance(o, Decided)]
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Not run: `send_email`" in notice.text
+    assert effects.calls() == [] and store.get_tool_call(KEY, "call-email") is None
 
 
 async def test_the_losing_click_is_told_who_decided(backend: Backend, effects: SideEffects) -> None:

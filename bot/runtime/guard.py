@@ -153,8 +153,11 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
             output = await original(ctx, arguments)
             await scope.show(ctx.tool_call_id, tool.name, _fate(output))
             return output
-        if scope.stop_requested():  # a stop came first: it never runs, and says so
-            return await _stopped_before_it_ran(scope, ctx.tool_call_id)
+        # A stop that came first: the call never runs. If it was recorded as started, it
+        # stays armed, and the stop records it as cancelled once the turn is over (one
+        # writer, after every tool of the turn is done with it).
+        if scope.stop_requested():
+            return STOPPED_BEFORE_IT_RAN
         if ctx.tool_call_id not in scope.armed:  # else this serve's commit recorded it
             try:
                 claim = await _begin(scope, ctx.tool_call_id, tool.name, arguments)
@@ -170,10 +173,10 @@ def _guarded_invoke(tool: FunctionTool) -> Callable[[ToolContext[Any], str], Awa
                 return UNKNOWN_OUTCOME
             scope.armed.add(ctx.tool_call_id)
         # Until the tool itself starts the call stays armed: a stop that lands meanwhile
-        # (while the progress is shown, say) records it as cancelled, not as started.
+        # (while the progress is shown, say) has it recorded as cancelled, not as started.
         await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
         if scope.stop_requested():
-            return await _stopped_before_it_ran(scope, ctx.tool_call_id)
+            return STOPPED_BEFORE_IT_RAN
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
         # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
         # error output by the SDK inside `original`) is a known outcome: it ran and failed.
@@ -240,27 +243,6 @@ async def _complete(scope: TurnScope, call_id: str, tool: str, output: str) -> N
             scope.late.append((call_id, tool, output))
             raise LeaseLost(str(scope.lease.key), scope.lease.fence)
         return
-
-
-async def _stopped_before_it_ran(scope: TurnScope, call_id: str) -> str:
-    if call_id in scope.armed:
-        scope.armed.discard(call_id)
-        await _cancel(scope, call_id)
-    return STOPPED_BEFORE_IT_RAN
-
-
-async def _cancel(scope: TurnScope, call_id: str) -> None:
-    """An armed call that will never run: the ledger says so (not "outcome unknown")."""
-    try:
-        await scope.storage(
-            scope.store.complete_tool_call,
-            scope.lease,
-            call_id,
-            STOPPED_BEFORE_IT_RAN,
-            status=ToolCallStatus.CANCELLED,
-        )
-    except StorageError as fault:  # it stays `started`: said to be of unknown outcome
-        scope.fault = fault
 
 
 def _fate(output: Any) -> Step:

@@ -6,6 +6,7 @@ delivered, i.e. while the serve still holds the thread."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -163,14 +164,16 @@ class StopWhileShowing(Quiet):
     """Progress on which showing a call as running is slow (a Slack call in flight), and
     where a stop is asked meanwhile."""
 
-    def __init__(self) -> None:
+    def __init__(self, after: float = 0.05) -> None:
         self.act: Callable[[], Awaitable[Any]] | None = None
+        self.after = after  # how much longer the showing takes once the stop was asked
 
     async def step(self, key: ConversationKey, call_id: str, tool: str, state: Step) -> None:
         if state is Step.RUNNING and self.act is not None:
             act, self.act = self.act, None
             await act()
-            await asyncio.sleep(0.05)
+            if self.after:
+                await asyncio.sleep(self.after)
 
 
 async def test_a_stop_while_the_call_is_shown_running_says_it_never_ran(
@@ -203,6 +206,47 @@ async def test_a_stop_while_the_call_is_shown_running_says_it_never_ran(
     [notice] = sink.notices(NoticeKind.STOPPED)
     assert "Stopped before it ran (not run): `send_email`" in notice.text
     assert "unknown" not in notice.text
+    call = store.get_tool_call(KEY, "call-email")
+    assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
+async def test_a_stop_seen_as_the_call_would_start_is_recorded_before_the_notice(
+    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found over real processes (aws): the tool saw the stop just before starting and was
+    recording the call as cancelled when the stop abandoned the turn; the notice, written
+    meanwhile, read the ledger first and said "outcome unknown" of a call the ledger then
+    called cancelled. The record lands before the notice reads it (here a slow ledger)."""
+    progress = StopWhileShowing(after=0)  # the stop is seen right after the showing
+    sink = Sink()
+    store = backend.open()
+    a = ConversationRuntime(
+        store, build_agent(email_then_answer(), effects), on_outcome=sink, progress=progress
+    )
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    complete = store.complete_tool_call
+
+    def slowly(*args: Any, **kwargs: Any) -> bool:
+        time.sleep(0.3)
+        return complete(*args, **kwargs)
+
+    monkeypatch.setattr(store, "complete_tool_call", slowly)
+
+    async def stop_now() -> None:
+        assert (await a.request_stop(KEY, "U1")).accepted
+
+    progress.act = stop_now
+    await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert effects.calls() == []
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Stopped before it ran (not run): `send_email`" in notice.text, notice.text
     call = store.get_tool_call(KEY, "call-email")
     assert call is not None and call.status is ToolCallStatus.CANCELLED
 

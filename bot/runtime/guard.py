@@ -10,9 +10,10 @@ an "outcome unknown" result: it is never run twice.
 
 Outcomes are recorded truthfully: a tool that raised an ordinary exception ran and failed (a
 known outcome, recorded); a tool interrupted by cancellation or shutdown stays `started`
-(its outcome is unknown). A storage failure or a lost lease inside a tool must not reach the
-Agents SDK (which would turn it into a `UserError`): it is kept on the turn's scope, and the
-runtime acts on it after the turn."""
+(its outcome is unknown); a call that a stop beat (up to the moment the tool itself starts)
+never runs, and the stop records it as cancelled. A storage failure or a lost lease inside a
+tool must not reach the Agents SDK (which would turn it into a `UserError`): it is kept on
+the turn's scope, and the runtime acts on it after the turn."""
 
 from __future__ import annotations
 

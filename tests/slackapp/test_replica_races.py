@@ -371,10 +371,15 @@ def stop_control(top: Message) -> Message:
 
 
 async def press_stop(replica: Harness, top: Message) -> str:
-    """Alice presses Stop; returns the click's response_url token, once it was answered."""
+    """Alice presses Stop; returns the click's response_url token once the control gave
+    its own answer (it replaces the control; a holder may tell her more, even before)."""
     status, token = await replica.press(stop_control(top), STOP, ALICE)
     assert status == 200
-    await replica.responses_for(token)
+    await replica.api.wait_for(
+        lambda: [
+            r for r in replica.api.responses if r["_token"] == token and r.get("replace_original")
+        ]
+    )
     return token
 
 

@@ -3,7 +3,8 @@
 or server-sent events when the request asks for `stream: true`: a message's text then
 arrives word by word (`response.output_text.delta`), `delta_delay` seconds apart, and a
 request listed in `midway` stops halfway through its text until its event is set (a model
-that is mid-answer when the process dies)."""
+that is mid-answer when the process dies). `RespondingResponses` answers each request by what
+it says instead (many threads at once, in an order nobody scripted)."""
 
 from __future__ import annotations
 
@@ -95,6 +96,23 @@ class ScriptedResponses:
             return next(i for i, r in enumerate(self.requests) if r is request)
 
 
+class RespondingResponses(ScriptedResponses):
+    """Each request answered by `respond(request)` (called on the server's thread for that
+    request, so it may block to stand for a slow model)."""
+
+    def __init__(
+        self, respond: Callable[[dict[str, Any]], list[dict[str, Any]]], **options: Any
+    ) -> None:
+        super().__init__([], **options)
+        self.respond = respond
+
+    def next_output(self, request: dict[str, Any], headers: dict[str, str]) -> list[dict[str, Any]]:
+        with self.lock:
+            self.requests.append(request)
+            self.headers.append(headers)
+        return self.respond(request)
+
+
 def _response(request: dict[str, Any], output: list[dict[str, Any]], status: str) -> dict[str, Any]:
     return {
         "id": f"resp_{next(_ids)}",
@@ -130,10 +148,13 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             except RuntimeError as exc:
                 self._json(500, {"error": {"message": str(exc), "type": "server_error"}})
                 return
-            if body.get("stream"):
-                self._stream(body, output, script.number_of(body))
-            else:
-                self._json(200, _response(body, output, "completed"))
+            try:
+                if body.get("stream"):
+                    self._stream(body, output, script.number_of(body))
+                else:
+                    self._json(200, _response(body, output, "completed"))
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client gave up on the answer (a turn abandoned on a stop)
 
         def _json(self, code: int, document: dict[str, Any]) -> None:
             data = json.dumps(document).encode()

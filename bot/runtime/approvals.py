@@ -77,6 +77,7 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
     awaiting = {call.call_id for call in envelope.humans}
     verdicts: dict[str, Verdict] = {}
     clicked: dict[str, str | None] = {}
+    clicks: list[DecisionRequest] = []  # the clicks that decide (told if a stop overtakes them)
     held = list(envelope.held)
     asked = {call.call_id: call.asked_at for call in envelope.humans}
     for item, arrived in zip(entries.items, entries.arrived, strict=True):
@@ -93,6 +94,7 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
             else:
                 verdicts[item.call_id] = (item.approve, item.user, item.reason)
                 clicked[item.call_id] = item.request_message
+                clicks.append(item)
             continue
         verdict = parse_decision(item.text)
         # A reply decides only requests that were in the thread when it was written.
@@ -122,7 +124,7 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
             )
     consume = entries.ids
     if verdicts and awaiting <= verdicts.keys():
-        await _decided(serving, envelope, verdicts, clicked, held, consume)
+        await _decided(serving, envelope, verdicts, clicked, held, consume, clicks)
         return
     if consume or verdicts:
         await _keep(serving, envelope, verdicts, held, consume)
@@ -146,6 +148,7 @@ async def _decided(
     clicked: dict[str, str | None],
     held: list[HeldMessage],
     consume: list[str],
+    clicks: list[DecisionRequest],
 ) -> None:
     state = await trust.load_state(serving, envelope)
     if state is None:
@@ -171,6 +174,14 @@ async def _decided(
     }
     serving.decided = decided
     if serving.stop_asked:  # a stop came with the decision: nothing of it runs
+        who = serving.keeper.stop_by if serving.keeper else None
+        for click in clicks:  # as a click read with the stop is told (see `stopping`)
+            await serving.refuse(
+                click,
+                already(DecisionMade(approved=False, user=who, stopped=True))
+                if who
+                else "That call was stopped before it ran.",
+            )
         await stopping.stopped(serving, consume)
         return
     # The decision is durable before anything runs: a crash from here on is recovered from

@@ -10,9 +10,10 @@ an "outcome unknown" result: it is never run twice.
 
 Outcomes are recorded truthfully: a tool that raised an ordinary exception ran and failed (a
 known outcome, recorded); a tool interrupted by cancellation or shutdown stays `started`
-(its outcome is unknown). A storage failure or a lost lease inside a tool must not reach the
-Agents SDK (which would turn it into a `UserError`): it is kept on the turn's scope, and the
-runtime acts on it after the turn."""
+(its outcome is unknown); a call that a stop beat (up to the moment the tool itself starts)
+never runs, and the stop records it as cancelled. A storage failure or a lost lease inside a
+tool must not reach the Agents SDK (which would turn it into a `UserError`): it is kept on
+the turn's scope, and the runtime acts on it after the turn."""
 
 from __future__ import annotations
 
@@ -116,7 +117,7 @@ class TurnScope:
 
     storage: StorageCalls
     lease: Lease
-    armed: set[str] = field(default_factory=set)  # started by this serve's own commit
+    armed: set[str] = field(default_factory=set)  # recorded as started, not started yet
     human_approval: dict[str, bool] = field(default_factory=dict)
     unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
     fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
@@ -293,15 +294,12 @@ def _guarded_invoke(
             output = await original(ctx, arguments)
             await scope.show(ctx.tool_call_id, tool.name, _fate(output))
             return output
-        if scope.stop_requested():  # a stop came first: it never runs, and says so
-            if ctx.tool_call_id in scope.armed:
-                scope.armed.discard(ctx.tool_call_id)
-                await _cancel(scope, ctx.tool_call_id)
+        # A stop that came first: the call never runs. If it was recorded as started, it
+        # stays armed, and the stop records it as cancelled once the turn is over (one
+        # writer, after every tool of the turn is done with it).
+        if scope.stop_requested():
             return STOPPED_BEFORE_IT_RAN
-        if ctx.tool_call_id in scope.armed:
-            # This serve recorded it as started with the checkpoint that approved it.
-            scope.armed.discard(ctx.tool_call_id)
-        else:
+        if ctx.tool_call_id not in scope.armed:  # else this serve's commit recorded it
             try:
                 claim = await _begin(scope, ctx.tool_call_id, tool.name, arguments)
             except StorageError as fault:
@@ -317,12 +315,18 @@ def _guarded_invoke(
                     scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
                     await scope.show(ctx.tool_call_id, tool.name, Step.UNKNOWN)
                     return UNKNOWN_OUTCOME
+            scope.armed.add(ctx.tool_call_id)
+        # Until the tool itself starts the call stays armed: a stop that lands meanwhile
+        # (while the progress is shown, say) has it recorded as cancelled, not as started.
         if key_argument:  # a keyed MCP tool receives its key as an argument
             arguments = _with_key(arguments, key_argument, ctx)
         await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
+        if scope.stop_requested():
+            return STOPPED_BEFORE_IT_RAN
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
         # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
         # error output by the SDK inside `original`) is a known outcome: it ran and failed.
+        scope.armed.discard(ctx.tool_call_id)
         scope.running += 1
         scope.idle.clear()
         try:
@@ -425,20 +429,6 @@ async def _complete(scope: TurnScope, call_id: str, tool: str, output: str) -> N
             scope.late.append((call_id, tool, output))
             raise LeaseLost(str(scope.lease.key), scope.lease.fence)
         return
-
-
-async def _cancel(scope: TurnScope, call_id: str) -> None:
-    """An armed call that will never run: the ledger says so (not "outcome unknown")."""
-    try:
-        await scope.storage(
-            scope.store.complete_tool_call,
-            scope.lease,
-            call_id,
-            STOPPED_BEFORE_IT_RAN,
-            status=ToolCallStatus.CANCELLED,
-        )
-    except StorageError as fault:  # it stays `started`: said to be of unknown outcome
-        scope.fault = fault
 
 
 def _fate(output: Any) -> Step:

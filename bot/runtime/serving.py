@@ -125,7 +125,7 @@ class Serving:
         self.stopped = False  # stopped for a graceful shutdown: release as `running`
         self.set_aside: Envelope | None = None  # what failing closed left as the checkpoint
         self.decided: dict[str, DecisionMade] = {}  # carried from envelope to envelope
-        self.armed: set[str] = set()  # calls this session recorded as started, to run now
+        self.armed: set[str] = set()  # recorded as started by this serve, not started yet
         self.showing = False  # progress was shown for this thread: end it when done
         self.notes: list[Outcome] = []  # for the thread, with the next commit (`model_input`)
         self.stopped_by = ""  # who stopped a run of this serve (a later stop is told so)

@@ -147,8 +147,9 @@ async def stop_requests(serving: Serving, entries: Entries, runnable: Envelope |
 
 
 async def _cancel_armed(serving: Serving) -> None:
-    """Calls this serve's own commit recorded as started, and that it never started (the
-    stop came first): the ledger says they did not run, rather than "outcome unknown"."""
+    """Calls this serve recorded as started (with the commit that approved them, or claimed
+    just before running them) and never started (the stop came first): the ledger says they
+    did not run, rather than "outcome unknown"."""
     for call_id in sorted(serving.armed):
         await serving.io(
             serving.store.complete_tool_call,

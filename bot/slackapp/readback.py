@@ -34,9 +34,8 @@ class Readback:
     async def messages(self, key: ConversationKey, *, fresh: bool) -> list[Message]:
         """The thread's messages, oldest first; [] when it cannot be read (the caller then
         posts anyway: at least once beats never)."""
-        cached = self._seen.get(key)
-        if cached and not fresh and time.monotonic() - cached[0] < LOOKUP_SECONDS:
-            return cached[1]
+        if not fresh and self._recent(key):
+            return self._seen[key][1]
         found: list[Message] = []
         client = await self.clients.for_key(key)
         try:
@@ -63,16 +62,24 @@ class Readback:
         """The thread changed (a message deleted): read it afresh next time."""
         self._seen.pop(key, None)
 
+    def _recent(self, key: ConversationKey) -> bool:
+        """The thread was read less than `LOOKUP_SECONDS` ago."""
+        cached = self._seen.get(key)
+        return cached is not None and time.monotonic() - cached[0] < LOOKUP_SECONDS
+
     async def already_posted(self, key: ConversationKey, outbox_id: str, part: int) -> bool:
         messages = await self.messages(key, fresh=True)
         return any(delivers(message, outbox_id, part) for message in messages)
 
     async def find_card(self, key: ConversationKey, call_id: str) -> str | None:
-        """`channel:ts` of the approval request for `call_id` in the thread, if any."""
-        for message in await self.messages(key, fresh=False):
-            payload = payload_of(message) or {}
-            if call_id in str(payload.get("calls", "")).split(","):
-                return f"{key.channel}:{message['ts']}"
+        """`channel:ts` of the approval request for `call_id` in the thread, if any. A
+        thread read a moment ago is looked at first; not found there, it is read again (the
+        card may have been posted since)."""
+        for fresh in (False, True) if self._recent(key) else (True,):
+            for message in await self.messages(key, fresh=fresh):
+                payload = payload_of(message) or {}
+                if call_id in str(payload.get("calls", "")).split(","):
+                    return f"{key.channel}:{message['ts']}"
         return None
 
     async def open_cards(self, key: ConversationKey) -> list[Message]:

@@ -6,9 +6,11 @@ delivered, i.e. while the serve still holds the thread."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
@@ -21,7 +23,8 @@ from bot.runtime import (
     NoticeKind,
     Refused,
 )
-from storage import Status, ToolCallStatus
+from bot.runtime.progress import Quiet, Step
+from storage import ConversationKey, Status, ToolCallStatus
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, email_then_answer
 from tests.conftest import Backend
 
@@ -155,6 +158,133 @@ async def test_approve_then_stop_before_the_call_says_not_run(
     assert "unknown" not in notice.text
     call = backend.open().get_tool_call(KEY, "call-email")
     assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
+class StopWhileShowing(Quiet):
+    """Progress on which showing a call as running is slow (a Slack call in flight), and
+    where a stop is asked meanwhile."""
+
+    def __init__(self, after: float = 0.05) -> None:
+        self.act: Callable[[], Awaitable[Any]] | None = None
+        self.after = after  # how much longer the showing takes once the stop was asked
+
+    async def step(self, key: ConversationKey, call_id: str, tool: str, state: Step) -> None:
+        if state is Step.RUNNING and self.act is not None:
+            act, self.act = self.act, None
+            await act()
+            if self.after:
+                await asyncio.sleep(self.after)
+
+
+async def test_a_stop_while_the_call_is_shown_running_says_it_never_ran(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """Found over real processes: the stop landed while the Slack layer showed the approved
+    call as running, before the tool itself started. It never ran, and the ledger and the
+    notice say so (not "outcome unknown")."""
+    progress = StopWhileShowing()
+    sink = Sink()
+    store = backend.open()
+    a = ConversationRuntime(
+        store, build_agent(email_then_answer(), effects), on_outcome=sink, progress=progress
+    )
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+
+    async def stop_now() -> None:
+        assert (await a.request_stop(KEY, "U1")).accepted
+
+    progress.act = stop_now
+    await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert effects.calls() == []
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Stopped before it ran (not run): `send_email`" in notice.text
+    assert "unknown" not in notice.text
+    call = store.get_tool_call(KEY, "call-email")
+    assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
+async def test_a_stop_seen_as_the_call_would_start_is_recorded_before_the_notice(
+    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found over real processes (aws): the tool saw the stop just before starting and was
+    recording the call as cancelled when the stop abandoned the turn; the notice, written
+    meanwhile, read the ledger first and said "outcome unknown" of a call the ledger then
+    called cancelled. The record lands before the notice reads it (here a slow ledger)."""
+    progress = StopWhileShowing(after=0)  # the stop is seen right after the showing
+    sink = Sink()
+    store = backend.open()
+    a = ConversationRuntime(
+        store, build_agent(email_then_answer(), effects), on_outcome=sink, progress=progress
+    )
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    complete = store.complete_tool_call
+
+    def slowly(*args: Any, **kwargs: Any) -> bool:
+        time.sleep(0.3)
+        return complete(*args, **kwargs)
+
+    monkeypatch.setattr(store, "complete_tool_call", slowly)
+
+    async def stop_now() -> None:
+        assert (await a.request_stop(KEY, "U1")).accepted
+
+    progress.act = stop_now
+    await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert effects.calls() == []
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Stopped before it ran (not run): `send_email`" in notice.text, notice.text
+    call = store.get_tool_call(KEY, "call-email")
+    assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
+async def test_a_stop_while_the_decision_is_applied_tells_the_click(
+    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found over real processes: the stop was asked on the replica applying the click,
+    after it had read the click from the inbox (so the stop was not read with it). Nothing
+    runs, and the click is told who stopped it, as a click read with the stop is."""
+    sink = Sink()
+    store = backend.open()
+    a = ConversationRuntime(store, build_agent(email_then_answer(), effects), on_outcome=sink)
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    loop, load = asyncio.get_running_loop(), store.load_checkpoint
+
+    def load_then_stop(pointer: Any) -> Any:  # the pass has read its inbox by now
+        document = load(pointer)
+        monkeypatch.setattr(store, "load_checkpoint", load)
+        asyncio.run_coroutine_threadsafe(a.request_stop(KEY, "U1"), loop).result(10)
+        return document
+
+    monkeypatch.setattr(store, "load_checkpoint", load_then_stop)
+    outcomes = await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert [o.text for o in outcomes if isinstance(o, Refused)] == [
+        "That call was stopped by <@U1> before it ran."
+    ]
+    assert not [o for o in outcomes if isinstance(o, Decided)]
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Not run: `send_email`" in notice.text
+    assert effects.calls() == [] and store.get_tool_call(KEY, "call-email") is None
 
 
 async def test_the_losing_click_is_told_who_decided(backend: Backend, effects: SideEffects) -> None:

@@ -3,7 +3,8 @@
 or server-sent events when the request asks for `stream: true`: a message's text then
 arrives word by word (`response.output_text.delta`), `delta_delay` seconds apart, and a
 request listed in `midway` stops halfway through its text until its event is set (a model
-that is mid-answer when the process dies)."""
+that is mid-answer when the process dies). With `respond`, requests past the script are
+answered by it, from what they carry (for runs on many threads at once, in any order)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
+
+from testkit.runtime import last_user_text
 
 USAGE = {
     "input_tokens": 10,
@@ -57,8 +61,10 @@ class ScriptedResponses:
         delta_delay: float = 0.0,
         midway: dict[int, threading.Event] | None = None,
         failures: list[int] | None = None,
+        respond: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.script = list(script)
+        self.respond = respond  # answers each request once the script is used up
         self.failures = list(failures or [])  # HTTP statuses answered first, in order
         self.failed: list[int] = []  # the failures answered
         self.holds = holds or {}  # request number (0-based) -> answer only once this is set
@@ -73,10 +79,13 @@ class ScriptedResponses:
         with self.lock:
             self.requests.append(request)
             self.headers.append(headers)
-            if not self.script:
-                raise RuntimeError("the script is exhausted")
             number = len(self.requests) - 1
-            output = self.script.pop(0)
+            if not self.script and self.respond is None:
+                raise RuntimeError("the script is exhausted")
+            output = self.script.pop(0) if self.script else None
+        if output is None:
+            assert self.respond is not None
+            output = self.respond(request)
         hold = self.holds.get(number)
         if hold is not None:
             hold.wait(120)
@@ -93,6 +102,44 @@ class ScriptedResponses:
     def number_of(self, request: dict[str, Any]) -> int:
         with self.lock:
             return next(i for i, r in enumerate(self.requests) if r is request)
+
+
+def items_of(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The input items a request to the model carries (a bare string is one user message)."""
+    given = request.get("input")
+    if not isinstance(given, list):
+        return [{"role": "user", "content": str(given or "")}]
+    return [item for item in given if isinstance(item, dict)]
+
+
+def answered_call(request: dict[str, Any]) -> tuple[str, str] | None:
+    """(tool name, output) when the request's last item is a tool's output: the model is
+    being told what the call it made returned."""
+    items = items_of(request)
+    if not items or items[-1].get("type") != "function_call_output":
+        return None
+    call_id, output = items[-1].get("call_id"), items[-1].get("output")
+    name = next(
+        (
+            str(item.get("name"))
+            for item in items
+            if item.get("type") == "function_call" and item.get("call_id") == call_id
+        ),
+        "",
+    )
+    return name, output if isinstance(output, str) else json.dumps(output)
+
+
+def user_text(request: dict[str, Any]) -> str:
+    """The latest user message's own text, without its author (`<@U1>: `)."""
+    return last_user_text(SimpleNamespace(input=items_of(request)))
+
+
+def calls_made(request: dict[str, Any], name: str) -> int:
+    """How many calls of the tool `name` the request's history holds."""
+    return sum(
+        1 for i in items_of(request) if i.get("type") == "function_call" and i.get("name") == name
+    )
 
 
 def _response(request: dict[str, Any], output: list[dict[str, Any]], status: str) -> dict[str, Any]:
@@ -127,7 +174,7 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             try:
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 output = script.next_output(body, headers)
-            except RuntimeError as exc:
+            except Exception as exc:  # the script's own failure: an error answer, seen
                 self._json(500, {"error": {"message": str(exc), "type": "server_error"}})
                 return
             if body.get("stream"):

@@ -171,3 +171,4 @@ async def test_keyed_calls_cut_short_are_run_again_with_their_keys(
     }
     assert len(keys) == 7 and len(service.requests) == 9
     assert len(service.effects) == 7  # one per key
+    assert " WARNING openai.agents" not in bot.log.read_text()

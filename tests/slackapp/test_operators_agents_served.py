@@ -149,6 +149,7 @@ async def test_handoffs_agent_tools_and_guardrails_across_a_kill(
     assert any(t.startswith(":grey_question:") and "`transfer`" in t for t in paid), paid
     assert not any("The run stopped" in t for t in paid + texts(bot, refunding))
     assert texts(bot, refunding)[-1] == "front: clerk: refunded 7 to ann"
+    assert " WARNING openai.agents" not in bot.log.read_text()  # e.g. a context not restored
 
 
 async def test_a_tool_the_bot_cannot_guard_is_refused_at_start(

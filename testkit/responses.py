@@ -3,8 +3,9 @@
 or server-sent events when the request asks for `stream: true`: a message's text then
 arrives word by word (`response.output_text.delta`), `delta_delay` seconds apart, and a
 request listed in `midway` stops halfway through its text until its event is set (a model
-that is mid-answer when the process dies). `RespondingResponses` answers each request by what
-it says instead (many threads at once, in an order nobody scripted)."""
+that is mid-answer when the process dies). With `respond`, requests past the script are
+answered by it, from what they carry; `RespondingResponses` answers every request that way
+(for runs on many threads at once, in an order nobody scripted)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
+
+from testkit.runtime import last_user_text
 
 USAGE = {
     "input_tokens": 10,
@@ -58,8 +62,10 @@ class ScriptedResponses:
         delta_delay: float = 0.0,
         midway: dict[int, threading.Event] | None = None,
         failures: list[int] | None = None,
+        respond: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.script = list(script)
+        self.respond = respond  # answers each request once the script is used up
         self.failures = list(failures or [])  # HTTP statuses answered first, in order
         self.failed: list[int] = []  # the failures answered
         self.holds = holds or {}  # request number (0-based) -> answer only once this is set
@@ -74,10 +80,13 @@ class ScriptedResponses:
         with self.lock:
             self.requests.append(request)
             self.headers.append(headers)
-            if not self.script:
-                raise RuntimeError("the script is exhausted")
             number = len(self.requests) - 1
-            output = self.script.pop(0)
+            if not self.script and self.respond is None:
+                raise RuntimeError("the script is exhausted")
+            output = self.script.pop(0) if self.script else None
+        if output is None:
+            assert self.respond is not None
+            output = self.respond(request)
         hold = self.holds.get(number)
         if hold is not None:
             hold.wait(120)
@@ -97,20 +106,51 @@ class ScriptedResponses:
 
 
 class RespondingResponses(ScriptedResponses):
-    """Each request answered by `respond(request)` (called on the server's thread for that
-    request, so it may block to stand for a slow model)."""
+    """Each request answered by `respond(request)`, with no script (called on the server's
+    thread for that request, outside the lock, so it may block to stand for a slow model)."""
 
     def __init__(
         self, respond: Callable[[dict[str, Any]], list[dict[str, Any]]], **options: Any
     ) -> None:
-        super().__init__([], **options)
-        self.respond = respond
+        super().__init__([], respond=respond, **options)
 
-    def next_output(self, request: dict[str, Any], headers: dict[str, str]) -> list[dict[str, Any]]:
-        with self.lock:
-            self.requests.append(request)
-            self.headers.append(headers)
-        return self.respond(request)
+
+def items_of(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The input items a request to the model carries (a bare string is one user message)."""
+    given = request.get("input")
+    if not isinstance(given, list):
+        return [{"role": "user", "content": str(given or "")}]
+    return [item for item in given if isinstance(item, dict)]
+
+
+def answered_call(request: dict[str, Any]) -> tuple[str, str] | None:
+    """(tool name, output) when the request's last item is a tool's output: the model is
+    being told what the call it made returned."""
+    items = items_of(request)
+    if not items or items[-1].get("type") != "function_call_output":
+        return None
+    call_id, output = items[-1].get("call_id"), items[-1].get("output")
+    name = next(
+        (
+            str(item.get("name"))
+            for item in items
+            if item.get("type") == "function_call" and item.get("call_id") == call_id
+        ),
+        "",
+    )
+    return name, output if isinstance(output, str) else json.dumps(output)
+
+
+def user_text(request: dict[str, Any]) -> str:
+    """The latest user message's own text, without its author (`<@U1>: `)."""
+    return last_user_text(SimpleNamespace(input=items_of(request)))
+
+
+def calls_made(request: dict[str, Any], name: str) -> int:
+    """How many calls of the tool `name` the request's history holds."""
+    return sum(
+        1 for i in items_of(request) if i.get("type") == "function_call" and i.get("name") == name
+    )
 
 
 def _response(request: dict[str, Any], output: list[dict[str, Any]], status: str) -> dict[str, Any]:
@@ -145,7 +185,7 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             try:
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 output = script.next_output(body, headers)
-            except RuntimeError as exc:
+            except Exception as exc:  # the script's own failure: an error answer, seen
                 self._json(500, {"error": {"message": str(exc), "type": "server_error"}})
                 return
             try:

@@ -133,7 +133,12 @@ async def load_state(serving: Serving, envelope: Envelope) -> RunState[Any] | No
     context = request_context(serving.key, envelope.started_by, envelope.decided)
     try:
         return await RunState.from_json(
-            serving.rt.agent, envelope.run_state, context_override=for_restore(context)
+            serving.rt.agent,
+            envelope.run_state,
+            context_override=for_restore(context),
+            # The state of a nested run paused inside an agent tool is restored by the
+            # SDK without the override: it gets the same context (and no warning).
+            context_deserializer=lambda _: context,
         )
     except (UserError, ModelBehaviorError, ValueError, KeyError, TypeError) as exc:
         log.error("%s: the SDK refused the saved state: %s", serving.key, exc)

@@ -82,7 +82,7 @@ async def test_a_handoff_objects_target_is_guarded(store: Store, effects: SideEf
 
 
 async def test_an_approval_inside_an_agent_used_as_a_tool(
-    store: Store, effects: SideEffects
+    store: Store, effects: SideEffects, caplog: pytest.LogCaptureFixture
 ) -> None:
     mailer = Agent(
         name="mailer",
@@ -112,6 +112,10 @@ async def test_an_approval_inside_an_agent_used_as_a_tool(
     assert [type(o) for o in done] == [Decided, Answer]
     assert [e["amount"] for e in effects.calls("transfer")] == [7]
     assert (store.get_tool_call(KEY, "c-in") or pytest.fail()).output == "moved 7"
+    # The nested run's saved state is restored with the run context too (no SDK warning
+    # that it "requires explicit restoration").
+    sdk_warnings = [r for r in caplog.records if r.name == "openai.agents" and r.levelno >= 30]
+    assert sdk_warnings == [], [r.getMessage() for r in sdk_warnings]
 
 
 async def test_a_guardrail_trip_is_an_answer_not_a_failure(

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -25,6 +25,8 @@ from bot.settings import ProcessSettings
 from storage import StorageSettings, open_store
 
 if TYPE_CHECKING:
+    from agents import Agent
+
     from bot.runtime import ConversationRuntime
     from bot.settings import RuntimeSettings
     from storage import Store
@@ -159,15 +161,34 @@ def _serve(settings: StorageSettings, args: argparse.Namespace) -> int:
         runtime_settings = RuntimeSettings()
     except ValidationError as exc:
         return config_error(exc)
+    agent = _checked_agent(runtime_settings)
+    if agent is None:
+        return 2
     store = open_store(settings)
-    runtime = _runtime(store, runtime_settings)
+    runtime = _runtime(store, runtime_settings, agent)
     if runtime is None:
         return 2
     asyncio.run(serve(slack, runtime, runtime_settings.admins, store=store, own_process=True))
     return 0
 
 
-def _runtime(store: Store, runtime_settings: RuntimeSettings) -> ConversationRuntime | None:
+def _checked_agent(runtime_settings: RuntimeSettings) -> Agent[Any] | None:
+    from agents.exceptions import UserError
+
+    from bot.agent_loader import AgentLoadError
+    from bot.runtime.guard import UnguardedTool
+    from bot.wiring import checked_agent
+
+    try:
+        return checked_agent(runtime_settings)
+    except (AgentLoadError, UnguardedTool, UserError) as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return None
+
+
+def _runtime(
+    store: Store, runtime_settings: RuntimeSettings, agent: Agent[Any] | None = None
+) -> ConversationRuntime | None:
     from agents.exceptions import UserError
 
     from bot.agent_loader import AgentLoadError
@@ -176,7 +197,7 @@ def _runtime(store: Store, runtime_settings: RuntimeSettings) -> ConversationRun
     from bot.wiring import build_runtime
 
     try:
-        return build_runtime(store, runtime_settings)
+        return build_runtime(store, runtime_settings, agent)
     except (AgentLoadError, TracingConfigError, UnguardedTool, UserError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return None

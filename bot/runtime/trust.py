@@ -19,6 +19,7 @@ from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
 from bot.runtime.closing import ClosedCalls, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
+from bot.runtime.mcp_servers import McpServerDown, paused_for
 from bot.runtime.outcomes import Notice, NoticeKind
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import for_restore, request_context
@@ -129,12 +130,21 @@ async def current_envelope(serving: Serving) -> Envelope | None:
 
 async def load_state(serving: Serving, envelope: Envelope) -> RunState[Any] | None:
     """The SDK's run state, with the run context rebuilt from the envelope (not the copy the
-    state carries)."""
+    state carries). None when it was set aside (`serving.set_aside`), or when the MCP
+    servers it needs are down (the thread then waits, interrupted: `paused_for`)."""
     context = request_context(serving.key, envelope.started_by, envelope.decided)
     try:
-        return await RunState.from_json(
+        state = await RunState.from_json(
             serving.rt.agent, envelope.run_state, context_override=for_restore(context)
         )
+        # Restoring listed the current agent's MCP tools (from a cache, maybe): its servers
+        # must answer before anything is committed that would run them.
+        agent = getattr(state, "_current_agent", None) or serving.rt.agent
+        await serving.rt.mcp.check(agent.mcp_servers)
+        return state
+    except McpServerDown as down:
+        await paused_for(serving, down.servers)
+        return None
     except (UserError, ModelBehaviorError, ValueError, KeyError, TypeError) as exc:
         log.error("%s: the SDK refused the saved state: %s", serving.key, exc)
         await fail_closed(

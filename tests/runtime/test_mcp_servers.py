@@ -1,0 +1,190 @@
+"""MCP servers managed by the runtime, with a real MCP server (`testkit.mcp_server`) in its
+own process: its tools are guarded like function tools (a server's `require_approval` is our
+approval request; a retry-safe tool runs without a pause), a restart decides from the
+checkpoint alone with a new server process, the tool listings are part of the fingerprint
+(a changed schema sets a paused run aside), and a server that drops pauses the runs that
+need it until it is back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from bot.runtime import (
+    Answer,
+    ApprovalRequest,
+    ConversationRuntime,
+    Decided,
+    Notice,
+    NoticeKind,
+)
+from bot.runtime.fingerprint import agent_fingerprint
+from bot.settings import RuntimeSettings
+from storage import ConversationKey, Status, Store, ToolCallStatus
+from testkit.mcp_agent import payments_agent, payments_http, payments_stdio
+from testkit.runtime import KEY, SideEffects, record_of
+from testkit.services import free_port
+
+OTHER = ConversationKey(team="T9", channel="C9", thread_ts="1700000200.000200")
+
+
+@asynccontextmanager
+async def running(rt: ConversationRuntime) -> AsyncIterator[ConversationRuntime]:
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+def pay_requests(outcomes: list[Any]) -> ApprovalRequest:
+    [request] = [o for o in outcomes if isinstance(o, ApprovalRequest)]
+    return request
+
+
+async def test_an_mcp_servers_tools_are_guarded_and_in_the_fingerprint(
+    store: Store, tmp_path: Path
+) -> None:
+    effects = SideEffects(tmp_path / "mcp-effects.jsonl")
+    env = {"MCP_EFFECTS_FILE": str(effects.path)}
+    model = ScriptedModel(
+        [
+            [function_call("balance", {"account": "bob"}, call_id="c-bal")],
+            [function_call("pay", {"amount": 5, "to": "bob"}, call_id="c-pay")],
+            [assistant_message("Paid 5 to bob.")],
+            [function_call("pay", {"amount": 7, "to": "ann"}, call_id="c-7")],
+        ]
+    )
+    agent = payments_agent(payments_stdio(**env), model)
+    async with running(ConversationRuntime(store, agent)) as rt:  # not started: on first use
+        first = await rt.handle_message(KEY, event_id="E1", user="U1", text="pay bob 5")
+        assert [c.tool_name for c in pay_requests(first).calls] == ["pay"]
+        listed = rt.fingerprint
+    assert [e["tool"] for e in effects.calls()] == ["balance"]  # read-only: no pause, ran
+    assert store.get_tool_call(KEY, "c-bal") is None  # retry-safe: outside the ledger
+    assert record_of(store).status is Status.AWAITING_APPROVAL
+    assert listed != agent_fingerprint(agent)  # the listing is part of it
+
+    # A restart: another runtime, another server process, decides from the checkpoint.
+    async with running(ConversationRuntime(store, agent)) as again:
+        await again.start()
+        assert again.fingerprint == listed
+        done = await again.decide(
+            KEY,
+            call_id="c-pay",
+            approve=True,
+            user="U1",
+            checkpoint_version=pay_requests(first).checkpoint_version,
+        )
+        assert [type(o) for o in done] == [Decided, Answer]
+        assert Answer(key=KEY, text="Paid 5 to bob.") in done
+        paused = await again.handle_message(OTHER, event_id="E2", user="U1", text="pay ann 7")
+    assert [(e["tool"], e.get("amount")) for e in effects.calls()] == [
+        ("balance", None),
+        ("pay", 5),
+    ]
+    call = store.get_tool_call(KEY, "c-pay")
+    assert call is not None and call.status is ToolCallStatus.COMPLETED
+    assert "paid 5 to bob" in (call.output or "")
+
+    # The server now lists `pay` with another schema: the paused run is set aside.
+    changed = payments_agent(payments_stdio(MCP_PAY_CURRENCY="1", **env), ScriptedModel([]))
+    async with running(ConversationRuntime(store, changed)) as upgraded:
+        await upgraded.start()
+        assert upgraded.fingerprint != listed
+        outcomes = await upgraded.decide(
+            OTHER,
+            call_id="c-7",
+            approve=True,
+            user="U1",
+            checkpoint_version=pay_requests(paused).checkpoint_version,
+        )
+    [notice] = [o for o in outcomes if isinstance(o, Notice)]
+    assert notice.kind is NoticeKind.STATE_INCOMPATIBLE and "agent changed" in notice.text
+    assert [e.get("amount") for e in effects.calls("pay")] == [5]  # 7 never ran
+    assert record_of(store, OTHER).status is Status.NEEDS_RESTART
+
+
+@contextmanager
+def http_server(port: int, effects: SideEffects) -> Iterator[subprocess.Popen[bytes]]:
+    """The test MCP server over streamable HTTP on `port`, ready."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "testkit.mcp_server", "--http", str(port)],
+        env={**os.environ, "MCP_EFFECTS_FILE": str(effects.path)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, "the MCP server did not start"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the MCP server never listened"
+                time.sleep(0.05)
+        yield process
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def __call__(self, outcome: Any, *_: Any) -> None:
+        self.sent.append(outcome)
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)  # the runtime's side: one
+async def test_a_server_that_drops_pauses_the_run_until_it_is_back(
+    store: Store, tmp_path: Path
+) -> None:
+    """Streamable HTTP: the server stops; a message that needs it pauses as interrupted
+    with a plain notice, and is not lost; once the server listens again the watcher
+    reconnects it and the thread continues by itself."""
+    effects = SideEffects(tmp_path / "mcp-effects.jsonl")
+    port = free_port()
+    model = ScriptedModel(
+        [
+            [function_call("balance", {"account": "bob"}, call_id="c-1")],
+            [assistant_message("Bob has 100.")],
+        ]
+    )
+    agent = payments_agent(payments_http(f"http://127.0.0.1:{port}/mcp"), model)
+    sink = Sink()
+    settings = RuntimeSettings(mcp_check_interval=0.2)
+    async with running(ConversationRuntime(store, agent, settings, on_outcome=sink)) as rt:
+        with http_server(port, effects):
+            await rt.start()
+            assert rt.mcp.down() == []
+        await asyncio.sleep(0.5)  # the watcher's ping finds it gone
+        outcomes = await rt.handle_message(KEY, event_id="E1", user="U1", text="bob's balance?")
+        [notice] = [o for o in outcomes if isinstance(o, Notice)]
+        assert notice.kind is NoticeKind.TOOLS_UNAVAILABLE
+        assert "`payments` tools are unavailable" in notice.text
+        assert record_of(store).status is Status.INTERRUPTED
+        assert [e.event_id for e in store.read_inbox(KEY)] == ["E1"]  # kept for the run
+        assert len(model.calls) == 0 and effects.calls() == []
+        with http_server(port, effects):
+            started = time.monotonic()
+            while not any(isinstance(o, Answer) for o in sink.sent):
+                assert time.monotonic() - started < 30, sink.sent
+                await asyncio.sleep(0.05)
+            back_after = time.monotonic() - started
+    assert Answer(key=KEY, text="Bob has 100.") in sink.sent
+    assert [e["tool"] for e in effects.calls()] == ["balance"]
+    assert record_of(store).status is Status.IDLE and store.read_inbox(KEY) == []
+    assert back_after < 15, back_after

@@ -15,9 +15,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp.server.mcpserver import MCPServer
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 
 def record(tool: str, **arguments: Any) -> None:
@@ -34,6 +35,8 @@ def record(tool: str, **arguments: Any) -> None:
 
 
 def build() -> MCPServer:
+    from mcp.server.mcpserver import MCPServer  # (not imported by a server that fails at once)
+
     server = MCPServer("payments")
 
     currency_required = os.environ.get("MCP_PAY_CURRENCY") == "1"

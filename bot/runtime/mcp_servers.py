@@ -452,4 +452,6 @@ async def paused_for(serving: Serving, servers: Sequence[str]) -> None:
 
 
 def _plain(exc: BaseException | None) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # what went wrong inside
+        exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}" if exc is not None else ""

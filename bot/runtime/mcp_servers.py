@@ -302,12 +302,17 @@ class McpServers:
     agent without any."""
 
     def __init__(self, agents: Iterable[Agent[Any]], *, check_interval: float) -> None:
+        members = list(agents)
         found: list[MCPServer] = []
-        for agent in agents:
+        for agent in members:
             found += [s for s in agent.mcp_servers if all(s is not o for o in found)]
         self.check_interval = check_interval
         self._wake = asyncio.Event()
         self.servers = [ManagedServer(server, self) for server in found]
+        self._by_agent = {
+            agent.name: [m for m in self.servers if any(m.server is s for s in agent.mcp_servers)]
+            for agent in members
+        }
         self.on_change: Callable[[], None] = lambda: None  # the listings changed
         self.on_back: Callable[[list[ConversationKey]], None] = lambda keys: None
         self._waiting: dict[ConversationKey, set[str]] = {}
@@ -360,12 +365,14 @@ class McpServers:
             await managed.revive()
         return [m.label for m in unlisted if m.listing is None]
 
-    async def check(self, servers: Iterable[MCPServer]) -> None:
-        """Raises `McpServerDown` unless each of `servers` answers a ping now."""
+    async def check_for(self, agent_name: str | None) -> None:
+        """Raises `McpServerDown` unless each server of the agent named (of every agent,
+        when it is not known) answers a ping now; one that is down is tried once more
+        first (at most once a second)."""
+        servers = self._by_agent.get(agent_name or "", self.servers)
         down = []
-        for server in servers:
-            managed = managed_of(server)
-            if managed is not None and not await managed.ping():
+        for managed in servers:
+            if not (await managed.revive() and await managed.ping()):
                 down.append(managed.label)
         if down:
             raise McpServerDown(down)

@@ -19,7 +19,7 @@ from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
 from bot.runtime.closing import ClosedCalls, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
-from bot.runtime.mcp_servers import McpServerDown, paused_for
+from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
 from bot.runtime.outcomes import Notice, NoticeKind
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import for_restore, request_context
@@ -133,24 +133,38 @@ async def load_state(serving: Serving, envelope: Envelope) -> RunState[Any] | No
     state carries). None when it was set aside (`serving.set_aside`), or when the MCP
     servers it needs are down (the thread then waits, interrupted: `paused_for`)."""
     context = request_context(serving.key, envelope.started_by, envelope.decided)
+    # Restoring lists the current agent's MCP tools, and the SDK hides whatever a restore
+    # raises behind a redacted error: the servers are checked first (a cached listing would
+    # not notice them gone), and any found down meanwhile are noted here.
+    down: set[str] = set()
+    token = SEEN_DOWN.set(down)
     try:
-        state = await RunState.from_json(
+        await serving.rt.mcp.check_for(_current_agent_name(envelope.run_state))
+        return await RunState.from_json(
             serving.rt.agent, envelope.run_state, context_override=for_restore(context)
         )
-        # Restoring listed the current agent's MCP tools (from a cache, maybe): its servers
-        # must answer before anything is committed that would run them.
-        agent = getattr(state, "_current_agent", None) or serving.rt.agent
-        await serving.rt.mcp.check(agent.mcp_servers)
-        return state
-    except McpServerDown as down:
-        await paused_for(serving, down.servers)
+    except McpServerDown as unavailable:
+        await paused_for(serving, unavailable.servers)
         return None
-    except (UserError, ModelBehaviorError, ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:
+        if down:
+            await paused_for(serving, sorted(down))
+            return None
+        if not isinstance(exc, UserError | ModelBehaviorError | ValueError | KeyError | TypeError):
+            raise
         log.error("%s: the SDK refused the saved state: %s", serving.key, exc)
         await fail_closed(
             serving, FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"), envelope
         )
         return None
+    finally:
+        SEEN_DOWN.reset(token)
+
+
+def _current_agent_name(run_state: dict[str, Any]) -> str | None:
+    current = run_state.get("current_agent")
+    name = current.get("name") if isinstance(current, dict) else None
+    return name if isinstance(name, str) else None
 
 
 async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope | None) -> Envelope:

@@ -75,8 +75,9 @@ async def test_an_mcp_servers_tools_are_guarded_and_in_the_fingerprint(
     assert record_of(store).status is Status.AWAITING_APPROVAL
     assert listed != agent_fingerprint(agent)  # the listing is part of it
 
-    # A restart: another runtime, another server process, decides from the checkpoint.
-    async with running(ConversationRuntime(store, agent)) as again:
+    # A restart: another agent, runtime and server process decide from the checkpoint.
+    restarted = payments_agent(payments_stdio(**env), model)
+    async with running(ConversationRuntime(store, restarted)) as again:
         await again.start()
         assert again.fingerprint == listed
         done = await again.decide(
@@ -148,19 +149,34 @@ class Sink:
         self.sent.append(outcome)
 
 
+async def answered(sink: Sink, text: str, within: float = 30) -> float:
+    """Seconds until the thread is sent the answer `text`."""
+    started = time.monotonic()
+    while (
+        Answer(key=KEY, text=text) not in sink.sent
+        and Answer(key=OTHER, text=text) not in sink.sent
+    ):
+        assert time.monotonic() - started < within, sink.sent
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
 @pytest.mark.parametrize("backend", ["local"], indirect=True)  # the runtime's side: one
 async def test_a_server_that_drops_pauses_the_run_until_it_is_back(
     store: Store, tmp_path: Path
 ) -> None:
-    """Streamable HTTP: the server stops; a message that needs it pauses as interrupted
-    with a plain notice, and is not lost; once the server listens again the watcher
-    reconnects it and the thread continues by itself."""
+    """Streamable HTTP: the server stops; a message that needs it, and then a click on an
+    approval it asked for, each pause the run as interrupted with a plain notice, and are not
+    lost; once the server listens again the watcher reconnects it and each thread continues
+    by itself."""
     effects = SideEffects(tmp_path / "mcp-effects.jsonl")
     port = free_port()
     model = ScriptedModel(
         [
             [function_call("balance", {"account": "bob"}, call_id="c-1")],
             [assistant_message("Bob has 100.")],
+            [function_call("pay", {"amount": 3, "to": "cy"}, call_id="c-pay")],
+            [assistant_message("Paid 3 to cy.")],
         ]
     )
     agent = payments_agent(payments_http(f"http://127.0.0.1:{port}/mcp"), model)
@@ -179,12 +195,25 @@ async def test_a_server_that_drops_pauses_the_run_until_it_is_back(
         assert [e.event_id for e in store.read_inbox(KEY)] == ["E1"]  # kept for the run
         assert len(model.calls) == 0 and effects.calls() == []
         with http_server(port, effects):
-            started = time.monotonic()
-            while not any(isinstance(o, Answer) for o in sink.sent):
-                assert time.monotonic() - started < 30, sink.sent
-                await asyncio.sleep(0.05)
-            back_after = time.monotonic() - started
-    assert Answer(key=KEY, text="Bob has 100.") in sink.sent
-    assert [e["tool"] for e in effects.calls()] == ["balance"]
-    assert record_of(store).status is Status.IDLE and store.read_inbox(KEY) == []
-    assert back_after < 15, back_after
+            first_back = await answered(sink, "Bob has 100.")
+            asked = await rt.handle_message(OTHER, event_id="E2", user="U1", text="pay cy 3")
+        await asyncio.sleep(0.5)  # the watcher's ping finds it gone
+        decided = await rt.decide(
+            OTHER,
+            call_id="c-pay",
+            approve=True,
+            user="U1",
+            checkpoint_version=pay_requests(asked).checkpoint_version,
+        )
+        assert [o.kind for o in decided if isinstance(o, Notice)] == [NoticeKind.TOOLS_UNAVAILABLE]
+        assert record_of(store, OTHER).status is Status.INTERRUPTED
+        assert len(store.read_inbox(OTHER)) == 1  # the decision, kept
+        with http_server(port, effects):
+            second_back = await answered(sink, "Paid 3 to cy.")
+    assert [(e["tool"], e.get("amount")) for e in effects.calls()] == [
+        ("balance", None),
+        ("pay", 3),
+    ]
+    for key in (KEY, OTHER):
+        assert record_of(store, key).status is Status.IDLE and store.read_inbox(key) == []
+    assert first_back < 15 and second_back < 15, (first_back, second_back)

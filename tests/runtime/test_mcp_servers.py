@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from bot.settings import RuntimeSettings
 from storage import ConversationKey, Status, Store, ToolCallStatus
 from testkit.mcp_agent import payments_agent, payments_http, payments_stdio
 from testkit.runtime import KEY, SideEffects, record_of
-from testkit.services import free_port
+from testkit.services import free_port, wait_until
 
 OTHER = ConversationKey(team="T9", channel="C9", thread_ts="1700000200.000200")
 
@@ -217,3 +218,46 @@ async def test_a_server_that_drops_pauses_the_run_until_it_is_back(
     for key in (KEY, OTHER):
         assert record_of(store, key).status is Status.IDLE and store.read_inbox(key) == []
     assert first_back < 15 and second_back < 15, (first_back, second_back)
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_side_effect_whose_server_dies_mid_call_is_of_unknown_outcome(
+    store: Store, tmp_path: Path
+) -> None:
+    """`pay` has had its effect when its stdio server dies: the call stays `started`, the
+    thread and the model are told its outcome is unknown, and the run goes on with a new
+    server process (started when the next turn lists the tools)."""
+    effects = SideEffects(tmp_path / "mcp-effects.jsonl")
+    pids = tmp_path / "mcp-pids"
+    server = payments_stdio(
+        MCP_EFFECTS_FILE=str(effects.path), MCP_PIDS_FILE=str(pids), MCP_PAY_SECONDS="30"
+    )
+    model = ScriptedModel(
+        [
+            [function_call("pay", {"amount": 9, "to": "di"}, call_id="c-9")],
+            [assistant_message("I can't tell whether di was paid.")],
+        ]
+    )
+    async with running(ConversationRuntime(store, payments_agent(server, model))) as rt:
+        asked = await rt.handle_message(KEY, event_id="E1", user="U1", text="pay di 9")
+        deciding = asyncio.create_task(
+            rt.decide(
+                KEY,
+                call_id="c-9",
+                approve=True,
+                user="U1",
+                checkpoint_version=pay_requests(asked).checkpoint_version,
+            )
+        )
+        await asyncio.to_thread(wait_until, lambda: effects.calls("pay"), 30)
+        os.kill(int(pids.read_text().split()[0]), signal.SIGKILL)
+        done = await asyncio.wait_for(deciding, 60)
+    [notice] = [o for o in done if isinstance(o, Notice)]
+    assert notice.kind is NoticeKind.TOOL_OUTCOME_UNKNOWN
+    assert "`pay` (call c-9)" in notice.text and "stopped answering" in notice.text
+    assert Answer(key=KEY, text="I can't tell whether di was paid.") in done
+    outputs = [item for item in model.calls[-1].input if isinstance(item, dict)]
+    assert any("outcome of this call is unknown" in str(i.get("output")) for i in outputs)
+    call = store.get_tool_call(KEY, "c-9")
+    assert call is not None and call.status is ToolCallStatus.STARTED
+    assert len(effects.calls("pay")) == 1 and len(pids.read_text().split()) == 2

@@ -397,6 +397,7 @@ class McpServers:
     async def close(self) -> None:
         """Stop watching; clean every server up (a stdio server's process ends)."""
         self.closed = True
+        started = time.perf_counter()
         for task in (self._watching, self._starting):
             if task is not None and not task.done():
                 task.cancel()
@@ -407,6 +408,8 @@ class McpServers:
         )
         for m in self.servers:
             m.up = False
+        if self.servers:
+            log.info("MCP servers cleaned up in %.2fs", time.perf_counter() - started)
 
     async def _watch(self) -> None:
         """Ping each server every `check_interval`; reconnect one that is down when its

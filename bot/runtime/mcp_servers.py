@@ -152,7 +152,9 @@ class ManagedServer:
         async with self._connecting:
             if self.up:
                 return True
-            if not due and time.monotonic() - self.tried_at < BACKOFF_FIRST:
+            now = time.monotonic()
+            too_soon = now < self.retry_at if due else now - self.tried_at < BACKOFF_FIRST
+            if too_soon:  # (or tried meanwhile, while this one waited for the lock)
                 return False
             return await self._connect()
 

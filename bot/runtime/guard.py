@@ -41,7 +41,7 @@ from agents.tool_context import ToolContext
 
 from bot.runtime.agent_graph import agents_of, is_agent_tool
 from bot.runtime.closing import CONNECTION_LOST, STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
-from bot.runtime.mcp_servers import McpServerDown, watched_call
+from bot.runtime.mcp_servers import watched_call
 from bot.runtime.progress import Step, shown
 from bot.runtime.storage_calls import StorageCalls
 from storage import (
@@ -348,7 +348,7 @@ def _guarded_invoke(
                     scope.fault = fault
                 raise
             if lost:  # sent, then the connection failed: it stays `started`
-                return await _lost(scope, ctx.tool_call_id, tool.name, server, keyed=keyed)
+                return await _lost(scope, ctx.tool_call_id, tool.name, server)
             try:
                 await _complete(scope, ctx.tool_call_id, tool.name, as_text(output))
             except StorageError as fault:
@@ -365,13 +365,11 @@ def _guarded_invoke(
     return invoke
 
 
-async def _lost(scope: TurnScope, call_id: str, tool: str, server: Any, *, keyed: bool) -> str:
-    """An MCP call whose server's connection failed while it ran: its outcome is unknown
-    and it stays `started`. A keyed call pauses the run (`McpServerDown`), to be started again
-    with its key once the server is back; any other is reported as of unknown outcome."""
+async def _lost(scope: TurnScope, call_id: str, tool: str, server: Any) -> str:
+    """An MCP call whose server's connection failed while it ran: its outcome is unknown;
+    it stays `started` and is reported so (a keyed one too, for now: it is not started
+    again while the run goes on)."""
     label = mcp_server_log_name(getattr(server, "name", ""))
-    if keyed:
-        raise McpServerDown([label])
     scope.lost.append((call_id, tool, label))
     scope.fates[call_id] = Step.UNKNOWN
     await scope.show(call_id, tool, Step.UNKNOWN)

@@ -216,7 +216,8 @@ class ManagedServer:
         return McpServerDown([self.label])
 
     async def ping(self) -> bool:
-        """Whether it answers right now (a server without a client session is trusted)."""
+        """Whether it answers right now. Any answer counts: servers of MCP 2 answer a ping
+        with "Method not found". A server without a client session is trusted."""
         if not self.up:
             return False
         if not hasattr(self.server, "session"):

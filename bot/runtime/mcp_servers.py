@@ -257,7 +257,7 @@ class ManagedServer:
         self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
     ) -> Any:
         watch = CURRENT_CALL.get()
-        if not self.up:
+        if not self.up and not await self.revive():
             if watch is not None:
                 watch.not_sent = True
             raise self.unavailable()
@@ -287,7 +287,7 @@ async def watched_call(
     managed = managed_of(server)
     if managed is None:
         return await run(), False
-    if not safe and not await managed.ping():
+    if not safe and not (await managed.revive() and await managed.ping()):
         raise managed.unavailable()
     watch = CallWatch()
     token = CURRENT_CALL.set(watch)

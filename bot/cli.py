@@ -271,6 +271,7 @@ async def _admin_command(
     )
     if poster is not None:  # a redelivered notice's second read-back
         await poster.close()
+    await runtime.close()  # MCP servers, if serving a thread had to connect them
     print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
     return 0 if reply.ok else 2
 

@@ -78,6 +78,13 @@ class RuntimeSettings(BaseSettings):
         description="how long a graceful stop lets runs reach their next checkpoint "
         "(fits ECS's 30 s stop timeout)",
     )
+    mcp_check_interval: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="seconds between checks that each MCP server still answers (one that "
+        "dropped is reconnected at once, then with backoff up to 30 s)",
+    )
 
 
 class ProcessSettings(BaseSettings):

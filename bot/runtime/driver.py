@@ -28,6 +28,7 @@ from agents.exceptions import (
 from bot.runtime import approvals, stopping, trust
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
 from bot.runtime.guard import CURRENT_SCOPE, TurnScope
+from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
 from bot.runtime.model_input import render
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
 from bot.runtime.progress import Step, shown
@@ -79,6 +80,8 @@ async def drive(
     )
     await serving.show_work(started_by)
     token = CURRENT_SCOPE.set(scope)
+    seen_down: set[str] = set()  # MCP servers the turn found down (a nested agent's, too)
+    seen_token = SEEN_DOWN.set(seen_down)
     try:
         while True:
             serving.check()
@@ -86,6 +89,7 @@ async def drive(
                 serving.stopped = True  # released as `running`: the next process continues
                 return
             scope.reset()
+            seen_down.clear()
             scope.lease = serving.lease
             session.lease = serving.lease
             if serving.stop_asked:
@@ -117,6 +121,9 @@ async def drive(
                     raise scope.fault from exc
                 if isinstance(exc, StorageError):
                     raise
+                if isinstance(exc, McpServerDown) or seen_down:
+                    await paused_for(serving, sorted(seen_down | set(getattr(exc, "servers", []))))
+                    return
                 tripped = guardrail_name(exc)
                 if tripped is not None:
                     await guardrail_tripped(serving, tripped, started_by, held, consume)
@@ -134,6 +141,10 @@ async def drive(
             if scope.fault is not None:
                 await _tell_late(serving, scope)
                 raise scope.fault
+            if seen_down:  # e.g. an agent used as a tool could not list its MCP tools
+                session.discard_pending()
+                await paused_for(serving, sorted(seen_down))
+                return
             serving.check()
             if serving.stop_asked:  # before anything of this turn is kept or posted
                 session.discard_pending()
@@ -158,6 +169,16 @@ async def drive(
                     + ("failed." if scope.fates.get(call_id) is Step.FAILED else "completed."),
                 )
                 for call_id, tool_name in scope.started_again
+            ]
+            outcomes += [
+                Notice(
+                    key=serving.key,
+                    kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+                    text=f"`{tool_name}` (call {call_id}) was sent to the `{server}` tools, "
+                    "which stopped answering before it finished: its outcome is unknown. It "
+                    "was not run again.",
+                )
+                for call_id, tool_name, server in scope.lost
             ]
             awaiting = [
                 AwaitingCall(
@@ -220,6 +241,7 @@ async def drive(
             assert state is not None  # neither finished nor waiting for a person
             start = state
     finally:
+        SEEN_DOWN.reset(seen_token)
         CURRENT_SCOPE.reset(token)
 
 

@@ -41,7 +41,8 @@ from agents.mcp._logging import get_mcp_server_log_name as mcp_server_log_name
 from agents.tool_context import ToolContext
 
 from bot.runtime.agent_graph import agents_of, is_agent_tool
-from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
+from bot.runtime.closing import CONNECTION_LOST, STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
+from bot.runtime.mcp_servers import watched_call
 from bot.runtime.progress import Step, shown
 from bot.runtime.storage_calls import StorageCalls
 from storage import (
@@ -59,6 +60,7 @@ RETRY_SAFE_TOOLS = "_bot_retry_safe_tools"  # on an MCP server: those of its too
 IDEMPOTENT = "_bot_idempotent"
 IDEMPOTENT_TOOLS = "_bot_idempotent_tools"  # on an MCP server: those of its tools
 KEY_ARGUMENT = "_bot_key_argument"  # the argument a keyed tool receives its key in
+MCP_SERVER = "_bot_mcp_server"  # on a listed MCP tool: the server it runs on
 T = TypeVar("T")
 GuardableT = TypeVar("GuardableT", FunctionTool, CustomTool)
 COMPLETION_ATTEMPTS = 8  # recording an output that exists only in memory is worth waiting for
@@ -128,6 +130,8 @@ class TurnScope:
     keyed_attempts: int = 3  # times a keyed call may be started in all
     started_again: list[tuple[str, str]] = field(default_factory=list)  # keyed, after a crash
     fates: dict[str, Step] = field(default_factory=dict)  # how calls run in this turn ended
+    lost: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, MCP server)
+    # sent, then the server's connection failed: outcome unknown
     late: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, output)
     # recorded after the lease was taken from us (a discard): the thread is told after
 
@@ -143,6 +147,7 @@ class TurnScope:
         self.unknown_outcomes.clear()
         self.started_again.clear()
         self.fates.clear()
+        self.lost.clear()
         self.fault = None
 
     async def show(self, call_id: str, tool: str, state: Step) -> None:
@@ -217,6 +222,7 @@ def _guarded_mcp_tools(agent: Agent[Any]) -> Callable[[RunContextWrapper[Any]], 
             if not isinstance(tool, FunctionTool):
                 guarded.append(tool)  # MCP servers list function tools only
                 continue
+            setattr(tool, MCP_SERVER, server)  # its calls are watched (`mcp_servers`)
             if server is not None and _server_says_retry_safe(server, str(tool_name)):
                 retry_safe(tool)
             if server is not None and _server_says_idempotent(server, str(tool_name)):
@@ -280,6 +286,7 @@ def _guarded_invoke(
     safe = is_retry_safe(tool)
     keyed = is_idempotent(tool)
     key_argument = getattr(tool, KEY_ARGUMENT, None)
+    server = getattr(tool, MCP_SERVER, None)  # an MCP tool's: a call may find it down
 
     async def original(ctx: ToolContext[Any], arguments: str) -> Any:
         output = invoke_original(ctx, arguments)  # a custom tool's may be plain
@@ -291,7 +298,7 @@ def _guarded_invoke(
             return await original(ctx, arguments)
         if safe:
             await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
-            output = await original(ctx, arguments)
+            output, _ = await watched_call(server, lambda: original(ctx, arguments), safe=True)
             await scope.show(ctx.tool_call_id, tool.name, _fate(output))
             return output
         # A stop that came first: the call never runs. If it was recorded as started, it
@@ -325,13 +332,16 @@ def _guarded_invoke(
             return STOPPED_BEFORE_IT_RAN
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
         # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
-        # error output by the SDK inside `original`) is a known outcome: it ran and failed.
+        # error output by the SDK inside `original`) is a known outcome: it ran and failed;
+        # so is an MCP server found down before the call was sent (it did not run).
         scope.armed.discard(ctx.tool_call_id)
         scope.running += 1
         scope.idle.clear()
         try:
             try:
-                output = await original(ctx, arguments)
+                output, lost = await watched_call(
+                    server, lambda: original(ctx, arguments), safe=False
+                )
             except Exception as exc:
                 scope.fates[ctx.tool_call_id] = Step.FAILED
                 await scope.show(ctx.tool_call_id, tool.name, Step.FAILED)
@@ -341,6 +351,8 @@ def _guarded_invoke(
                 except StorageError as fault:
                     scope.fault = fault
                 raise
+            if lost:  # sent, then the connection failed: it stays `started`
+                return await _lost(scope, ctx.tool_call_id, tool.name, server)
             try:
                 await _complete(scope, ctx.tool_call_id, tool.name, as_text(output))
             except StorageError as fault:
@@ -355,6 +367,17 @@ def _guarded_invoke(
         return output
 
     return invoke
+
+
+async def _lost(scope: TurnScope, call_id: str, tool: str, server: Any) -> str:
+    """An MCP call whose server's connection failed while it ran: its outcome is unknown;
+    it stays `started` and is reported so (a keyed one too, for now: it is not started
+    again while the run goes on)."""
+    label = mcp_server_log_name(getattr(server, "name", ""))
+    scope.lost.append((call_id, tool, label))
+    scope.fates[call_id] = Step.UNKNOWN
+    await scope.show(call_id, tool, Step.UNKNOWN)
+    return CONNECTION_LOST
 
 
 async def _start_again(scope: TurnScope, call_id: str, tool: str) -> bool:

@@ -30,6 +30,7 @@ class NoticeKind(StrEnum):
     NOT_TAKEN = "not_taken"  # messages refused because the thread's backlog is full
     CONTEXT_UNAVAILABLE = "context_unavailable"  # a thread's earlier messages were not read
     FILES_NOT_READ = "files_not_read"  # shared files the model was not given
+    TOOLS_UNAVAILABLE = "tools_unavailable"  # a run waits for MCP servers that are down
 
 
 class Outcome(BaseModel):

@@ -24,6 +24,7 @@ from agents.memory import SessionSettings
 from agents.run_state import CURRENT_SCHEMA_VERSION
 
 from bot.runtime.ack_first import KeepsFirst
+from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource, SharedFile
 from bot.runtime.delivery import OutcomeSink
@@ -33,6 +34,7 @@ from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
 from bot.runtime.history_cache import HistoryCache
 from bot.runtime.holder import new_owner, process_identity
+from bot.runtime.mcp_servers import McpServers
 from bot.runtime.not_taken import NotTaken
 from bot.runtime.outcomes import (
     Duplicate,
@@ -75,6 +77,7 @@ EXPIRED_RESUME = (
 STOPPABLE = (Status.RUNNING, Status.AWAITING_APPROVAL, Status.INTERRUPTED)
 NOT_YOURS_TO_STOP = "Only the person who started this run, an approver or an admin can stop it."
 EXPIRED_STOP = "Nothing is running there: this conversation's saved state expired (see the thread)."
+CONTINUE_WAIT_STEPS = 300  # tenths of a second
 
 
 class Kept(StrEnum):
@@ -121,7 +124,15 @@ class ConversationRuntime(Queries):
         self.io = StorageCalls(store)
         self.settings = settings or RuntimeSettings()
         self.agent = guard_agent(agent)
+        self.agent_version = agent_version
         self.fingerprint = agent_fingerprint(self.agent, agent_version)
+        # The agents' MCP servers; with any, the fingerprint is final once each listed its
+        # tools (`start`, or the first serve), and nothing is verified or committed before.
+        self.mcp = McpServers(
+            agents_of(self.agent), check_interval=self.settings.mcp_check_interval
+        )
+        self.mcp.on_change = self._listings_changed
+        self.mcp.on_back = self._continue_waiting
         self.process = owner or process_identity()
         self.sink = on_outcome
         self.progress: Progress = progress or Quiet()
@@ -428,6 +439,53 @@ class ConversationRuntime(Queries):
     async def recover(self, *, limit: int = 1000) -> list[Outcome]:
         """Resume conversations whose holder died (see `recovery`)."""
         return await recover_conversations(self, limit=limit)
+
+    # -- MCP servers --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect the agents' MCP servers and list their tools (before the process reports
+        healthy); a runtime that was not started does this on its first serve."""
+        await self.mcp.start()
+
+    async def close(self) -> None:
+        """After `drain`: clean the MCP servers up (a stdio server's process ends)."""
+        await self.mcp.close()
+
+    def _listings_changed(self) -> None:
+        self.fingerprint = agent_fingerprint(self.agent, self.agent_version, mcp=self.mcp.listings)
+
+    def _continue_waiting(self, keys: Sequence[ConversationKey]) -> None:
+        """MCP servers that paused these threads are back: continue each one that is still
+        interrupted (in the background, like a recovery)."""
+        if self.draining:
+            return
+        for key in keys:
+            task = asyncio.create_task(self._continue(key))
+            self._emitting.add(task)
+            task.add_done_callback(self._emitting.discard)
+
+    async def _continue(self, key: ConversationKey) -> None:
+        for _ in range(CONTINUE_WAIT_STEPS):  # the serve that paused it lets go first
+            if key not in self._live:
+                break
+            await asyncio.sleep(0.1)
+        try:
+            lease, record = await self.io(
+                self.store.acquire, key, new_owner(self.process), create=False
+            )
+        except (LeaseBusy, NotFound):
+            return  # someone serves it (and continues it), or it is gone
+        except Exception:
+            log.warning("%s: could not continue it after its MCP servers came back", key)
+            return
+        if record.status is not Status.INTERRUPTED or self.draining:
+            await self.io(self.store.release, lease, touch=False)
+            return
+        log.info("%s: its MCP servers are back; continuing", key)
+        try:
+            await self._serve(Serving(self, lease, record))
+        except Exception:
+            log.exception("%s: continuing after the MCP servers came back failed", key)
 
     # -- shutting down ------------------------------------------------------------------
 

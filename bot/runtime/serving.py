@@ -31,6 +31,7 @@ from bot.runtime.envelope import (
     UserMessage,
     parse_payload,
 )
+from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_input import render
 from bot.runtime.outcomes import Notice, NoticeKind, Outcome, Refused
 from bot.runtime.progress import shown
@@ -124,6 +125,7 @@ class Serving:
         self.again = False  # this pass set the state aside: look at the inbox once more
         self.stopped = False  # stopped for a graceful shutdown: release as `running`
         self.set_aside: Envelope | None = None  # what failing closed left as the checkpoint
+        self.paused = False  # it waits for MCP servers that are down (`paused_for`)
         self.decided: dict[str, DecisionMade] = {}  # carried from envelope to envelope
         self.armed: set[str] = set()  # recorded as started by this serve, not started yet
         self.showing = False  # progress was shown for this thread: end it when done
@@ -255,6 +257,10 @@ class Serving:
         if self.record.expired_from is not None:  # the thread is told first
             await expiry.announce(self, entries)
             return
+        unlisted = await self.rt.mcp.ready()
+        if unlisted:  # the fingerprint is not final: nothing can be verified or committed
+            await paused_for(self, unlisted)
+            return
         try:
             current = await trust.current_envelope(self)
         except trust.WrittenByNewer as newer:
@@ -295,6 +301,8 @@ class Serving:
             state = await trust.load_state(self, runnable)
             if state is not None:
                 await self.drive(state, runnable.started_by, runnable.held + arrived, entries.ids)
+                return
+            if self.paused:  # its MCP servers are down: it waits
                 return
             current = self.set_aside
         if current is not None and current.finished and current.held:

@@ -19,6 +19,7 @@ from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
 from bot.runtime.closing import ClosedCalls, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
+from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
 from bot.runtime.outcomes import Notice, NoticeKind
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import for_restore, request_context
@@ -129,9 +130,16 @@ async def current_envelope(serving: Serving) -> Envelope | None:
 
 async def load_state(serving: Serving, envelope: Envelope) -> RunState[Any] | None:
     """The SDK's run state, with the run context rebuilt from the envelope (not the copy the
-    state carries)."""
+    state carries). None when it was set aside (`serving.set_aside`), or when the MCP
+    servers it needs are down (the thread then waits, interrupted: `paused_for`)."""
     context = request_context(serving.key, envelope.started_by, envelope.decided)
+    # Restoring lists the current agent's MCP tools, and the SDK hides whatever a restore
+    # raises behind a redacted error: the servers are checked first (a cached listing would
+    # not notice them gone), and any found down meanwhile are noted here.
+    down: set[str] = set()
+    token = SEEN_DOWN.set(down)
     try:
+        await serving.rt.mcp.check_for(_current_agent_name(envelope.run_state))
         return await RunState.from_json(
             serving.rt.agent,
             envelope.run_state,
@@ -140,12 +148,28 @@ async def load_state(serving: Serving, envelope: Envelope) -> RunState[Any] | No
             # SDK without the override: it gets the same context (and no warning).
             context_deserializer=lambda _: context,
         )
-    except (UserError, ModelBehaviorError, ValueError, KeyError, TypeError) as exc:
+    except McpServerDown as unavailable:
+        await paused_for(serving, unavailable.servers)
+        return None
+    except Exception as exc:
+        if down:
+            await paused_for(serving, sorted(down))
+            return None
+        if not isinstance(exc, UserError | ModelBehaviorError | ValueError | KeyError | TypeError):
+            raise
         log.error("%s: the SDK refused the saved state: %s", serving.key, exc)
         await fail_closed(
             serving, FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"), envelope
         )
         return None
+    finally:
+        SEEN_DOWN.reset(token)
+
+
+def _current_agent_name(run_state: dict[str, Any]) -> str | None:
+    current = run_state.get("current_agent")
+    name = current.get("name") if isinstance(current, dict) else None
+    return name if isinstance(name, str) else None
 
 
 async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope | None) -> Envelope:

@@ -65,6 +65,7 @@ NOTICE_ICONS = {
     NoticeKind.FILES_NOT_READ: ":paperclip:",
     NoticeKind.NOT_TAKEN: ":warning:",
     NoticeKind.GUARDRAIL: ":shield:",
+    NoticeKind.TOOLS_UNAVAILABLE: ":electric_plug:",
 }
 # Errors that retrying cannot fix (https://api.slack.com/methods/chat.postMessage#errors).
 PERMANENT_ERRORS = frozenset(

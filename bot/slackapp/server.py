@@ -7,7 +7,8 @@ Stopping (SIGTERM, SIGINT): health turns 503 at once so that a load balancer dra
 replica; requests still arriving are kept (never lost) and left for the next process; runs in
 flight get `BOT_SHUTDOWN_GRACE` to reach their next checkpoint and then give their threads up,
 so that the next process or another replica continues at once; then the checks for
-duplicate posts still waiting run at once (`duplicates`)."""
+duplicate posts still waiting run at once (`duplicates`), and the agents' MCP servers are
+cleaned up (connected at start, before the process reports healthy: `mcp_servers`)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,10 @@ EVENTS_PATH = "/slack/events"
 def health_routes(runtime: ConversationRuntime) -> list[web.RouteDef]:
     async def healthz(request: web.Request) -> web.Response:
         ok = not runtime.draining and await runtime.healthy()
-        return web.json_response({"ok": ok}, status=200 if ok else 503)
+        body: dict[str, object] = {"ok": ok}
+        if runtime.mcp:  # a server that is down pauses the runs that need it, not the bot
+            body["mcp_down"] = runtime.mcp.down()
+        return web.json_response(body, status=200 if ok else 503)
 
     async def metrics_page(request: web.Request) -> web.Response:
         return web.Response(
@@ -108,8 +112,11 @@ async def serve(
     """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given). Many
     workspaces keep their installations in `store` (the runtime's). `own_process`: the
     process does nothing else (`python -m bot serve`), so its heap is frozen once warm."""
-    async with web_api_session() as session:
-        await _serve(settings, runtime, admins, store, stop, host, session, own_process)
+    try:
+        async with web_api_session() as session:
+            await _serve(settings, runtime, admins, store, stop, host, session, own_process)
+    finally:
+        await runtime.close()  # the agents' MCP servers (a stdio server's process ends)
 
 
 async def _serve(
@@ -139,6 +146,7 @@ async def _serve(
     workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
     bot_user = identity.get("user_id") if identity else None
     runtime.source = SlackSource(settings, clients, bot_user=bot_user, session=session)
+    await runtime.start()  # the agents' MCP servers connected and listed
     await warm_up(runtime.io, freeze=own_process)
     app = build_app(
         settings,

@@ -1,0 +1,83 @@
+"""A small MCP server for tests: `python -m testkit.mcp_server [--http PORT]` (stdio by
+default, streamable HTTP on 127.0.0.1:PORT with `--http`).
+
+`pay` is a side effect (tests give it `require_approval`); `balance` is read-only. Every
+execution is appended to `$MCP_EFFECTS_FILE` (outside every process), after which `pay`
+takes `$MCP_PAY_SECONDS` to answer, so that a signal can land right after its effect.
+The server appends its pid to `$MCP_PIDS_FILE` when it starts; while the file
+`$MCP_FAIL_WHILE` exists it exits at once (a server that is down, then back).
+`$MCP_PAY_CURRENCY=1` gives `pay` a required `currency` argument (a changed tool schema)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+
+def record(tool: str, **arguments: Any) -> None:
+    path = os.environ.get("MCP_EFFECTS_FILE")
+    if not path:
+        return
+    line = json.dumps({"tool": tool, "pid": os.getpid(), **arguments}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, line.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def build() -> MCPServer:
+    from mcp.server.mcpserver import MCPServer  # (not imported by a server that fails at once)
+
+    server = MCPServer("payments")
+
+    currency_required = os.environ.get("MCP_PAY_CURRENCY") == "1"
+
+    async def pay(amount: int, to: str) -> str:
+        """Pay someone (a side effect)."""
+        record("pay", amount=amount, to=to)
+        await asyncio.sleep(float(os.environ.get("MCP_PAY_SECONDS", "0")))
+        return f"paid {amount} to {to}"
+
+    async def pay_in(amount: int, to: str, currency: str) -> str:
+        """Pay someone (a side effect)."""
+        record("pay", amount=amount, to=to, currency=currency)
+        await asyncio.sleep(float(os.environ.get("MCP_PAY_SECONDS", "0")))
+        return f"paid {amount} {currency} to {to}"
+
+    server.tool(name="pay")(pay_in if currency_required else pay)
+
+    @server.tool()
+    def balance(account: str) -> str:
+        """An account's balance (read-only)."""
+        record("balance", account=account)
+        return f"{account} has 100"
+
+    return server
+
+
+def main(argv: list[str]) -> None:
+    fail_while = os.environ.get("MCP_FAIL_WHILE")
+    if fail_while and Path(fail_while).exists():
+        sys.exit(3)
+    pids = os.environ.get("MCP_PIDS_FILE")
+    if pids:
+        with open(pids, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+    server = build()
+    if argv[:1] == ["--http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

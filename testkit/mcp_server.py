@@ -6,7 +6,10 @@ execution is appended to `$MCP_EFFECTS_FILE` (outside every process), after whic
 takes `$MCP_PAY_SECONDS` to answer, so that a signal can land right after its effect.
 The server appends its pid to `$MCP_PIDS_FILE` when it starts; while the file
 `$MCP_FAIL_WHILE` exists it exits at once (a server that is down, then back).
-`$MCP_PAY_CURRENCY=1` gives `pay` a required `currency` argument (a changed tool schema)."""
+`$MCP_PAY_CURRENCY=1` gives `pay` a required `currency` argument (a changed tool schema).
+`charge` is a keyed side effect, as payment APIs have them: it applies each
+`idempotency_key` once (the keys it applied are kept in `$MCP_KEYS_FILE`, outside every
+process) and answers a repeated key with the first result, at once."""
 
 from __future__ import annotations
 
@@ -34,6 +37,23 @@ def record(tool: str, **arguments: Any) -> None:
         os.close(fd)
 
 
+def _applied_keys() -> dict[str, str]:
+    path = os.environ.get("MCP_KEYS_FILE")
+    if not path or not Path(path).exists():
+        return {}
+    lines = Path(path).read_text().splitlines()
+    return {entry["key"]: entry["result"] for entry in map(json.loads, lines)}
+
+
+def _remember_key(key: str, result: str) -> None:
+    path = os.environ.get("MCP_KEYS_FILE")
+    if path:
+        with open(path, "a") as handle:
+            handle.write(json.dumps({"key": key, "result": result}) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
 def build() -> MCPServer:
     from mcp.server.mcpserver import MCPServer  # (not imported by a server that fails at once)
 
@@ -54,6 +74,18 @@ def build() -> MCPServer:
         return f"paid {amount} {currency} to {to}"
 
     server.tool(name="pay")(pay_in if currency_required else pay)
+
+    @server.tool()
+    async def charge(amount: int, to: str, idempotency_key: str) -> str:
+        """Charge someone (a side effect the service applies once per idempotency key)."""
+        applied = _applied_keys()
+        if idempotency_key in applied:
+            return applied[idempotency_key]
+        record("charge", amount=amount, to=to, key=idempotency_key)
+        result = f"charged {amount} to {to}"
+        _remember_key(idempotency_key, result)
+        await asyncio.sleep(float(os.environ.get("MCP_PAY_SECONDS", "0")))
+        return result
 
     @server.tool()
     def balance(account: str) -> str:

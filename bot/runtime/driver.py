@@ -108,7 +108,15 @@ async def drive(
                     context=request_context(key, started_by, serving.decided),
                 )
             )
-            if await _stopped_first(serving, scope, turn):
+            try:
+                abandoned = await _stopped_first(serving, scope, turn)
+            except asyncio.CancelledError:
+                # A shutdown past its grace: the turn goes with the serve, so that nothing
+                # of it (a tool, a model call) goes on once the thread is given up.
+                turn.cancel()
+                await asyncio.wait({turn}, timeout=5)
+                raise
+            if abandoned:
                 session.discard_pending()
                 await stopping.stopped(serving, consume)
                 return

@@ -29,6 +29,7 @@ from bot.runtime import (
     Decided,
     Notice,
     NoticeKind,
+    idempotent,
 )
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.settings import RuntimeSettings
@@ -36,6 +37,7 @@ from storage import ConversationKey, Status, Store, ToolCallStatus
 from testkit.mcp_agent import payments_agent, payments_http, payments_stdio
 from testkit.runtime import KEY, SideEffects, record_of
 from testkit.services import free_port, wait_until
+from tests.conftest import Backend
 
 OTHER = ConversationKey(team="T9", channel="C9", thread_ts="1700000200.000200")
 
@@ -261,3 +263,46 @@ async def test_a_side_effect_whose_server_dies_mid_call_is_of_unknown_outcome(
     call = store.get_tool_call(KEY, "c-9")
     assert call is not None and call.status is ToolCallStatus.STARTED
     assert len(effects.calls("pay")) == 1 and len(pids.read_text().split()) == 2
+
+
+async def test_a_keyed_mcp_call_cut_short_is_sent_again_with_its_key(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """`idempotent(server, "charge", key_argument="idempotency_key")`: the tool receives the
+    call's key in that argument; cut short after the server applied it (the process dies),
+    the next process sends it again with the same key and the server applies it once."""
+    effects = SideEffects(tmp_path / "mcp-effects.jsonl")
+    env = {
+        "MCP_EFFECTS_FILE": str(effects.path),
+        "MCP_KEYS_FILE": str(tmp_path / "keys.jsonl"),
+        "MCP_PAY_SECONDS": "60",
+    }
+    model = ScriptedModel(
+        [
+            [function_call("charge", {"amount": 3, "to": "bob"}, call_id="c-charge")],
+            [assistant_message("Charged.")],
+        ]
+    )
+
+    def agent() -> Any:
+        server = payments_stdio(**env)
+        return payments_agent(idempotent(server, "charge", key_argument="idempotency_key"), model)
+
+    first = ConversationRuntime(backend.open(lease_seconds=1, lease_skew_seconds=0), agent())
+    serving = asyncio.create_task(
+        first.handle_message(KEY, event_id="E1", user="U1", text="charge bob 3")
+    )
+    await asyncio.to_thread(wait_until, lambda: effects.calls("charge"), 60)
+    serving.cancel()  # the process dies while the server holds the call
+    await asyncio.gather(serving, return_exceptions=True)
+    await first.close()
+    async with running(ConversationRuntime(backend.open(), agent())) as again:
+        outcomes = await again.recover()
+    assert [e["key"] for e in effects.calls("charge")] == [effects.calls("charge")[0]["key"]]
+    assert Answer(key=KEY, text="Charged.") in outcomes
+    assert NoticeKind.TOOL_COMPLETED_AFTER_RESTART in [
+        o.kind for o in outcomes if isinstance(o, Notice)
+    ]
+    call = backend.open().get_tool_call(KEY, "c-charge")
+    assert call is not None and call.status is ToolCallStatus.COMPLETED and call.attempts == 2
+    assert call.output is not None and "charged 3 to bob" in call.output

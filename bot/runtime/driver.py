@@ -111,10 +111,10 @@ async def drive(
             try:
                 abandoned = await _stopped_first(serving, scope, turn)
             except asyncio.CancelledError:
-                # A shutdown past its grace: the turn goes with the serve, so that nothing
-                # of it (a tool, a model call) goes on once the thread is given up.
+                # A shutdown past its grace: the turn goes with the serve, so that its model
+                # call does not go on once the thread is given up (the SDK shields a tool
+                # already running: it finishes, and its result is recorded if it can be).
                 turn.cancel()
-                await asyncio.wait({turn}, timeout=5)
                 raise
             if abandoned:
                 session.discard_pending()

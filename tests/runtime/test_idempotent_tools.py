@@ -36,7 +36,15 @@ def service() -> Iterator[KeyedService]:
         yield running
 
 
-def charging_agent(service: KeyedService, *, keyed: bool, die_after: list[int]) -> Agent[Any]:
+class Deaths:
+    """How many times the process "dies" right after the service answered a charge."""
+
+    def __init__(self, times: int) -> None:
+        self.left = times
+        self.died = asyncio.Event()  # set when a charge is cut short, cleared by the test
+
+
+def charging_agent(service: KeyedService, *, keyed: bool, die_after: Deaths) -> Agent[Any]:
     """`charge` applies an effect at the keyed service, then (while `die_after` has turns
     left) hangs as if its process died right there."""
 
@@ -45,8 +53,9 @@ def charging_agent(service: KeyedService, *, keyed: bool, die_after: list[int]) 
         """Charge the customer (a side effect)."""
         key = ctx.context.idempotency_key(ctx.tool_call_id)
         result = await asyncio.to_thread(call, service.url, key, f"charge {amount}")
-        if die_after:
-            die_after.pop()
+        if die_after.left:
+            die_after.left -= 1
+            die_after.died.set()
             await asyncio.Event().wait()  # never returns: the "process" is cancelled here
         return f"charged: {result['id']}"
 
@@ -62,7 +71,7 @@ async def killed_after_the_effect(
     """Approve the charge; the process dies `deaths` times right after the service applied
     it; then a new process continues the run (recovery)."""
     settings = RuntimeSettings(idempotent_attempts=attempts)
-    die_after = [1] * deaths
+    die_after = Deaths(deaths)
     agent = charging_agent(service, keyed=keyed, die_after=die_after)
     store = backend.open(lease_seconds=1, lease_skew_seconds=0)
     rt = ConversationRuntime(store, agent, settings)
@@ -78,8 +87,9 @@ async def killed_after_the_effect(
         )
     )
     running: asyncio.Task[Any] = deciding
-    for death in range(deaths):
-        await service.reached(death + 1)
+    for _ in range(deaths):
+        await asyncio.wait_for(die_after.died.wait(), 30)
+        die_after.died.clear()
         running.cancel()  # the process dies; the thread is given up as running
         await asyncio.gather(running, return_exceptions=True)
         later = ConversationRuntime(backend.open(), agent, settings)

@@ -169,7 +169,9 @@ class SlackSide:
         if message is None:
             return
         shown = {
-            "text": message.text or message.streamed,
+            # What the thread shows: the streamed answer in full (its `text` is only the
+            # notification's fallback, cut short for a long answer).
+            "text": message.streamed or message.text,
             "blocks": message.blocks,
             "metadata": message.metadata,
         }

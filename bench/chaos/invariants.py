@@ -405,7 +405,9 @@ def _late_actions(
 ) -> list[tuple[str, float, float]]:
     """(what, when, the thread's last activity before) of each late action that was acked."""
     moments = sorted(
-        [p.at for p in thread.posts] + [m.sent_at for m in messages if m.acked] + thread.clicks
+        [p.at for p in thread.posts]
+        + [m.acked_at or m.sent_at for m in messages if m.acked]
+        + thread.clicks
     )
     actions = [(f"late #{m.tag}", m.sent_at) for m in messages if m.late and m.acked]
     actions += [("late click", at) for at in thread.late_clicks]

@@ -157,9 +157,9 @@ def make_plan(
 
 
 def _more_workloads(rng: random.Random, plan: RunPlan) -> None:
-    if rng.random() < 0.3:
+    if rng.random() < 0.35:
         _burst(rng, plan.seed, rng.choice(plan.threads))
-    if rng.random() < 0.3:
+    if rng.random() < 0.35:
         plan.state_ttl = EXPIRY_TTL
         for thread in rng.sample(plan.threads, rng.randint(1, min(2, len(plan.threads)))):
             _late(rng, plan.seed, thread)
@@ -184,16 +184,14 @@ def _burst(rng: random.Random, seed: int, thread: ThreadPlan) -> None:
 
 
 def _late(rng: random.Random, seed: int, thread: ThreadPlan) -> None:
-    """One action after the thread's state expired: the first approval clicked late, or a
-    reply or a mention after a quiet spell."""
-    roll = rng.random()
-    if roll < 0.4:
+    """After a quiet spell past the TTL, a reply or a mention; now and then the thread's
+    first approval is clicked that late too (paused all along)."""
+    if rng.random() < 0.5:
         thread.decisions[0].delay = LATE + rng.uniform(0.0, 1.0)
         thread.decisions[0].via = "button"
         thread.decisions[0].late = True
-        return
     tag = f"s{seed}t{thread.index}m{200}"
-    mention = roll >= 0.7
+    mention = rng.random() < 0.4
     text = f"{'and' if not mention else 'again'} {rng.choice(WORDS)}? #{tag}"
     pause = LATE + rng.uniform(0.0, 1.0)
     thread.steps.append(Step("say", pause, text, tag, thread.starter, mention, late=True))

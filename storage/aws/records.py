@@ -17,6 +17,7 @@ from storage.aws.errors import code
 from storage.aws.expressions import Item, Update, n, s, ss
 from storage.aws.layout import (
     CLAIM_PREFIX,
+    CLAIM_SETS,
     INBOX_PREFIX,
     INLINE_INBOX,
     LEGACY_CLAIM,
@@ -463,6 +464,12 @@ class Records:
         }
         if fresh.participants:
             item["participants"] = ss(sorted(fresh.participants))
+        # Event claims outlive the state they came with (a delivery of a message kept just
+        # before the expiry is still a duplicate): the record's sets, and `spill_until`,
+        # which sends keeps to rows while claims may live in CLAIM# rows.
+        for name, value in old.items():
+            if name in CLAIM_SETS or name.startswith(LEGACY_CLAIM) or name == "spill_until":
+                item[name] = value
         try:
             self.t.dynamodb.put_item(
                 TableName=self.t.table,

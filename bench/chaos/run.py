@@ -519,7 +519,7 @@ class Run:
                 late_clicks=thread.late_clicks,
             )
             facts.posts = [
-                BotPost(at=p.at, text=str(p.args.get("text") or ""), what=classify_post(p.args))
+                BotPost(at=p.at, text=p.shown, what=classify_post(p.args))
                 for p in posts
                 if p.channel == key.channel and (p.thread_ts or p.ts) == key.thread_ts
             ]

@@ -65,6 +65,20 @@ class Post:
     args: dict[str, Any]
     at: float
 
+    @property
+    def shown(self) -> str:
+        """The text the thread shows: an answer's markdown blocks in full (its `text` is
+        only the notification's fallback, cut at 300 characters)."""
+        blocks = self.args.get("blocks")
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks) if blocks else []
+        parts = [
+            str(block.get("text", ""))
+            for block in blocks or []
+            if isinstance(block, dict) and block.get("type") == "markdown"
+        ]
+        return "\n".join(parts) if parts else str(self.args.get("text") or "")
+
 
 @dataclass
 class SlackSide:

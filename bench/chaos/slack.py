@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from bot.standin.slack_api import SlackWebApi
 
 TEAM = "T0CHAOS"
 SECRET = "chaos-signing-secret"
+MARKDOWN_ESCAPE = re.compile(r"\\([^\w\s])")  # what the poster escapes in markdown
 ACK_DEADLINE = 3.0
 EVENT_RETRY_PAUSES = (0.3, 1.0, 2.0)  # Slack waits ~1 min and 5 min; compressed here
 SlackFaultKind = Literal["ratelimit", "error5xx", "channel_error", "slow"]
@@ -77,7 +79,9 @@ class Post:
             for block in blocks or []
             if isinstance(block, dict) and block.get("type") == "markdown"
         ]
-        return "\n".join(parts) if parts else str(self.args.get("text") or "")
+        if not parts:
+            return str(self.args.get("text") or "")
+        return MARKDOWN_ESCAPE.sub(r"\1", "\n".join(parts))  # `\[resp 3\]` reads `[resp 3]`
 
 
 @dataclass

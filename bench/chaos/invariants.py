@@ -250,7 +250,10 @@ def _thread(
         if record.lease_owner and record.lease_expires_at and record.lease_expires_at > utcnow():
             out.append(("thread_left_leased", f"leased by {record.lease_owner}"))
     out += [("session_turn_duplicated", d) for d in _session_duplicates(thread.items)]
-    out += [("stale_fence_checkpoint", d) for d in _fence_regressions(thread.blobs)]
+    # Blob keys do not name the generation: a thread that came back after an expiry counts
+    # its versions from 1 again under higher fences, so only a thread never expired is read.
+    if not any(n.what.notice == "state_expired" for n in notices):
+        out += [("stale_fence_checkpoint", d) for d in _fence_regressions(thread.blobs)]
     return out
 
 

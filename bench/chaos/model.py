@@ -148,7 +148,13 @@ class ModelServer:
             if item.get("role") == "assistant":
                 start = index + 1
         stretch = items[start:]
-        texts = [content_text(i.get("content")) for i in stretch if i.get("role") == "user"]
+        # The thread's earlier messages (a conversation that starts inside a thread, after
+        # an expiry) are context: nothing in them is asked again or answered again.
+        texts = [
+            content_text(i.get("content"))
+            for i in stretch
+            if i.get("role") == "user" and not _thread_context(i)
+        ]
         called = {
             _tag_of_call(str(i.get("call_id", "")))
             for i in stretch

@@ -131,6 +131,11 @@ def test_model_rules() -> None:
         [{"role": "assistant", "content": "earlier"}, {"role": "user", "content": "hi #s1t0m1"}]
     )
     assert echo["content"][0]["text"].startswith("answer #s1t0m1 [resp ")
+    context = "Earlier messages in this Slack thread, before you were asked: note fig #s1t0m0"
+    [fresh] = model.decide(
+        [{"role": "user", "content": context}, {"role": "user", "content": "again #s1t0m9"}]
+    )
+    assert fresh["content"][0]["text"].startswith("answer #s1t0m9 [resp ")  # context is context
 
 
 def thread(**changes: Any) -> ThreadFacts:

@@ -54,8 +54,11 @@ EXPLAINING_NOTICES = frozenset(
 )
 # Notices that explain every message before them; the expiry and not-taken notices explain
 # only the messages they name or count.
-MESSAGE_EXPLAINING = EXPLAINING_NOTICES - {"state_expired"}
-NAMING_NOTICES = frozenset({"state_expired", "not_taken"})
+# (A `state_expired` notice is either the expiry's, or a checkpoint older than the TTL that
+# fails closed, as before: that one explains everything before it.)
+MESSAGE_EXPLAINING = EXPLAINING_NOTICES
+NAMING_NOTICES = frozenset({"expiry", "not_taken"})
+EXPIRY_TEXT = "saved state expired:"  # the expiry notice's, not the fail-closed one's
 NAMED_COUNT = (  # how many messages a naming notice says it is about
     re.compile(r"I couldn't take (\d+) messages?"),
     re.compile(r"(\d+) messages? sent here (?:were|was) not answered"),
@@ -189,20 +192,20 @@ def _thread(
                 for p in thread.posts
             ):
                 continue  # the run it joined waits for a person, and the thread says so
-            later = [n.what.notice for n in notices if n.at >= message.sent_at]
+            later = [told_kind(n) for n in notices if n.at >= message.sent_at]
             if any(kind in MESSAGE_EXPLAINING for kind in later):
                 continue
             if awaiting and "message_kept" in later:
                 continue  # kept for after the pending approval, and the thread says so
             if any(
-                n.what.notice in NAMING_NOTICES and pattern.search(n.text)
+                told_kind(n) in NAMING_NOTICES and pattern.search(n.text)
                 for n in notices
                 if n.at >= message.sent_at
             ):
                 continue  # named: not taken (the backlog is full), or dropped by an expiry
             given = facts_given.get(message.tag)
             if given is not None and any(
-                n.what.notice == "state_expired" and n.at > given for n in notices
+                told_kind(n) == "expiry" and n.at > given for n in notices
             ):
                 continue  # the expired state's run had it: the notice says what became of it
             unexplained.append(message)
@@ -252,7 +255,7 @@ def _thread(
     out += [("session_turn_duplicated", d) for d in _session_duplicates(thread.items)]
     # Blob keys do not name the generation: a thread that came back after an expiry counts
     # its versions from 1 again under higher fences, so only a thread never expired is read.
-    if not any(n.what.notice == "state_expired" for n in notices):
+    if not any(told_kind(n) == "expiry" for n in notices):
         out += [("stale_fence_checkpoint", d) for d in _fence_regressions(thread.blobs)]
     return out
 
@@ -344,12 +347,20 @@ def _calls(
     return out
 
 
+def told_kind(post: BotPost) -> str | None:
+    """The notice's kind; `expiry` for the notice of a state that expired (a thread told
+    when it came back), which shares its kind with a checkpoint that fails closed."""
+    if post.what.notice == "state_expired" and EXPIRY_TEXT in post.text:
+        return "expiry"
+    return post.what.notice
+
+
 def _uncounted(messages: list[SentMessage], notices: list[BotPost]) -> list[SentMessage]:
     """Messages no naming notice named, less those a later one counts without naming them
     (it says how many, and quotes only the first few): each such place covers one."""
     spare: list[list[float]] = []  # [time, places left] per naming notice
     for notice in notices:
-        if notice.what.notice not in NAMING_NOTICES:
+        if told_kind(notice) not in NAMING_NOTICES:
             continue
         said = sum(int(m.group(1)) for p in NAMED_COUNT if (m := p.search(notice.text)))
         named = len(set(TAG.findall(notice.text)))
@@ -378,7 +389,7 @@ def _told(
         for tag in TAG.findall(notice.text):
             if tag in facts.given:
                 out.append(("not_taken_but_given", f"#{tag} was named as not taken"))
-    expiries = sorted(p.at for p in posts if p.what.notice == "state_expired")
+    expiries = sorted(p.at for p in posts if told_kind(p) == "expiry")
     ttl = facts.state_ttl
     if ttl is not None:
         out += [

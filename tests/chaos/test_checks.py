@@ -327,6 +327,9 @@ async def test_an_expiry_is_told_once_names_what_was_dropped_and_runs_nothing() 
     assert kinds(run()) == ["expiry_untold", "message_unanswered"]
     unnamed = told.model_copy(update={"details": [], "text": expiry_text(gone, [], 0)})
     assert kinds(run(await notice_post(unnamed, at=21))) == ["message_unanswered"]
+    # A checkpoint older than the TTL fails closed (same kind): it explains what came before.
+    closed = told.model_copy(update={"details": [], "text": "I can't safely continue from it."})
+    assert kinds(run(await notice_post(closed, at=21))) == ["expiry_untold"]
     twice = [await notice_post(told, at=21), await notice_post(told, at=22)]
     assert kinds(run(*twice)) == ["expiry_told_twice"]
     # The transfer was asked (at 2.0) before the thread was told (at 21): it never runs after.

@@ -71,7 +71,8 @@ KEEP = _Keep()
 @dataclass(frozen=True)
 class Kept:
     """What `keep` did: whether the message was kept (False: a duplicate, or `refused`
-    because the thread's backlog is full: nothing was written), and, when the caller asked
+    because the thread's backlog is full: nothing was queued, but the event is claimed, so
+    that another delivery of the same message is a duplicate), and, when the caller asked
     to take the thread and it was free, the lease and the record (inbox included)."""
 
     kept: bool
@@ -381,7 +382,8 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         (`Kept.lease`), and the record comes back with its inbox, so that serving the
         message needs no further read. Nothing is written when the event id was claimed
         before (`Kept.kept` is False), nor when `backlog_limit` messages are queued already
-        (`Kept.refused`). Without `create`, only an existing conversation takes it;
+        (`Kept.refused`; the event is claimed all the same, and a duplicate of a message
+        kept is a duplicate, not refused). Without `create`, only an existing conversation takes it;
         otherwise raises `NotFound` (and claims nothing). A conversation whose state expired
         but whose tombstone lasts is brought back, with or without `create`, as a new
         generation (none of the old rows is seen) that keeps its participants and says what

@@ -75,6 +75,15 @@ class Cluster:
                 replica.signal(signal.SIGCONT)
         await asyncio.gather(*(self.start(r) for r in self.replicas[:count]))
 
+    async def configure(self, values: dict[str, str]) -> None:
+        """Settings for the replicas' environment: those that run with others are stopped
+        (SIGTERM), for `ensure` to start again with these."""
+        for replica in self.replicas:
+            if all(replica.env.get(name) == value for name, value in values.items()):
+                continue
+            await replica.stop()
+            replica.env.update(values)
+
     async def shutdown(self) -> None:
         for replica in self.replicas:
             await replica.stop()

@@ -7,7 +7,15 @@ Kinds of violation:
   message_unanswered         a delivered user message got no answer quoting its tag and its
                              thread no notice saying why (run failed, discarded, state set
                              aside; an approval request posted since, the thread still
-                             awaiting it)
+                             awaiting it; not taken, the backlog being full; dropped by an
+                             expiry): the last two must name it, or count it among those
+                             they say they could not name
+  not_taken_but_given        a message a notice said was not taken was given to the model
+  expiry_untold              an action came after the thread's state surely expired (nothing
+                             for longer than the TTL), and no notice told the thread
+  expiry_told_twice          two expiry notices in a thread closer than the TTL (a state that
+                             came back lasts at least a TTL)
+  tool_ran_after_expiry      a call the model asked for before an expiry notice ran after it
   effect_duplicated          a side effect ran more than once for one call id
   effect_without_approval    a transfer ran that no allowed person approved
   decision_not_honoured      a call was reported rejected that nobody rejected
@@ -29,6 +37,7 @@ Kinds of violation:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -43,10 +52,26 @@ from storage.models import utcnow
 EXPLAINING_NOTICES = frozenset(
     {"run_failed", "discarded", "state_expired", "state_incompatible", "state_damaged"}
 )
+# Notices that explain every message before them; the expiry and not-taken notices explain
+# only the messages they name or count.
+# (A `state_expired` notice is either the expiry's, or a checkpoint older than the TTL that
+# fails closed, as before: that one explains everything before it.)
+MESSAGE_EXPLAINING = EXPLAINING_NOTICES
+NAMING_NOTICES = frozenset({"expiry", "not_taken"})
+EXPIRY_TEXT = "saved state expired:"  # the expiry notice's, not the fail-closed one's
+NAMED_COUNT = (  # how many messages a naming notice says it is about
+    re.compile(r"I couldn't take (\d+) messages?"),
+    re.compile(r"(\d+) messages? sent here (?:were|was) not answered"),
+)
+ACTIVITY_SLACK = 2.5  # s: a keep lands after its sending; TTLs are checked to the second
 THREAD_TAG = re.compile(r"s\d+t(\d+)m\d+$")
 BLOB = re.compile(r"/v(\d+)-f(\d+)-[0-9a-f]+\.json\.gz$")
 KINDS = (
     "message_unanswered",
+    "not_taken_but_given",
+    "expiry_untold",
+    "expiry_told_twice",
+    "tool_ran_after_expiry",
     "effect_duplicated",
     "effect_without_approval",
     "decision_not_honoured",
@@ -79,6 +104,8 @@ class SentMessage:
     sent_at: float
     acked: bool = False
     decision: bool = False
+    late: bool = False  # meant to arrive after the thread's state expired
+    acked_at: float = 0.0  # when it was acked (kept by then)
 
 
 @dataclass
@@ -96,6 +123,7 @@ class ThreadFacts:
     discarded: bool = False  # the workload had an admin discard this thread
     posts: list[BotPost] = field(default_factory=list)
     record: Conversation | None = None
+    tombstone: Conversation | None = None  # the record of an expired state, if it is that
     items: list[Any] = field(default_factory=list)
     inbox: int = 0
     tool_records: dict[str, ToolCallRecord] = field(default_factory=dict)
@@ -104,6 +132,8 @@ class ThreadFacts:
     rejected_clicks: set[str] = field(default_factory=set)
     approve_replies: list[float] = field(default_factory=list)
     reject_replies: list[float] = field(default_factory=list)
+    clicks: list[float] = field(default_factory=list)  # when each click or command was acked
+    late_clicks: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -114,6 +144,8 @@ class RunFacts:
     effects: list[dict[str, Any]]  # the ledger lines of this run
     now: datetime
     interrupting_faults: bool = True  # a process or storage fault struck in this run
+    state_ttl: float | None = None  # the replicas' BOT_STATE_TTL, when short (expiry runs)
+    given: dict[str, float] = field(default_factory=dict)  # tag -> when the model got it
 
 
 def check(facts: RunFacts) -> list[Violation]:
@@ -122,7 +154,14 @@ def check(facts: RunFacts) -> list[Violation]:
     for thread in facts.threads:
         where = str(thread.key)
         messages = [m for m in facts.messages if m.thread == thread.index]
-        found += [Violation(kind, where, detail) for kind, detail in _thread(thread, messages)]
+        found += [
+            Violation(kind, where, detail)
+            for kind, detail in _thread(thread, messages, facts.given)
+        ]
+        found += [
+            Violation(kind, where, detail)
+            for kind, detail in _told(thread, messages, facts, effects)
+        ]
         found += [
             Violation(kind, where, detail)
             for kind, detail in _calls(thread, facts.calls, effects, facts.interrupting_faults)
@@ -130,12 +169,17 @@ def check(facts: RunFacts) -> list[Violation]:
     return found
 
 
-def _thread(thread: ThreadFacts, messages: list[SentMessage]) -> list[tuple[str, str]]:
+def _thread(
+    thread: ThreadFacts, messages: list[SentMessage], facts_given: dict[str, float]
+) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     answers = [p for p in thread.posts if p.what.kind is PostKind.ANSWER]
     notices = [p for p in thread.posts if p.what.kind is PostKind.NOTICE]
     record = thread.record
-    awaiting = record is not None and record.status is Status.AWAITING_APPROVAL
+    # Paused for approval, or paused when its state expired (nothing in the thread since).
+    last = record or thread.tombstone
+    awaiting = last is not None and last.status is Status.AWAITING_APPROVAL
+    unexplained: list[SentMessage] = []
     if not thread.dead_channel:
         for message in messages:
             if message.decision or not message.acked:
@@ -148,18 +192,31 @@ def _thread(thread: ThreadFacts, messages: list[SentMessage]) -> list[tuple[str,
                 for p in thread.posts
             ):
                 continue  # the run it joined waits for a person, and the thread says so
-            later = [n.what.notice for n in notices if n.at >= message.sent_at]
-            if any(kind in EXPLAINING_NOTICES for kind in later):
+            later = [told_kind(n) for n in notices if n.at >= message.sent_at]
+            if any(kind in MESSAGE_EXPLAINING for kind in later):
                 continue
             if awaiting and "message_kept" in later:
                 continue  # kept for after the pending approval, and the thread says so
-            status = record.status.value if record else "no record"
-            out.append(
-                (
-                    "message_unanswered",
-                    f"#{message.tag} {message.text!r} (thread {status}, inbox {thread.inbox})",
-                )
+            if any(
+                told_kind(n) in NAMING_NOTICES and pattern.search(n.text)
+                for n in notices
+                if n.at >= message.sent_at
+            ):
+                continue  # named: not taken (the backlog is full), or dropped by an expiry
+            given = facts_given.get(message.tag)
+            if given is not None and any(
+                told_kind(n) == "expiry" and n.at > given for n in notices
+            ):
+                continue  # the expired state's run had it: the notice says what became of it
+            unexplained.append(message)
+        status = last.status.value if last else "no record"
+        out += [
+            (
+                "message_unanswered",
+                f"#{m.tag} {m.text[:80]!r} (thread {status}, inbox {thread.inbox})",
             )
+            for m in _uncounted(unexplained, notices)
+        ]
     # Posted twice: by outbox id when the bot sends one, else by content.
     outbox = Counter(p.what.outbox_id for p in thread.posts if p.what.outbox_id)
     out += [("answer_posted_twice", f"outbox {o} posted {n}x") for o, n in outbox.items() if n > 1]
@@ -196,7 +253,10 @@ def _thread(thread: ThreadFacts, messages: list[SentMessage]) -> list[tuple[str,
         if record.lease_owner and record.lease_expires_at and record.lease_expires_at > utcnow():
             out.append(("thread_left_leased", f"leased by {record.lease_owner}"))
     out += [("session_turn_duplicated", d) for d in _session_duplicates(thread.items)]
-    out += [("stale_fence_checkpoint", d) for d in _fence_regressions(thread.blobs)]
+    # Blob keys do not name the generation: a thread that came back after an expiry counts
+    # its versions from 1 again under higher fences, so only a thread never expired is read.
+    if not any(told_kind(n) == "expiry" for n in notices):
+        out += [("stale_fence_checkpoint", d) for d in _fence_regressions(thread.blobs)]
     return out
 
 
@@ -285,6 +345,92 @@ def _calls(
                     )
                 )
     return out
+
+
+def told_kind(post: BotPost) -> str | None:
+    """The notice's kind; `expiry` for the notice of a state that expired (a thread told
+    when it came back), which shares its kind with a checkpoint that fails closed."""
+    if post.what.notice == "state_expired" and EXPIRY_TEXT in post.text:
+        return "expiry"
+    return post.what.notice
+
+
+def _uncounted(messages: list[SentMessage], notices: list[BotPost]) -> list[SentMessage]:
+    """Messages no naming notice named, less those a later one counts without naming them
+    (it says how many, and quotes only the first few): each such place covers one."""
+    spare: list[list[float]] = []  # [time, places left] per naming notice
+    for notice in notices:
+        if told_kind(notice) not in NAMING_NOTICES:
+            continue
+        said = sum(int(m.group(1)) for p in NAMED_COUNT if (m := p.search(notice.text)))
+        named = len(set(TAG.findall(notice.text)))
+        if said > named:
+            spare.append([notice.at, float(said - named)])
+    spare.sort()
+    left = []
+    for message in sorted(messages, key=lambda m: m.sent_at):
+        place = next((p for p in spare if p[0] >= message.sent_at and p[1] > 0), None)
+        if place is None:
+            left.append(message)
+        else:
+            place[1] -= 1
+    return left
+
+
+def _told(
+    thread: ThreadFacts, messages: list[SentMessage], facts: RunFacts, effects: Counter[str]
+) -> list[tuple[str, str]]:
+    """Backlog and expiry notices against what happened: a message named as not taken was
+    never given to the model; an action after a sure expiry got the thread told, once per
+    expiry; nothing asked before an expiry ran after it was told."""
+    out: list[tuple[str, str]] = []
+    posts = thread.posts
+    for notice in (p for p in posts if p.what.notice == "not_taken"):
+        for tag in TAG.findall(notice.text):
+            if tag in facts.given:
+                out.append(("not_taken_but_given", f"#{tag} was named as not taken"))
+    expiries = sorted(p.at for p in posts if told_kind(p) == "expiry")
+    ttl = facts.state_ttl
+    if ttl is not None:
+        out += [
+            ("expiry_told_twice", f"expiry notices {later - earlier:.1f}s apart")
+            for earlier, later in itertools.pairwise(expiries)
+            if later - earlier < ttl
+        ]
+        if not thread.dead_channel:
+            out += [
+                ("expiry_untold", f"{what} {at - since:.1f}s after the thread's last activity")
+                for what, at, since in _late_actions(thread, messages)
+                if at - since > ttl + ACTIVITY_SLACK and not any(e >= at for e in expiries)
+            ]
+    if expiries:
+        lines = {str(line["call_id"]): float(line.get("time", 0)) for line in facts.effects}
+        for call_id, made in facts.calls.items():
+            ran_at = lines.get(call_id)
+            if thread_of_tag(made.tag) != thread.index or ran_at is None:
+                continue
+            if any(made.at < told < ran_at for told in expiries):
+                out.append(("tool_ran_after_expiry", f"{made.tool} {call_id} asked before"))
+    return out
+
+
+def _late_actions(
+    thread: ThreadFacts, messages: list[SentMessage]
+) -> list[tuple[str, float, float]]:
+    """(what, when, the thread's last activity before) of each late action that was acked."""
+    moments = sorted(
+        [p.at for p in thread.posts]
+        + [m.acked_at or m.sent_at for m in messages if m.acked]
+        + thread.clicks
+    )
+    actions = [(f"late #{m.tag}", m.sent_at) for m in messages if m.late and m.acked]
+    actions += [("late click", at) for at in thread.late_clicks]
+    found = []
+    for what, at in actions:
+        before = [t for t in moments if t < at]
+        if before:
+            found.append((what, at, before[-1]))
+    return found
 
 
 def _session_duplicates(items: list[Any]) -> list[str]:

@@ -9,6 +9,10 @@ answer:
 - otherwise: the final answer, quoting every `#tag` of that stretch, each call's fate as its
   output tells it (ran, failed, unknown, rejected, not_run), and a response id of its own.
 
+A request whose newest item is a user message saying `(ponder 2.0s)` is answered that much
+later (a run that holds its thread while replies arrive). Every tag the model was given is
+remembered, with when it was first given (`given`).
+
 Faults: HTTP 500 for the next requests, latency, a hang until healed (or for a while), and a
 connection dropped after a delay (what a client timeout looks like)."""
 
@@ -26,6 +30,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 TAG = re.compile(r"#([a-z0-9]+)")
+PONDER = re.compile(r"\(ponder (\d+(?:\.\d+)?)s\)")
 REQUESTS = (
     ("transfer", re.compile(r"\btransfer (\d+) to (\w+)")),
     ("send_note", re.compile(r"\bnote (.+?) #")),
@@ -98,6 +103,7 @@ class ModelServer:
     faults: list[ModelFault] = field(default_factory=list)
     calls: dict[str, CallMade] = field(default_factory=dict)
     log: list[dict[str, Any]] = field(default_factory=list)
+    given: dict[str, float] = field(default_factory=dict)  # tag -> when first given
     in_flight: int = 0
     last_request: float = 0.0
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -142,7 +148,13 @@ class ModelServer:
             if item.get("role") == "assistant":
                 start = index + 1
         stretch = items[start:]
-        texts = [content_text(i.get("content")) for i in stretch if i.get("role") == "user"]
+        # The thread's earlier messages (a conversation that starts inside a thread, after
+        # an expiry) are context: nothing in them is asked again or answered again.
+        texts = [
+            content_text(i.get("content"))
+            for i in stretch
+            if i.get("role") == "user" and not _thread_context(i)
+        ]
         called = {
             _tag_of_call(str(i.get("call_id", "")))
             for i in stretch
@@ -228,6 +240,15 @@ class ModelServer:
                 items = [{"role": "user", "content": items}]
             items = [i for i in items or [] if isinstance(i, dict)]
             entry["input"] = [_brief(i) for i in items[-6:]]
+            for item in items:
+                if item.get("role") == "user" and not _thread_context(item):
+                    for tag in TAG.findall(content_text(item.get("content"))):
+                        self.given.setdefault(tag, entry["at"])
+            newest = items[-1] if items else {}
+            ponder = PONDER.search(content_text(newest.get("content")))
+            if newest.get("role") == "user" and ponder:
+                entry["ponder"] = float(ponder.group(1))
+                await asyncio.sleep(float(ponder.group(1)))
             output = self.decide(items)
             entry["output"] = [o.get("call_id") or content_text(o.get("content")) for o in output]
             if body.get("stream"):
@@ -252,6 +273,12 @@ def _brief(item: dict[str, Any]) -> str:
     if item.get("type") in ("function_call", "function_call_output"):
         return f"{item['type']} {item.get('call_id')}"
     return f"{item.get('role')}: {content_text(item.get('content'))[:60]}"
+
+
+def _thread_context(item: dict[str, Any]) -> bool:
+    """The thread's earlier messages, read for a conversation that starts inside a thread:
+    what people said there, not messages given to this conversation."""
+    return content_text(item.get("content")).startswith("Earlier messages in this Slack thread")
 
 
 def _tag_of_call(call_id: str) -> str:

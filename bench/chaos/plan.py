@@ -1,6 +1,13 @@
 """One run's workload and fault schedule, drawn from `random.Random(seed)` alone, so that a
 seed replays the same run (the same threads, messages, decisions, and faults at the same
-moments; what the processes make of them still depends on timing)."""
+moments; what the processes make of them still depends on timing).
+
+Two workloads are drawn from a second generator of the same seed (so that the rest of a
+seed's plan is what it was before them): a burst of replies into a busy thread (its first
+request makes the model ponder, and dozens of replies, some longer than a DynamoDB record
+holds inline, arrive meanwhile; past the replicas' `BOT_BACKLOG_LIMIT` some are refused),
+and expiry (the replicas run with a short `BOT_STATE_TTL`, and some threads get a reply, a
+mention or a click only after their state expired: paused for approval, or idle)."""
 
 from __future__ import annotations
 
@@ -31,6 +38,10 @@ ADMIN = "UADMIN"
 STRANGER = "UMALLORY"
 WORDS = ("apple", "pear", "kiwi", "plum", "fig", "lime", "date", "yuzu")
 PEOPLE = ("bob", "ana", "eve", "joe")
+EXPIRY_TTL = 5.0  # seconds of BOT_STATE_TTL in expiry runs: longer than a run under faults
+LATE = EXPIRY_TTL + 3.5  # a late action waits this long after the thread's last one
+BACKLOG_LIMIT = 24  # the replicas' BOT_BACKLOG_LIMIT: only a burst goes past it
+LONG_REPLY = 5_000  # characters: over the 4,000 bytes a queued message may take in a record
 
 
 @dataclass
@@ -41,6 +52,8 @@ class Step:
     tag: str = ""
     user: str = ""
     mention: bool = False  # a reply that also mentions the bot (app_mention + message)
+    late: bool = False  # meant to arrive after the thread's state expired
+    burst: bool = False  # one of a burst of replies into a busy thread
 
 
 @dataclass
@@ -50,6 +63,7 @@ class Decision:
     by: str
     delay: float
     stranger_first: bool = False  # someone not allowed clicks before
+    late: bool = False  # meant to arrive after the thread's state expired
 
 
 @dataclass
@@ -82,6 +96,7 @@ class RunPlan:
     threads: list[ThreadPlan]
     faults: list[FaultPlan]
     window: float  # seconds of workload and faults before everything is healed
+    state_ttl: float | None = None  # the replicas' BOT_STATE_TTL in seconds (None: an hour)
 
     @property
     def fault_kinds(self) -> list[str]:
@@ -90,6 +105,19 @@ class RunPlan:
     @property
     def discards(self) -> bool:
         return any(step.kind == "discard" for t in self.threads for step in t.steps)
+
+    @property
+    def workloads(self) -> list[str]:
+        """The workloads besides the plain one: `burst`, `expiry`."""
+        steps = [step for t in self.threads for step in t.steps]
+        return [
+            name
+            for name, present in (
+                ("burst", any(step.burst for step in steps)),
+                ("expiry", self.state_ttl is not None),
+            )
+            if present
+        ]
 
     def describe(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,7 +151,50 @@ def make_plan(
     for fault in faults:
         fault.params = _fault_params(rng, fault.kind, count, channels)
     faults.sort(key=lambda f: f.at)
-    return RunPlan(seed, backend, count, channels, threads, faults, window)
+    plan = RunPlan(seed, backend, count, channels, threads, faults, window)
+    _more_workloads(random.Random(seed * 7907 + 17), plan)
+    return plan
+
+
+def _more_workloads(rng: random.Random, plan: RunPlan) -> None:
+    if rng.random() < 0.35:
+        _burst(rng, plan.seed, rng.choice(plan.threads))
+    if rng.random() < 0.35:
+        plan.state_ttl = EXPIRY_TTL
+        for thread in rng.sample(plan.threads, rng.randint(1, min(2, len(plan.threads)))):
+            _late(rng, plan.seed, thread)
+
+
+def _burst(rng: random.Random, seed: int, thread: ThreadPlan) -> None:
+    """Right after the thread's first request (which the model ponders over), a burst of
+    replies, some of them long; each names its tag first, where a notice's quote shows it."""
+    first = thread.steps[0]
+    first.text = first.text.replace(" #", f" (ponder {rng.uniform(1.5, 2.5):.1f}s) #", 1)
+    count = rng.randint(12, 40)
+    burst = []
+    for number in range(count):
+        tag = f"s{seed}t{thread.index}m{100 + number}"
+        body = rng.choice(WORDS)
+        if rng.random() < 0.25:
+            body = " ".join([body] * (LONG_REPLY // (len(body) + 1) + 1))
+        user = thread.starter if rng.random() < 0.7 else APPROVER
+        pause = rng.uniform(0.2, 0.4) if number == 0 else rng.uniform(0.0, 0.03)
+        burst.append(Step("say", pause, f"#{tag} {body}", tag, user, burst=True))
+    thread.steps[1:1] = burst
+
+
+def _late(rng: random.Random, seed: int, thread: ThreadPlan) -> None:
+    """After a quiet spell past the TTL, a reply or a mention; now and then the thread's
+    first approval is clicked that late too (paused all along)."""
+    if rng.random() < 0.5:
+        thread.decisions[0].delay = LATE + rng.uniform(0.0, 1.0)
+        thread.decisions[0].via = "button"
+        thread.decisions[0].late = True
+    tag = f"s{seed}t{thread.index}m{200}"
+    mention = rng.random() < 0.4
+    text = f"{'and' if not mention else 'again'} {rng.choice(WORDS)}? #{tag}"
+    pause = LATE + rng.uniform(0.0, 1.0)
+    thread.steps.append(Step("say", pause, text, tag, thread.starter, mention, late=True))
 
 
 def _thread(rng: random.Random, seed: int, index: int, channel: str) -> ThreadPlan:

@@ -16,6 +16,8 @@ from typing import IO
 
 import aiohttp
 
+from bench.chaos.plan import BACKLOG_LIMIT
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -129,7 +131,8 @@ def bot_environment(
         "BOT_LEASE_SECONDS": str(lease_seconds),
         "BOT_LEASE_SKEW_SECONDS": "0",
         "BOT_DUPLICATE_CHECK_SECONDS": "1",  # done within the quiet period a run ends with
-        "BOT_STATE_TTL": "1h",
+        "BOT_STATE_TTL": "1h",  # runs of the expiry workload shorten it (`Cluster.configure`)
+        "BOT_BACKLOG_LIMIT": str(BACKLOG_LIMIT),  # only a burst of replies goes past it
         "BOT_ADMINS": "UADMIN",
         "BOT_APPROVERS": "UCAROL",
         "OPENAI_AGENTS_DISABLE_TRACING": "1",

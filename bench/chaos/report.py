@@ -51,6 +51,13 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
             "(with an admin discard)", lambda b: sum(r.discards and r.backend == b for r in results)
         )
     )
+    for workload in ("burst", "expiry"):
+        lines.append(
+            row(
+                f"(with the {workload} workload)",
+                lambda b, w=workload: sum(w in r.workloads and r.backend == b for r in results),
+            )
+        )
     lines += ["", f"{'invariant violations':{width}}" + head[width:]]
     for kind in KINDS:
         lines.append(
@@ -91,6 +98,7 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
                 f"  seed {result.seed} {result.backend} replicas {result.replicas} "
                 f"faults {','.join(result.fault_kinds)}"
                 + (" + admin discard" if result.discards else "")
+                + "".join(f" + {w}" for w in result.workloads)
                 + f"  ({result.history})"
             )
             if result.error:
@@ -135,6 +143,7 @@ def write_summary(path: Path, results: list[RunResult], timing: dict[str, Any]) 
                 "quiet": r.quiet,
                 "undelivered": r.undelivered,
                 "discards": r.discards,
+                "workloads": r.workloads,
                 "error": r.error,
                 "history": r.history,
                 "violations": [v.__dict__ for v in r.violations],

@@ -53,6 +53,7 @@ class RunResult:
     undelivered: int = 0
     error: str | None = None
     discards: bool = False  # the workload had an admin discard a thread
+    workloads: list[str] = field(default_factory=list)  # `RunPlan.workloads`
 
 
 @dataclass
@@ -64,6 +65,8 @@ class ThreadState:
     rejected_clicks: set[str] = field(default_factory=set)
     approve_replies: list[float] = field(default_factory=list)
     reject_replies: list[float] = field(default_factory=list)
+    clicks: list[float] = field(default_factory=list)  # when each click or command was acked
+    late_clicks: list[float] = field(default_factory=list)  # of them, the late ones
 
     @property
     def key(self) -> ConversationKey | None:
@@ -99,6 +102,7 @@ class Run:
         self.history_path = history
         self.events: list[dict[str, Any]] = []
         self.started = time.monotonic()
+        self.wall_started = time.time()
         self.deliverer = Deliverer(
             cluster.endpoints, random.Random(plan.seed * 7919 + 1), slack.url
         )
@@ -117,11 +121,15 @@ class Run:
     async def execute(self) -> RunResult:
         plan = self.plan
         self.note("plan", **plan.describe())
+        ttl = "1h" if plan.state_ttl is None else f"{plan.state_ttl}s"
+        await self.cluster.configure({"BOT_STATE_TTL": ttl})
         await self.cluster.ensure(plan.replicas)
         posts_from = len(self.slack.posts)
         self.model_from = len(self.model.log)
         attempts_from = len(self.slack.attempts)
+        self.model.given.clear()  # (the same seed ran on the other backend before)
         self.started = time.monotonic()
+        self.wall_started = time.time()
         self.note("start", replicas=plan.replicas)
         stop_deciding = self.stop_deciding
         actors = [asyncio.create_task(self._actor(t)) for t in self.threads]
@@ -178,6 +186,7 @@ class Run:
             undelivered=sum(1 for m in self.sent if not m.acked and not m.decision),
             error=error,
             discards=plan.discards,
+            workloads=plan.workloads,
         )
 
     # -- people -------------------------------------------------------------------------
@@ -195,6 +204,7 @@ class Run:
                 event = self._event(message, "app_mention")
                 delivery = await self.deliverer.event(event, step.tag)
                 sent.acked = delivery.acked
+                sent.acked_at = time.time()
                 self.note(
                     "delivered", tag=step.tag, acked=delivery.acked, attempts=delivery.attempts
                 )
@@ -219,6 +229,7 @@ class Run:
             user=step.user,
             sent_at=time.time(),
             decision=not step.tag,
+            late=step.late,
         )
         self.sent.append(sent)
         self.note(
@@ -251,6 +262,8 @@ class Run:
         async def one(event: dict[str, Any]) -> None:
             delivery = await self.deliverer.event(event, sent.tag or sent.text)
             sent.acked = sent.acked or delivery.acked
+            if delivery.acked:
+                sent.acked_at = max(sent.acked_at, time.time())
             self.note(
                 "delivered",
                 tag=sent.tag or sent.text,
@@ -277,6 +290,8 @@ class Run:
             response_url=url,
         )
         delivery = await self.deliverer.once("command", body, f"{command} {text}")
+        if delivery.acked:
+            thread.clicks.append(time.time())
         self.note(
             "command",
             thread=thread.plan.index,
@@ -341,6 +356,10 @@ class Run:
         for _ in range(3):  # a person clicks again when Slack shows an error or "busy"
             action = APPROVE if decision.approve else REJECT
             acked, answer = await self._click(request, action, decision.by)
+            if acked:
+                thread.clicks.append(time.time())
+                if decision.late:
+                    thread.late_clicks.append(thread.clicks[-1])
             self.note(
                 "decide",
                 **what,
@@ -469,10 +488,11 @@ class Run:
     # -- what is visible afterwards -----------------------------------------------------
 
     async def _facts(self, posts_from: int) -> RunFacts:
+        # This run's: the same seed runs once per backend, against one model server.
         calls = {
             c: made
             for c, made in self.model.calls.items()
-            if made.tag.startswith(f"s{self.plan.seed}t")
+            if made.tag.startswith(f"s{self.plan.seed}t") and made.at >= self.wall_started
         }
         effects = []
         if self.ledger.exists():
@@ -495,9 +515,11 @@ class Run:
                 rejected_clicks=thread.rejected_clicks,
                 approve_replies=thread.approve_replies,
                 reject_replies=thread.reject_replies,
+                clicks=thread.clicks,
+                late_clicks=thread.late_clicks,
             )
             facts.posts = [
-                BotPost(at=p.at, text=str(p.args.get("text") or ""), what=classify_post(p.args))
+                BotPost(at=p.at, text=p.shown, what=classify_post(p.args))
                 for p in posts
                 if p.channel == key.channel
                 and (p.thread_ts or p.ts) == key.thread_ts
@@ -515,10 +537,18 @@ class Run:
             interrupting_faults=any(
                 kind.startswith(("process:", "storage:")) for kind in self.plan.fault_kinds
             ),
+            state_ttl=self.plan.state_ttl,
+            given={
+                tag: at
+                for tag, at in self.model.given.items()
+                if tag.startswith(f"s{self.plan.seed}t") and at >= self.wall_started
+            },
         )
 
     def _read_storage(self, facts: ThreadFacts, calls: list[str]) -> None:
         facts.record = self.store.get(facts.key)
+        if facts.record is None:
+            facts.tombstone = self.store.expired_record(facts.key)
         facts.items = [json.loads(text) for text in self.store.read_items(facts.key).items]
         facts.inbox = len(self.store.read_inbox(facts.key))
         for call_id in calls:
@@ -537,6 +567,7 @@ class Run:
                 status=record.status.value if record else None,
                 lease_owner=record.lease_owner if record else None,
                 fence=record.fence if record else None,
+                tombstone=thread.tombstone.status.value if thread.tombstone else None,
                 checkpoint=record.checkpoint.object_key if record and record.checkpoint else None,
                 inbox=thread.inbox,
                 dead_channel=thread.dead_channel,

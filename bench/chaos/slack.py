@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ from bot.standin.slack_api import SlackWebApi
 
 TEAM = "T0CHAOS"
 SECRET = "chaos-signing-secret"
+MARKDOWN_ESCAPE = re.compile(r"\\([^\w\s])")  # what the poster escapes in markdown
 ACK_DEADLINE = 3.0
 EVENT_RETRY_PAUSES = (0.3, 1.0, 2.0)  # Slack waits ~1 min and 5 min; compressed here
 SlackFaultKind = Literal["ratelimit", "error5xx", "channel_error", "slow"]
@@ -66,6 +68,22 @@ class Post:
     args: dict[str, Any]
     at: float
     deleted: bool = False
+
+    @property
+    def shown(self) -> str:
+        """The text the thread shows: an answer's markdown blocks in full (its `text` is
+        only the notification's fallback, cut at 300 characters)."""
+        blocks = self.args.get("blocks")
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks) if blocks else []
+        parts = [
+            str(block.get("text", ""))
+            for block in blocks or []
+            if isinstance(block, dict) and block.get("type") == "markdown"
+        ]
+        if not parts:
+            return str(self.args.get("text") or "")
+        return MARKDOWN_ESCAPE.sub(r"\1", "\n".join(parts))  # `\[resp 3\]` reads `[resp 3]`
 
 
 @dataclass
@@ -174,7 +192,9 @@ class SlackSide:
         if message is None:
             return
         shown = {
-            "text": message.text or message.streamed,
+            # What the thread shows: the streamed answer in full (its `text` is only the
+            # notification's fallback, cut short for a long answer).
+            "text": message.streamed or message.text,
             "blocks": message.blocks,
             "metadata": message.metadata,
         }

@@ -83,9 +83,15 @@ class Outbox:
     def loaded(self, version: int) -> bool:
         return self.version == version
 
-    def for_commit(self, version: int, outcomes: list[Outcome]) -> list[dict[str, object]]:
-        """The outbox to store with checkpoint `version`: what is still owed, then these."""
-        fresh = [Owed(f"{version}.{i}", outcome) for i, outcome in enumerate(outcomes)]
+    def for_commit(
+        self, version: int, outcomes: list[Outcome], generation: int = 0
+    ) -> list[dict[str, object]]:
+        """The outbox to store with checkpoint `version`: what is still owed, then these.
+        Their ids name the conversation's `generation` too: one that came back after its
+        state expired counts its checkpoint versions from 1 again, in a thread that holds
+        what the expired one posted (a redelivery looks there by id before posting)."""
+        stem = f"{generation}.{version}" if generation else str(version)
+        fresh = [Owed(f"{stem}.{i}", outcome) for i, outcome in enumerate(outcomes)]
         self._staged = (version, fresh)
         return [to_outbox(owed.outcome, owed.id) for owed in self.owed + fresh]
 

@@ -370,7 +370,7 @@ class Serving:
         write. Returns the session's next sequence number."""
         self.check()
         outcomes, self.notes = [*self.notes, *outcomes], []
-        envelope.outbox = self.outbox.for_commit(self.version + 1, outcomes)
+        envelope.outbox = self.outbox.for_commit(self.version + 1, outcomes, self.record.generation)
         now = self.store.clock()
         armed = [
             ToolCallRecord(

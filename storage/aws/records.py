@@ -17,6 +17,7 @@ from storage.aws.errors import code
 from storage.aws.expressions import Item, Update, n, s, ss
 from storage.aws.layout import (
     CLAIM_PREFIX,
+    CLAIM_SETS,
     INBOX_PREFIX,
     INLINE_INBOX,
     LEGACY_CLAIM,
@@ -61,6 +62,7 @@ INLINE_ENTRY_LIMIT = 4_000  # bytes of one queued message kept in the record its
 INLINE_ENTRIES = 4  # queued messages the record holds at most; the rest go to rows
 INLINE_CLAIMS = 64  # claims a period's set in the record holds before keeps go to rows
 KEEP_ATTEMPTS = 5
+REFUSED = "refused:"  # + the keep's token: the claim row of a message refused at the cap
 
 
 class Records:
@@ -271,7 +273,7 @@ class Records:
                     )
                     return Kept(kept=mine)
                 if _number(old, "inbox_count") >= self.t.backlog_limit:
-                    return Kept(kept=False, refused=True)
+                    return self._refuse(key, entry, token)
                 self.hints.note(old)
                 if take and not _lease_free(old, self.t.takeover_cutoff(now)):
                     take = False  # the thread is busy: keep only; its holder will serve it
@@ -393,6 +395,48 @@ class Records:
         ]
         self.t.dynamodb.transact_write_items(TransactItems=actions, ClientRequestToken=token)
 
+    def _refuse(self, key: ConversationKey, entry: InboxEntry, token: str) -> Kept:
+        """The backlog is full: the message is not kept, but its event is claimed (a claim
+        row, and the thread's keeps go to rows meanwhile, where claim rows are checked), so
+        that another delivery of it (a mention's `message` and `app_mention` events) is a
+        duplicate, not kept after the thread was told it was not taken. A claim row already
+        there: a duplicate (or this keep's own earlier refusal, whose answer was lost)."""
+        now = entry.received_at
+        update = Update()
+        until = now + self.t.claim_ttl + self.t.lease_skew
+        update.set("spill_until", n(epoch_seconds(until) + 1))
+        update.require(f"attribute_exists({update.name('pk')})")
+        mine = s(f"{REFUSED}{token}")
+        claim_row: Item = {
+            "pk": s(conv_pk(key)),
+            "sk": s(claim_sk(entry.event_id)),
+            "token": mine,  # never a keep's own token: a retried keep is not "kept"
+            "expires_at": n(epoch_seconds(now + self.t.claim_ttl) + 1),
+        }
+        actions: list[TransactWriteItemTypeDef] = [
+            {"Update": update.as_update(self.t.table, meta_key(key))},
+            {
+                "Put": {
+                    "TableName": self.t.table,
+                    "Item": claim_row,
+                    "ConditionExpression": "attribute_not_exists(sk) OR expires_at < :now",
+                    "ExpressionAttributeValues": {":now": n(epoch_seconds(now))},
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+            },
+        ]
+        try:
+            self.t.dynamodb.transact_write_items(
+                TransactItems=actions, ClientRequestToken=f"{token[:28]}-refused"
+            )
+        except ClientError as exc:
+            if code(exc) not in (*CONDITION_FAILED, "IdempotentParameterMismatchException"):
+                raise
+            claim = _failed_claim(exc)
+            if claim is not None and claim.get("token") != mine:
+                return Kept(kept=False)  # a duplicate: its first delivery decided
+        return Kept(kept=False, refused=True)
+
     def revive(self, key: ConversationKey, old: Item, now: datetime) -> bool:
         """Replace a record whose state expired by the one that brings its thread back (see
         `Store.revived`); False when it changed meanwhile (someone else brought it back)."""
@@ -418,6 +462,12 @@ class Records:
         }
         if fresh.participants:
             item["participants"] = ss(sorted(fresh.participants))
+        # Event claims outlive the state they came with (a delivery of a message kept just
+        # before the expiry is still a duplicate): the record's sets, and `spill_until`,
+        # which sends keeps to rows while claims may live in CLAIM# rows.
+        for name, value in old.items():
+            if name in CLAIM_SETS or name.startswith(LEGACY_CLAIM) or name == "spill_until":
+                item[name] = value
         try:
             self.t.dynamodb.put_item(
                 TableName=self.t.table,

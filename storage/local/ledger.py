@@ -25,6 +25,12 @@ class Ledgers(Database):
         with self._write() as db:
             return self._claim(db, event_id, self.clock().timestamp())
 
+    def _claimed(self, db: sqlite3.Connection, event_id: str, now: float) -> bool:
+        """A live claim of `event_id` (read only)."""
+        row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
+        found = row.fetchone()
+        return found is not None and found[0] > now
+
     def _claim(
         self, db: sqlite3.Connection, event_id: str, now: float, ttl: timedelta | None = None
     ) -> bool:

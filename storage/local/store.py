@@ -254,14 +254,22 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
                 if not (create or lasts):
                     raise NotFound(str(key))
                 record = self._fresh(db, key, now, revive=True)
-            if backlog(db, key) >= self.backlog_limit:
-                return Kept(kept=False, refused=True)
-            if not self._claim(db, f"{key}|{event_id}", now.timestamp(), self.claim_ttl):
+            claim = f"{key}|{event_id}"
+            refusal = f"{claim}|refused|{token}"  # this keep was refused (if it was)
+            if not self._claim(db, claim, now.timestamp(), self.claim_ttl):
+                if token and self._claimed(db, refusal, now.timestamp()):
+                    return Kept(kept=False, refused=True)  # our own refusal, retried
                 # Our own earlier attempt (same token) is a keep; anything else a duplicate.
                 mine = bool(token) and any(
                     e.event_id == event_id and e.token == token for e in read_inbox(db, key)
                 )
                 return Kept(kept=mine)
+            if backlog(db, key) >= self.backlog_limit:
+                # Claimed all the same: another delivery of it is a duplicate, not kept
+                # after the thread was told this one was not taken.
+                if token:
+                    self._claim(db, refusal, now.timestamp(), self.claim_ttl)
+                return Kept(kept=False, refused=True)
             entry = InboxEntry(
                 entry_id=f"{inbox_stamp(now)}#{event_id}",
                 event_id=event_id,

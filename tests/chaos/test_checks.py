@@ -20,7 +20,9 @@ from bench.chaos.invariants import (
 )
 from bench.chaos.model import CallMade, ModelServer
 from bench.chaos.slack import SlackSide
-from bot.runtime import DeliveryRef
+from bot.runtime import DeliveryRef, not_taken
+from bot.runtime.envelope import UserMessage
+from bot.runtime.expiry import expiry_text
 from bot.runtime.guard import UNKNOWN_OUTCOME
 from bot.runtime.outcomes import (
     Answer,
@@ -31,9 +33,17 @@ from bot.runtime.outcomes import (
     Outcome,
     PendingCall,
 )
+from bot.runtime.text import quote
 from bot.slackapp.clients import OneWorkspace
 from bot.slackapp.poster import SlackPoster
-from storage import Conversation, ConversationKey, Status, ToolCallRecord, ToolCallStatus
+from storage import (
+    Conversation,
+    ConversationKey,
+    Expiry,
+    Status,
+    ToolCallRecord,
+    ToolCallStatus,
+)
 from testkit.services import free_port
 
 KEY = ConversationKey(team="T0CHAOS", channel="CS1A", thread_ts="1700000000.000001")
@@ -58,10 +68,10 @@ class RecordingClient:
         return {"ok": True, "bot_id": "BCHAOS"}
 
 
-async def posted(outcome: Outcome) -> list[dict[str, Any]]:
+async def posted(outcome: Outcome, ref: str = "3.0") -> list[dict[str, Any]]:
     client = RecordingClient()
     clients = OneWorkspace(client)  # type: ignore[arg-type]
-    await SlackPoster(clients)(outcome, DeliveryRef(id="3.0"))
+    await SlackPoster(clients)(outcome, DeliveryRef(id=ref))
     return client.posts
 
 
@@ -124,6 +134,11 @@ def test_model_rules() -> None:
         [{"role": "assistant", "content": "earlier"}, {"role": "user", "content": "hi #s1t0m1"}]
     )
     assert echo["content"][0]["text"].startswith("answer #s1t0m1 [resp ")
+    context = "Earlier messages in this Slack thread, before you were asked: note fig #s1t0m0"
+    [fresh] = model.decide(
+        [{"role": "user", "content": context}, {"role": "user", "content": "again #s1t0m9"}]
+    )
+    assert fresh["content"][0]["text"].startswith("answer #s1t0m9 [resp ")  # context is context
 
 
 def thread(**changes: Any) -> ThreadFacts:
@@ -277,3 +292,77 @@ async def test_a_post_the_bot_deleted_is_not_counted_as_shown() -> None:
         (first["ts"], False),
         (second["ts"], True),
     ]
+
+
+async def notice_post(notice: Notice, at: float) -> BotPost:
+    [sent] = await posted(notice, ref=f"{at}.0")
+    return BotPost(at=at, text=sent["text"], what=classify_post(sent))
+
+
+def burst(count: int, sent_at: float = 3.0) -> list[SentMessage]:
+    return [
+        SentMessage(f"s1t0m{100 + n}", 0, f"#s1t0m{100 + n} kiwi", "UBOB", sent_at, acked=True)
+        for n in range(count)
+    ]
+
+
+async def test_messages_not_taken_are_named_or_counted() -> None:
+    refused = burst(12)
+    told = not_taken.notice(KEY, [UserMessage(user="UBOB", text=m.text) for m in refused])
+    posts = [clean().posts[0], await notice_post(told, at=5)]
+    assert kinds(facts([clean(posts=posts)], messages=[message(), *refused])) == []
+    # Named (10) or counted ("… and 2 more"): a thirteenth is neither.
+    lost = burst(13)
+    found = check(facts([clean(posts=posts)], messages=[message(), *lost]))
+    assert [(v.kind, "#s1t0m112" in v.detail) for v in found] == [("message_unanswered", True)]
+    # A notice comes after the messages it is about.
+    early = [clean().posts[0], await notice_post(told, at=2)]
+    assert "message_unanswered" in kinds(
+        facts([clean(posts=early)], messages=[message(), *refused])
+    )
+    given = facts([clean(posts=posts)], messages=[message(), *refused])
+    given.given = {"s1t0m100": 4.0}  # and yet the model was given it
+    assert kinds(given) == ["not_taken_but_given"]
+
+
+async def test_an_expiry_is_told_once_names_what_was_dropped_and_runs_nothing() -> None:
+    gone = Expiry(status=Status.IDLE, last_activity_at=NOW, expired_at=NOW + timedelta(seconds=5))
+    late = SentMessage("s1t0m200", 0, "and kiwi? #s1t0m200", "UBOB", 20.0, acked=True, late=True)
+    late.acked_at = 20.2
+    told = Notice(
+        key=KEY,
+        kind=NoticeKind.STATE_EXPIRED,
+        text=expiry_text(gone, [], 1),
+        closes_cards=True,
+        details=[quote(late.text)],
+    )
+
+    def run(*notices: BotPost, effect_at: float = 4.0) -> RunFacts:
+        found = facts([clean(posts=[clean().posts[0], *notices])], messages=[message(), late])
+        found.state_ttl = 5.0
+        found.effects[0]["time"] = effect_at
+        return found
+
+    assert kinds(run(await notice_post(told, at=21))) == []
+    # Not told: the reply after the quiet spell is neither answered nor named.
+    assert kinds(run()) == ["expiry_untold", "message_unanswered"]
+    unnamed = told.model_copy(update={"details": [], "text": expiry_text(gone, [], 0)})
+    assert kinds(run(await notice_post(unnamed, at=21))) == ["message_unanswered"]
+    # A checkpoint older than the TTL fails closed (same kind): it explains what came before.
+    closed = told.model_copy(update={"details": [], "text": "I can't safely continue from it."})
+    assert kinds(run(await notice_post(closed, at=21))) == ["expiry_untold"]
+    twice = [await notice_post(told, at=21), await notice_post(told, at=22)]
+    assert kinds(run(*twice)) == ["expiry_told_twice"]
+    # The transfer was asked (at 2.0) before the thread was told (at 21): it never runs after.
+    assert kinds(run(await notice_post(told, at=21), effect_at=30.0)) == ["tool_ran_after_expiry"]
+    # The run the state held had the first message: the notice says what became of it.
+    unanswered = facts([clean(posts=[await notice_post(told, at=21)])], messages=[message(), late])
+    unanswered.state_ttl = 5.0
+    assert kinds(unanswered) == ["message_unanswered"]
+    unanswered.given = {"s1t0m0": 1.5}
+    assert kinds(unanswered) == []
+    # A reply that came soon after the thread's last post is no sure expiry.
+    soon = SentMessage("s1t0m200", 0, "and kiwi? #s1t0m200", "UBOB", 12.0, acked=True, late=True)
+    found = facts([clean()], messages=[message(), soon])
+    found.state_ttl = 5.0
+    assert kinds(found) == ["message_unanswered"]

@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 
 from storage import Status
+from testkit.deployment import Deployment, deployment, finished, record
 from testkit.responses import ScriptedResponses, message, tool_call
 from testkit.runtime import SideEffects
 from testkit.services import wait_until
 from testkit.slack import CHANNEL
 from tests.conftest import Backend
-from tests.slackapp.test_survival import Deployment, deployment, finished, record
 
 pytestmark = pytest.mark.slow
 AGENT = "testkit.mcp_agent:build_agent"

@@ -7,190 +7,23 @@ Web API stand-in, the real OpenAI model class against a scripted /v1/responses s
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
-from bot.standin import requests
-from bot.standin.slack_api import Message, SlackWebApi
-from storage import Conversation, Status, Store, ToolCallStatus
-from testkit.responses import ScriptedResponses, message, responses_server, tool_call
-from testkit.runtime import record_of
-from testkit.services import free_port, wait_until
-from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers, thread_key
+from bot.standin.slack_api import Message
+from storage import Status, ToolCallStatus
+from testkit.deployment import Deployment, deployment, finished, record
+from testkit.responses import ScriptedResponses, message, tool_call
+from testkit.services import wait_until
+from testkit.slack import CHANNEL
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.slow
-
-
-@dataclass
-class Deployment:
-    """The bot as a process (restartable), with the Slack stand-in in front of it."""
-
-    api: SlackWebApi
-    env: dict[str, str]
-    port: int
-    log: Path
-    effects: Path
-    store: Store
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> float:
-        """Start a bot process; returns the moment it reported healthy."""
-        process = _start(self.env, self.log)
-        self.processes.append(process)
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):
-                assert process.poll() is None, self.log.read_text()[-3000:]
-                try:
-                    async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
-                            return time.monotonic()
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise TimeoutError("the bot never became healthy")
-
-    @property
-    def current(self) -> subprocess.Popen[bytes]:
-        return self.processes[-1]
-
-    async def signal(self, sig: int) -> int:
-        """Send `sig`, and wait for the process to end (serving the stand-in meanwhile)."""
-        self.current.send_signal(sig)
-        return await asyncio.to_thread(self.current.wait, 60)
-
-    async def post(self, body: str, content_type: str = "application/json") -> int:
-        headers = {"Content-Type": content_type, **signed_headers(body)}
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(f"{self.url}/slack/events", data=body.encode(), headers=headers) as answer,
-        ):
-            return answer.status
-
-    async def mention(self, user: str, text: str, channel: str = CHANNEL) -> Message:
-        question = self.api.add_user_message(channel, user, f"<@{self.api.bot_user}> {text}")
-        event = requests.app_mention(user=user, text=question.text, ts=question.ts, channel=channel)
-        assert await self.post(requests.event_callback(TEAM, event)) == 200
-        return question
-
-    async def click_approve(self, card: Message, user: str) -> int:
-        assert card.blocks is not None
-        button = next(
-            element
-            for block in card.blocks
-            if block["type"] == "actions"
-            for element in block["elements"]
-            if element["action_id"] == "approval_approve"
-        )
-        body = requests.block_actions(
-            team=TEAM,
-            user=user,
-            channel=card.channel,
-            message={"ts": card.ts, "text": card.text, "blocks": card.blocks},
-            action_id="approval_approve",
-            value=button["value"],
-            response_url=f"http://127.0.0.1:1/respond/{card.ts}",
-        )
-        return await self.post(body, requests.FORM)
-
-    def transfers(self) -> list[dict[str, Any]]:
-        if not self.effects.exists():
-            return []
-        return [json.loads(line) for line in self.effects.read_text().splitlines()]
-
-    async def stop_all(self) -> None:
-        """SIGTERM what still runs; the stand-in keeps answering while they stop (it runs on
-        this event loop, so the wait must not block it)."""
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.to_thread(process.wait, 30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-
-
-def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out
-        )
-
-
-@asynccontextmanager
-async def deployment(
-    backend: Backend, tmp_path: Path, script: ScriptedResponses, **env: str
-) -> AsyncIterator[Deployment]:
-    api = SlackWebApi(team=TEAM)
-    with responses_server(script) as model_url:
-        async with running_api(api) as api_url:
-            port = free_port()
-            settings = {
-                **os.environ,
-                **backend.env,
-                "SLACK_BOT_TOKEN": "xoxb-test",
-                "SLACK_SIGNING_SECRET": SECRET,
-                "SLACK_API_URL": f"{api_url}/api/",
-                "PORT": str(port),
-                "HOST": "127.0.0.1",
-                "OPENAI_API_KEY": "sk-test",
-                "OPENAI_BASE_URL": model_url,
-                "BOT_MODEL": "gpt-scripted",
-                "BOT_AGENT": "testkit.survival_agent:build_agent",
-                "EFFECTS_FILE": str(tmp_path / "effects.jsonl"),
-                "OPENAI_AGENTS_DISABLE_TRACING": "1",
-                **env,
-            }
-            settings.pop("SLACK_APP_TOKEN", None)
-            bot = Deployment(
-                api,
-                settings,
-                port,
-                tmp_path / "bot.log",
-                tmp_path / "effects.jsonl",
-                backend.open(),
-            )
-            try:
-                yield bot
-            finally:
-                await bot.stop_all()
-
-
-def record(bot: Deployment, question: Message) -> Conversation:
-    return record_of(bot.store, thread_key(question.ts, question.channel))
-
-
-async def finished(bot: Deployment, question: Message) -> None:
-    """Wait until the bot is done with the question's thread: released idle, with nothing
-    left to deliver (outcomes are posted before the release that records them), so that
-    no process or recovery sweep has anything more to post there."""
-
-    def done() -> bool:
-        state = bot.store.get(thread_key(question.ts, question.channel))
-        return (
-            state is not None
-            and (state.status, state.lease_owner) == (Status.IDLE, None)
-            and state.undelivered_from() is None
-        )
-
-    await asyncio.to_thread(wait_until, done, 30)
 
 
 async def test_a_message_acked_then_killed_is_answered_after_restart(

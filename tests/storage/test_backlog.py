@@ -105,8 +105,33 @@ def test_past_the_cap_a_keep_is_refused_not_failed(backend: Backend) -> None:
     assert (refused.kept, refused.refused) == (False, True)
     page = store.read_inbox(KEY, lease.generation, 10)
     store.apply(Commit(key=KEY, lease=lease, consume=[e.entry_id for e in page]))
-    again = store.keep(KEY, "Ev-over", payload(99), create=False)  # nothing was claimed
-    assert again.kept and not again.refused
+    assert store.keep(KEY, "Ev-next", payload(100), create=False).kept  # room again
+    assert len(store.read_inbox(KEY)) == 30 - 10 + 1
+
+
+def test_a_message_refused_at_the_cap_is_not_kept_when_delivered_again(
+    backend: Backend,
+) -> None:
+    """A mention in a thread comes as two events (`app_mention` and `message`), one message:
+    once the thread is told the first was not taken, the second is a duplicate, even when
+    the backlog has room by then; and a duplicate of a message kept is never "refused"."""
+    store = backend.open(lease_seconds=600, backlog_limit=12)
+    lease = hold(store)
+    for i in range(11):
+        assert store.keep(KEY, f"Ev{i}", payload(i), create=False).kept
+    refused = store.keep(KEY, "Ev-over", payload(99), create=False, token="t-over")
+    assert (refused.kept, refused.refused) == (False, True)
+    for i in (0, 3, 10):  # kept before, some in the record and some in rows on aws
+        again = store.keep(KEY, f"Ev{i}", payload(i), create=False)
+        assert (again.kept, again.refused) == (False, False), i
+    # Our own refused keep, retried (its answer lost): refused again, not a duplicate.
+    retried = store.keep(KEY, "Ev-over", payload(99), create=False, token="t-over")
+    assert (retried.kept, retried.refused) == (False, True)
+    page = store.read_inbox(KEY, lease.generation, 10)
+    store.apply(Commit(key=KEY, lease=lease, consume=[e.entry_id for e in page]))
+    later = store.keep(KEY, "Ev-over", payload(99), create=False)  # the other event
+    assert (later.kept, later.refused) == (False, False)
+    assert payload(99) not in [e.payload for e in store.read_inbox(KEY)]
 
 
 def test_a_retried_keep_is_recognised_in_a_row_too(store: Store) -> None:

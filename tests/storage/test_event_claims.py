@@ -77,3 +77,22 @@ def test_a_claim_written_before_the_sets_is_honoured_until_it_expires(backend: B
     )
     assert not keep(at(store, now + timedelta(minutes=1)), "Ev-old")
     assert keep(at(store, now + TTL + timedelta(seconds=2)), "Ev-old")
+
+
+def test_a_claim_outlives_the_state_it_came_with(backend: Backend) -> None:
+    """A delivery that lands after the thread's state expired (it was stuck; the state TTL is
+    shorter than the claim's) is a duplicate still: the thread that comes back does not keep
+    the message again. Claims in rows (a busy thread's) as well as in the record."""
+    store = backend.open(claim_ttl=TTL, state_ttl="30s")
+    start = period_start(utcnow()) + timedelta(seconds=5)
+    at(store, start)
+    for i in range(8):  # past what the record holds: the later claims live in rows on aws
+        assert keep(store, f"Ev{i}")
+    at(store, start + timedelta(minutes=2))  # the state expired; the claims have not
+    assert store.get(KEY) is None and store.expired_record(KEY) is not None
+    for i in (0, 7):
+        assert not keep(store, f"Ev{i}"), i
+    assert keep(store, "Ev-new")  # and the thread goes on, with that message alone
+    record = store.get(KEY)
+    assert record is not None
+    assert [e.event_id for e in store.read_inbox(KEY, record.generation)] == ["Ev-new"]

@@ -1,0 +1,140 @@
+"""A busy thread's backlog over a real process (`python -m bot serve`), on both backends:
+while a slow run holds each thread, one is sent a megabyte of long replies and the other a
+burst of short ones, as signed events through the real bolt app. Every event is answered
+200; afterwards every message was either given to the agent (the scripted model's inputs
+show it) or counted in a notice saying it was not taken (past `BOT_BACKLOG_LIMIT`), never
+both, never neither."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.standin.slack_api import Message
+from storage import Status
+from testkit.deployment import Deployment, deployment
+from testkit.responses import ScriptedResponses, message
+from testkit.services import wait_until
+from testkit.slack import CHANNEL, Harness, thread_key
+from tests.conftest import Backend
+
+pytestmark = pytest.mark.slow
+ALICE, BOB = "UALICE", "UBOB"
+LONG = 26  # replies of Slack's longest text (40,000 characters): just over 1 MB
+# Short replies, and BOT_BACKLOG_LIMIT (the burst goes past it). 2,000 signed events take
+# ~12 s on local, ~40 s on aws (DynamoDB Local on two shared cores), so aws sends fewer,
+# under a lower cap; tests/storage/test_backlog.py keeps 2,000 on both, below the Slack layer.
+SHORT = {"local": 2000, "aws": 800}
+LIMIT = {"local": 1000, "aws": 400}  # local: the default
+IN_FLIGHT = 16  # events Slack has under way at once
+TOKEN = re.compile(r"\b([LS]\d{4})x")
+NOT_TAKEN = re.compile(r"I couldn't take (\d+) messages?")
+
+
+class HeldThenEcho(ScriptedResponses):
+    """A request whose newest message says `slowly` is held until `release` (a run that
+    holds its thread); every other one is answered at once."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.release = threading.Event()
+        self.held = 0
+
+    def next_output(self, request: dict[str, Any], headers: dict[str, str]) -> list[dict[str, Any]]:
+        with self.lock:
+            self.requests.append(request)
+            self.headers.append(headers)
+        texts = user_texts(request)
+        if texts and "slowly" in texts[-1]:
+            with self.lock:
+                self.held += 1
+            self.release.wait(120)
+        return [message(f"Read {len(texts)} messages.")]
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    texts = []
+    for item in request.get("input") or []:
+        if isinstance(item, dict) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, list):
+                content = " ".join(str(part.get("text", "")) for part in content)
+            texts.append(str(content))
+    return texts
+
+
+def given_to_the_agent(script: ScriptedResponses) -> set[str]:
+    return {t for r in script.requests for text in user_texts(r) for t in TOKEN.findall(text)}
+
+
+def not_taken(bot: Deployment, ts: str) -> tuple[int, set[str]]:
+    """How many messages the thread was told were not taken, and those it quoted."""
+    count, quoted = 0, set()
+    for post in bot.api.bot_replies(CHANNEL, ts):
+        payload = (post.metadata or {}).get("event_payload") or {}
+        if payload.get("notice") == "not_taken":
+            found = NOT_TAKEN.search(post.text)
+            assert found, post.text
+            count += int(found.group(1))
+            quoted |= set(TOKEN.findall(post.text))
+    return count, quoted
+
+
+async def send_all(people: Harness, ts: str, texts: list[str]) -> None:
+    """Replies in the thread, IN_FLIGHT at a time, each answered 200 (`Harness.reply`)."""
+    gate = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(text: str) -> Message:
+        async with gate:
+            return await people.reply(BOB, text, ts)
+
+    await asyncio.gather(*(one(text) for text in texts))
+
+
+async def test_a_burst_past_the_cap_is_kept_or_told(backend: Backend, tmp_path: Path) -> None:
+    script = HeldThenEcho()
+    short, limit = SHORT[backend.name], LIMIT[backend.name]
+    cap = {} if backend.name == "local" else {"BOT_BACKLOG_LIMIT": str(limit)}
+    async with deployment(backend, tmp_path, script, BOT_LEASE_SECONDS="2", **cap) as bot:
+        await bot.start()
+        people = bot.people()
+        try:
+            long_thread = await bot.mention(ALICE, "read these slowly")
+            short_thread = await bot.mention(ALICE, "and these slowly")
+            await asyncio.to_thread(wait_until, lambda: script.held == 2, 20)
+            longs = [f"L{n:04d}x " + "y" * (40_000 - 7) for n in range(LONG)]
+            shorts = [f"S{n:04d}x please" for n in range(short)]
+            began = time.monotonic()
+            await asyncio.gather(
+                send_all(people, long_thread.ts, longs), send_all(people, short_thread.ts, shorts)
+            )
+            sent_in = time.monotonic() - began
+            script.release.set()
+            keys = [thread_key(long_thread.ts), thread_key(short_thread.ts)]
+
+            def drained() -> bool:
+                records = [bot.store.get(key) for key in keys]
+                return all(
+                    r is not None and r.status is Status.IDLE and r.lease_owner is None
+                    for r in records
+                ) and not any(bot.store.read_inbox(key) for key in keys)
+
+            await asyncio.to_thread(wait_until, drained, 60)
+            await asyncio.sleep(1.5)  # a burst's notice is told a second after its last refusal
+        finally:
+            await people.close()
+    print(f"{LONG + short} replies sent in {sent_in:.1f}s on {backend.name}")
+    given = given_to_the_agent(script)
+    long_refused, _ = not_taken(bot, long_thread.ts)
+    assert long_refused == 0 and {f"L{n:04d}" for n in range(LONG)} <= given  # all 1 MB of it
+    refused, quoted = not_taken(bot, short_thread.ts)
+    sent = {f"S{n:04d}" for n in range(short)}
+    taken = given & sent
+    assert refused == short - len(taken) and refused >= short - limit, (refused, len(taken))
+    assert quoted and quoted <= sent - taken  # the ones it names were never given

@@ -48,8 +48,11 @@ class Cluster:
         return [r.url for r in self.replicas[: self.wanted] if r.alive]
 
     async def start(self, replica: Replica) -> bool:
-        """Start the replica unless it runs; one that was SIGTERMed is waited for first (and
-        killed if it has not exited within 20 s: a shutdown that long is noted)."""
+        """Start the replica unless it runs, and wait until it is healthy; one that was
+        SIGTERMed is waited for first (and killed if it has not exited within 20 s: a
+        shutdown that long is noted), and so is one just SIGKILLed (not yet reaped, it
+        still looks alive). One that runs may still be starting (`heal` cancels a restart
+        while it waits for health): it is waited for too."""
         async with self.lock:
             if replica.alive and replica.terminating:
                 began = time.monotonic()
@@ -57,8 +60,10 @@ class Cluster:
                     replica.signal(signal.SIGKILL)
                     await replica.wait_exit(5)
                 self.exit_seconds.append(time.monotonic() - began)
+            if replica.alive and replica.killed:
+                await replica.wait_exit(5)
             if replica.alive:
-                return True
+                return await replica.wait_healthy()
             began = time.monotonic()
             replica.start()
             healthy = await replica.wait_healthy()

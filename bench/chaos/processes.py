@@ -27,9 +27,11 @@ class Replica:
     port: int
     env: dict[str, str]
     log_path: Path
+    command: tuple[str, ...] = (sys.executable, "-m", "bot", "serve")
     process: subprocess.Popen[bytes] | None = None
     stopped: bool = False  # SIGSTOPped, not yet SIGCONTed
     terminating: bool = False  # SIGTERMed, maybe still shutting down
+    killed: bool = False  # SIGKILLed, maybe not yet reaped (still `alive` for a moment)
     starts: int = 0
     _log: IO[bytes] | None = field(default=None, repr=False)
 
@@ -48,7 +50,7 @@ class Replica:
         self._log.write(f"--- start {time.strftime('%H:%M:%S')} ---\n".encode())
         self._log.flush()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"],
+            list(self.command),
             cwd=ROOT,
             env=self.env,
             stdout=self._log,
@@ -56,6 +58,7 @@ class Replica:
         )
         self.stopped = False
         self.terminating = False
+        self.killed = False
         self.starts += 1
 
     def signal(self, number: signal.Signals) -> None:
@@ -66,6 +69,8 @@ class Replica:
                 self.stopped = True
             elif number is signal.SIGTERM:
                 self.terminating = True
+            elif number is signal.SIGKILL:
+                self.killed = True
             elif number is signal.SIGCONT:
                 self.stopped = False
 

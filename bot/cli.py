@@ -269,7 +269,7 @@ def _init_storage(settings: StorageSettings) -> int:
 
 def _migrate(settings: StorageSettings) -> int:
     if settings.backend != "aws":
-        print("nothing to migrate: the local backend's layout did not change")
+        print("nothing to migrate: the local backend migrates itself when it opens")
         return 0
     from storage.aws import AwsStore
 
@@ -279,7 +279,8 @@ def _migrate(settings: StorageSettings) -> int:
     print(
         f"migrated {done.records} conversations: {done.indexed} indexed, {done.counted} "
         f"counted, {done.messages_moved} queued messages moved into their records, "
-        f"{done.placed} paused ones listed by channel"
+        f"{done.placed} paused ones listed by channel, {done.waiting} awaiting approval "
+        "listed for their run's starter"
     )
     return 0
 

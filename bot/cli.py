@@ -172,12 +172,15 @@ def _runtime(store: Store, runtime_settings: RuntimeSettings) -> ConversationRun
 
     from bot.agent_loader import AgentLoadError
     from bot.runtime.guard import UnguardedTool
+    from bot.suggestions import SuggestionsError, load_suggestions
     from bot.tracing import TracingConfigError
     from bot.wiring import build_runtime
 
     try:
-        return build_runtime(store, runtime_settings)
-    except (AgentLoadError, TracingConfigError, UnguardedTool, UserError) as exc:
+        runtime = build_runtime(store, runtime_settings)
+        load_suggestions(runtime_settings.agent)  # the container's prompts, checked at start
+        return runtime
+    except (AgentLoadError, SuggestionsError, TracingConfigError, UnguardedTool, UserError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return None
 

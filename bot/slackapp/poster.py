@@ -17,6 +17,7 @@ failure, and nothing is sent."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -116,9 +117,11 @@ class SlackPoster:
         live: LiveThreads | None = None,
         *,
         recheck_after: float = RECHECK_SECONDS,
+        after_decision: Callable[[Decided], None] | None = None,
     ) -> None:
         self.clients = as_clients(client)
         self.live = live
+        self.after_decision = after_decision  # e.g. the Home tabs it changes, refreshed
         self.readback = Readback(self.clients)
         self.duplicates = DuplicateCheck(self.readback, recheck_after)
 
@@ -173,6 +176,8 @@ class SlackPoster:
             reason = f": {escape(outcome.reason)}" if outcome.reason else ""
             text = f"`{escape(outcome.tool_name)}` {verdict} by <@{outcome.user}>{reason}"
             await self._post(outcome, ref, 0, text=truncate(text, MESSAGE_LIMIT))
+            if self.after_decision is not None:
+                self.after_decision(outcome)
         elif isinstance(outcome, Refused | StatusReply):
             await self._answer_privately(outcome)
         # Duplicate and Discarded answer one request: the caller shows them.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot import metrics
 from bot.permalink import linker
 from bot.runtime import ConversationRuntime, Decided, Discarded, Refused
+from bot.runtime.waiting import Waiting
 from bot.slackapp.clients import SlackClients, TeamNotInstalled
 from bot.slackapp.home_blocks import DISCARD, AdminPart, home_view
 from bot.slackapp.live_thread import ERRORS, error_of
@@ -34,6 +36,7 @@ STALE_AFTER = timedelta(days=1)  # as `/agent-admin list stale`
 STALE_READ = 50  # stale conversations read (of every workspace), of which this one's shown
 STALE_SHOWN = 10
 DEFAULT_URL = "https://slack.com/"
+ON_HOME = "home:"  # the reply_to of a click on the Home tab (which has no response_url)
 
 
 class HomeTab:
@@ -85,8 +88,10 @@ class HomeTab:
     async def _view(self, person: PersonKey, note: str | None) -> dict[str, Any]:
         rt = self.runtime
         waiting, recent = await asyncio.gather(
-            rt.waiting_for(person), rt.recent_conversations(person)
+            self._waiting(person), rt.recent_conversations(person)
         )
+        if waiting is None:
+            waiting, note = [], note or "The approvals waiting on you could not be listed."
         admin = None
         if person.user in self.admins:
             stale = await rt.stale(STALE_AFTER, limit=STALE_READ)
@@ -96,10 +101,37 @@ class HomeTab:
         link = linker(self.urls.get(workspace, DEFAULT_URL))
         return home_view(waiting, recent, link, admin, note)
 
+    async def _waiting(self, person: PersonKey) -> list[Waiting] | None:
+        """None when they cannot be listed (e.g. a table still without the approval index,
+        an upgrade half done): the rest of the tab is published."""
+        try:
+            return await self.runtime.waiting_for(person)
+        except Exception:
+            log.exception("%s: the approvals waiting on them could not be listed", person)
+            return None
+
     def after_decision(self, decided: Decided) -> None:
         """A decision was recorded (from the thread or from Home): the decider's Home and
         the run starter's are published again, in the background (delivery goes on)."""
-        task = asyncio.create_task(self._after_decision(decided))
+        self._soon(self._after_decision(decided))
+
+    def tell(self, refused: Refused) -> None:
+        """A click on the Home tab was refused (late, stale, not theirs to decide): the tab
+        is published again, saying why, by whichever replica served the thread."""
+        if refused.user:
+            person = PersonKey.of(refused.key, refused.user)
+            self._soon(self._tell(person, refused.key, refused.text))
+
+    async def _tell(self, person: PersonKey, key: ConversationKey, note: str) -> None:
+        try:
+            client = await self.clients.for_key(key)
+        except (TeamNotInstalled, StorageError) as exc:
+            log.info("%s: Home not told: %r", key, exc)
+            return
+        await self.publish(person, client, note)
+
+    def _soon(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
         self._later.add(task)
         task.add_done_callback(self._later.discard)
 

@@ -28,7 +28,7 @@ from bot.runtime.viewing import Viewing
 from bot.slackapp.agent_blocks import FEEDBACK, STOP, parse_feedback
 from bot.slackapp.blocks import APPROVE, REJECT, RESUME, parse_button_value, paused_list_blocks
 from bot.slackapp.conversation_source import shared_files
-from bot.slackapp.home import HomeTab
+from bot.slackapp.home import ON_HOME, HomeTab
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.settings import SlackSettings
 from bot.slackapp.teams import conversation_enterprise, workspace_url
@@ -174,6 +174,8 @@ class Listeners:
     ) -> None:
         await ack()
         metrics.EVENTS.labels("decision").inc()
+        container = body.get("container") or {}
+        context["from_home"] = container.get("type") == "view"
         try:
             action = body["actions"][0]
             user = str(body["user"]["id"])
@@ -181,8 +183,6 @@ class Listeners:
         except (ValueError, KeyError, TypeError, IndexError, ValidationError):
             context["refusal"] = "That button is not one of mine."
             return
-        container = body.get("container") or {}
-        context["from_home"] = container.get("type") == "view"
         clicked = f"{container.get('channel_id', key.channel)}:{container.get('message_ts', '')}"
         click_id = body.get("trigger_id") or action.get("action_ts") or ""
         kept = await self.runtime.keep_decision(
@@ -193,7 +193,8 @@ class Listeners:
             user=user,
             checkpoint_version=version,
             request_message=clicked if container.get("message_ts") else None,
-            reply_to=body.get("response_url"),
+            # A click on the Home tab has no response_url: it is answered on the tab.
+            reply_to=body.get("response_url") or (ON_HOME if context["from_home"] else None),
             take=True,
         )
         context["kept"] = kept.value
@@ -209,18 +210,25 @@ class Listeners:
         refusal = context.get("refusal")
         if context.get("kept") == Kept.NOT_OURS.value:
             refusal = EXPIRED
-        if refusal and context.get("from_home") and self.home is not None:
-            person = self.home.person(context, str((body.get("user") or {}).get("id", "")))
-            if person is not None:  # the Home tab shows what stands now, and why
-                await self.home.publish(person, client, refusal)
+        user = str((body.get("user") or {}).get("id", ""))
+        if refusal and context.get("from_home"):
+            await self._home_note(context, client, user, refusal)
             return
         if refusal and respond is not None:
             await respond(text=refusal, response_type="ephemeral", replace_original=False)
             return
         if context.get("kept") == Kept.KEPT.value:
-            # Refusals and late clicks are answered through the click's response_url by
-            # whichever replica serves the thread.
+            # Refusals and late clicks are answered through the click's response_url (or
+            # on the Home tab it came from) by whichever replica serves the thread.
             await self.runtime.serve(ConversationKey.parse(context["kept_key"]))
+
+    async def _home_note(
+        self, context: AsyncBoltContext, client: AsyncWebClient, user: str, note: str
+    ) -> None:
+        """The Home tab a click came from, published again: what stands now, and why."""
+        person = self.home.person(context, user) if self.home is not None else None
+        if self.home is not None and person is not None:
+            await self.home.publish(person, client, note)
 
     # -- feedback and Stop ---------------------------------------------------------------
 

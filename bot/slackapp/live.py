@@ -45,6 +45,7 @@ TASK_STATUS = {
 }
 TASK_DETAILS = {Step.WAITING: "Waiting for approval", Step.UNKNOWN: "Outcome unknown"}
 CUT_SHORT = "_This reply was cut short; see below._"
+TITLES_KEPT = 1_000  # first requests waiting for their run to begin here
 
 
 class LiveThreads:
@@ -70,6 +71,8 @@ class LiveThreads:
         """The conversation's first request, its title when its run begins (`begin`)."""
         title = " ".join(request.split())[:TITLE_LIMIT]
         if title:
+            if len(self.titles) >= TITLES_KEPT:  # runs another replica took: never begun here
+                self.titles.pop(next(iter(self.titles)))
             self.titles[key] = title
 
     # -- Progress -----------------------------------------------------------------------

@@ -138,6 +138,7 @@ async def _serve(
         live,
         recheck_after=settings.duplicate_check_seconds,
         after_decision=home.after_decision,
+        on_home=home.tell,
     )
     runtime.on_outcome = poster
     # Warm up before reporting healthy: the token, the workspace's URL (for thread links),

@@ -6,7 +6,8 @@ initiator kept only then) and renamed only once it exists; a session in `process
 Slack's own stop control, which `stop_session` presses (it ends the thread's streams, as
 Slack does, and returns what the `agent_session_stopped` event names); without the app
 subscribed to that event a status answers with Slack's warning. Tests make a method refuse
-with `method_errors` (e.g. `not_allowed_token_type`) or per channel with `channel_errors`."""
+with `method_errors` (e.g. `not_allowed_token_type`) or per channel with `channel_errors`;
+a workspace without sessions answers every status with `sessions_refused`."""
 
 from __future__ import annotations
 
@@ -60,11 +61,14 @@ class ContainerMethods:
         self.prompts: dict[str, list[Prompts]] = {}  # channel -> suggested prompts, in order
         self.titles: dict[tuple[str, str], str] = {}  # assistant thread -> its title
         self.session_stop_subscribed = True  # the app subscribes to agent_session_stopped
+        self.sessions_refused: str | None = None  # a workspace without sessions: this error
 
     # -- agent sessions -----------------------------------------------------------------
 
     def m_agents_sessions_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
         channel, thread_ts, status = args["channel_id"], args["thread_ts"], args["status"]
+        if self.sessions_refused:
+            return refused(self.sessions_refused)
         if status not in SESSION_STATUSES:
             return refused("invalid_arguments")
         title = args.get("title")

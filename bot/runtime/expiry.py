@@ -94,8 +94,8 @@ def expiry_text(gone: Expiry, pending: list[PendingCall], unanswered: int) -> st
     return (
         f"This conversation's saved state expired: it is kept for {human_age(idle)} after "
         f"the last activity, and there was none here since "
-        f"{gone.last_activity_at:%Y-%m-%d %H:%M} UTC. {what} The earlier messages are no "
-        f"longer part of it; send a new message to start again.{lost}"
+        f"{gone.last_activity_at:%Y-%m-%d %H:%M} UTC. {what} The agent remembers only what "
+        f"this thread shows; send a new message to start again.{lost}"
     )
 
 

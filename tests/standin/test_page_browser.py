@@ -106,6 +106,10 @@ async def test_the_page_draws_status_streams_tasks_markdown_and_clicks(tmp_path:
             assert click["actions"][0]["type"] == "feedback_buttons"
             assert click["actions"][0]["value"] == "good-1"
 
+            # The run works again (a Stop offer shows only while it does).
+            await bot.assistant_threads_setStatus(
+                channel_id=CHANNEL, thread_ts=thread, status="is working…"
+            )
             await bot.chat_postEphemeral(
                 channel=CHANNEL, user=USERS["alice"], thread_ts=thread, text="Working", blocks=STOP
             )

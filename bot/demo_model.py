@@ -35,7 +35,7 @@ _TICKET = re.compile(
     r"\bticket\b|\b(?:file|open|raise|report)\s+(?:a|an)\s+(?:bug|issue|incident)\b", re.I
 )
 _FILES = re.compile(r"\b(?:files?|attach\w*|pdfs?|images?|documents?|shared)\b", re.I)
-_SHARED = re.compile(r"^\[shared (.+)\]$", re.MULTILINE)
+_SHARED = re.compile(r"^\[shared ([^\]\n]+)\]", re.MULTILINE)
 _AUTHOR = re.compile(r"^<@([A-Z0-9]+)> \(([^()\n]*)\): ")
 
 

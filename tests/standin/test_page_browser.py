@@ -126,3 +126,68 @@ async def test_the_page_draws_status_streams_tasks_markdown_and_clicks(tmp_path:
             await page.screenshot(path=str(ARTIFACTS / "local-mode-agent-surface.png"))
         finally:
             await browser.close()
+
+
+SLACK_TEXT = (
+    "AT&amp;T said &lt;b&gt;hi&lt;/b&gt; and &amp;lt; to <@U0ALICE> :white_check_mark: "
+    "`*not bold* &amp; _x_` then *bold*\n```*still* _plain_ &lt;z&gt;```\n" + "x" * 300
+)
+COLOURED = """() => {
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = 40;
+  const g = canvas.getContext("2d");
+  g.font = "32px " + getComputedStyle(document.body).fontFamily;
+  g.fillText("\\u2705", 2, 34);
+  const px = g.getImageData(0, 0, 40, 40).data;
+  for (let i = 0; i < px.length; i += 4) {
+    const [r, g2, b] = [px[i], px[i + 1], px[i + 2]];
+    if (px[i + 3] > 0 && Math.max(r, g2, b) - Math.min(r, g2, b) > 60) return true;
+  }
+  return false;
+}"""
+
+
+async def test_slack_text_is_decoded_once_code_is_literal_words_wrap_and_offers_go_stale(
+    tmp_path: Path,
+) -> None:
+    """Slack's escaping decoded exactly once, nothing formatted inside code, a mention shown
+    by name, a 300-letter word wrapped inside its thread, emoji drawn in colour (an emoji
+    font), and the bot's Stop offer shown only while its run works (a newer one replaces
+    it)."""
+    async with (
+        standin(tmp_path / "data") as (workspace, _, client),
+        async_playwright() as playwright,
+    ):
+        bot = AsyncWebClient(token=workspace.bot_token, base_url=f"{client.url}/api/")
+        thread = await thread_by(client)
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1000, "height": 800})
+            await page.goto(client.url)
+            await bot.chat_postMessage(channel=CHANNEL, thread_ts=thread, text=SLACK_TEXT)
+            said = page.locator(".msg.bot", has_text="AT&T")
+            await expect(said).to_contain_text("AT&T said <b>hi</b> and &lt; to @alice ✅")
+            await expect(said.locator("code")).to_have_text("*not bold* & _x_")
+            await expect(said.locator("pre")).to_have_text("*still* _plain_ <z>")
+            await expect(said.locator("code b, code i, pre b, pre i")).to_have_count(0)
+            await expect(said.locator("b", has_text="bold")).to_have_text("bold")
+            thread_box = page.locator(".thread")
+            wide = await thread_box.evaluate("t => t.scrollWidth > t.clientWidth")
+            assert not wide  # the long word wraps
+            assert await page.evaluate(COLOURED)  # ✅ in colour, not an empty box
+
+            await bot.assistant_threads_setStatus(
+                channel_id=CHANNEL, thread_ts=thread, status="is working…"
+            )
+            for _ in range(2):
+                await bot.chat_postEphemeral(
+                    channel=CHANNEL, user=USERS["alice"], thread_ts=thread, text="W", blocks=STOP
+                )
+            offers = page.locator(".thread .ephemeral", has_text="Changed your mind")
+            await expect(offers).to_have_count(1)  # the newer offer replaced the first
+            await page.screenshot(path=str(ARTIFACTS / "local-mode-rendering.png"))
+            await bot.chat_postMessage(channel=CHANNEL, thread_ts=thread, text="Done.")
+            await expect(page.locator(".status-line")).to_have_count(0)
+            await expect(offers).to_have_count(0)  # the run ended: nothing left to stop
+        finally:
+            await browser.close()

@@ -18,7 +18,9 @@ kept while the bot is down or restarting, delivered in order once it answers aga
 Longer than the project's other modules: local mode's one event-loop state (the page's
 outbox, the child process and its restarts, what the page is shown) lives in `Workspace`;
 what has no share in that state is elsewhere (`slack_api`, `places`, `only_you`, `view`,
-`people_files`, `requests`). It is a development tool, not part of the served bot."""
+`people_files`, `requests`; the agent container's view and endpoints in `container_view` and
+`container_routes`; the log in `local_log`, refusals and ports in `errors`). It is a
+development tool, not part of the served bot."""
 
 from __future__ import annotations
 

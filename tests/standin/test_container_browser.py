@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import FilePayload, expect
 
 from tests.standin.test_local_mode_browser import browser_page, local_mode, screenshot, send
 
@@ -67,9 +67,12 @@ def test_dm_prompts_title_home_approve_session_stop_names_and_files(tmp_path: Pa
         me = page.locator(".thread", has_text="who am I?").locator(".msg.bot")
         expect(me).to_contain_text("You are @alice", timeout=15_000)
         expect(me).not_to_contain_text("U0ALICE")
-        page.locator("#attach").set_input_files(
-            [{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"call the printer guy"}]
-        )
+        notes: FilePayload = {
+            "name": "notes.txt",
+            "mimeType": "text/plain",
+            "buffer": b"call the printer guy",
+        }
+        page.locator("#attach").set_input_files([notes])
         send(page, "@agent what is in this file?")
         files = page.locator(".thread", has_text="what is in this file?")
         expect(files.locator(".msg.bot")).to_contain_text("notes.txt", timeout=15_000)

@@ -6,7 +6,9 @@ replaced by the answer to its response_url. A screenshot goes to test-artifacts/
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import async_playwright, expect
@@ -15,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.standin.view import CHANNEL
 from bot.standin.workspace import USERS
 from tests.standin.test_local_mode_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
-from tests.standin.test_page_endpoints import settle, standin
+from tests.standin.test_page_endpoints import FakeBot, settle, standin
 from tests.standin.test_page_view import FEEDBACK, STOP, clicks, respond, thread_by
 
 pytestmark = pytest.mark.slow
@@ -132,6 +134,32 @@ SLACK_TEXT = (
     "AT&amp;T said &lt;b&gt;hi&lt;/b&gt; and &amp;lt; to <@U0ALICE> :white_check_mark: "
     "`*not bold* &amp; _x_` then *bold*\n```*still* _plain_ &lt;z&gt;```\n" + "x" * 300
 )
+HOME = [
+    {"type": "header", "text": {"type": "plain_text", "text": "Admin"}},
+    {
+        "type": "section",
+        "text": {"type": "mrkdwn", "text": "A stale thread · interrupted"},
+        "accessory": {
+            "type": "button",
+            "action_id": "home_discard",
+            "style": "danger",
+            "text": {"type": "plain_text", "text": "Discard"},
+            "value": "T0LOCAL:C0GENERAL:1.1",
+            "confirm": {
+                "title": {"type": "plain_text", "text": "Discard this conversation?"},
+                "text": {"type": "plain_text", "text": "This cannot be undone."},
+                "confirm": {"type": "plain_text", "text": "Discard"},
+                "deny": {"type": "plain_text", "text": "Cancel"},
+            },
+        },
+    },
+]
+
+
+def events(bot: FakeBot) -> list[dict[str, Any]]:
+    return [json.loads(body)["event"] for _, body in bot.received if body.startswith('{"token"')]
+
+
 COLOURED = """() => {
   const canvas = document.createElement("canvas");
   canvas.width = canvas.height = 40;
@@ -152,10 +180,10 @@ async def test_slack_text_is_decoded_once_code_is_literal_words_wrap_and_offers_
 ) -> None:
     """Slack's escaping decoded exactly once, nothing formatted inside code, a mention shown
     by name, a 300-letter word wrapped inside its thread, emoji drawn in colour (an emoji
-    font), and the bot's Stop offer shown only while its run works (a newer one replaces
-    it)."""
+    font), the bot's Stop offer shown only while its run works (a newer one replaces it),
+    and a Home view's button behind a confirmation, sent from the view once confirmed."""
     async with (
-        standin(tmp_path / "data") as (workspace, _, client),
+        standin(tmp_path / "data") as (workspace, fake, client),
         async_playwright() as playwright,
     ):
         bot = AsyncWebClient(token=workspace.bot_token, base_url=f"{client.url}/api/")
@@ -189,5 +217,25 @@ async def test_slack_text_is_decoded_once_code_is_literal_words_wrap_and_offers_
             await bot.chat_postMessage(channel=CHANNEL, thread_ts=thread, text="Done.")
             await expect(page.locator(".status-line")).to_have_count(0)
             await expect(offers).to_have_count(0)  # the run ended: nothing left to stop
+
+            # A Home view's button behind a confirmation (an admin's Discard): asked in a
+            # dialog, sent from the view only once confirmed.
+            await bot.views_publish(user_id=USERS["alice"], view={"type": "home", "blocks": HOME})
+            await page.get_by_role("tab", name="Home").click()
+            discard = page.locator("#home").get_by_role("button", name="Discard")
+            await discard.click()
+            dialog = page.get_by_role("dialog")
+            await expect(dialog).to_contain_text("Discard this conversation?")
+            await dialog.get_by_role("button", name="Cancel").click()
+            await expect(dialog).to_be_hidden()
+            await discard.click()
+            await dialog.get_by_role("button", name="Discard").click()
+            await settle(workspace)
+            [opened, *_] = [c for c in events(fake) if c.get("type") == "app_home_opened"]
+            assert opened["tab"] == "home" and opened["user"] == USERS["alice"]
+            [sent] = [c for c in clicks(fake, workspace.secret) if c["container"]["type"] == "view"]
+            assert sent["actions"][0]["action_id"] == "home_discard"
+            assert sent["actions"][0]["value"] == "T0LOCAL:C0GENERAL:1.1"
+            assert len(clicks(fake, workspace.secret)) == 1  # Cancel sent nothing
         finally:
             await browser.close()

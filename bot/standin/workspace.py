@@ -331,7 +331,8 @@ class Workspace:
             str(record.key): record.key.thread_ts
             for record in store.list_by_status(Status.RUNNING, limit=100)
             if any(
-                record.key.team == p.team and record.key.channel == p.channel
+                record.key.team == p.team
+                and (record.key.channel == p.channel or record.key.channel.startswith("D"))
                 for p in self.places.all
             )
         }

@@ -26,10 +26,17 @@ from bot.demo_agent import CITY_ZONES, city_key
 from bot.runtime.attribution import split_author
 
 HELP = (
-    "(offline demo model) I can tell the time, say who is asking, or file a ticket, which "
-    "needs your approval. Try: `@agent file a ticket about the printer`, `@agent who am I?`, "
-    "or `@agent what time is it in Oslo?`"
+    "(offline demo model) I can tell the time, say who is asking, say which files you "
+    "shared, or file a ticket, which needs your approval. Try: `@agent file a ticket about the "
+    "printer`, `@agent who am I?`, or `@agent what time is it in Oslo?`"
 )
+# A ticket is asked for by name ("file a ticket", "open a bug report"), not by "file".
+_TICKET = re.compile(
+    r"\bticket\b|\b(?:file|open|raise|report)\s+(?:a|an)\s+(?:bug|issue|incident)\b", re.I
+)
+_FILES = re.compile(r"\b(?:files?|attach\w*|pdfs?|images?|documents?|shared)\b", re.I)
+_SHARED = re.compile(r"^\[shared ([^\]\n]+)\]", re.MULTILINE)
+_AUTHOR = re.compile(r"^<@([A-Z0-9]+)> \(([^()\n]*)\): ")
 
 
 def _items(call_input: Any) -> list[dict[str, Any]]:
@@ -99,16 +106,55 @@ def say(text: str) -> list[Any]:
     return [assistant_message(text)]
 
 
+def names(call: Any) -> dict[str, str]:
+    """Who the call's messages name in their author headers: id -> name."""
+    found: dict[str, str] = {}
+    for item in _items(call.input):
+        if item.get("role") == "user" and (head := _AUTHOR.match(_text(item.get("content")))):
+            found[head.group(1)] = head.group(2)
+    return found
+
+
+def named(text: str, call: Any) -> str:
+    """`text` with people as their names and places said plainly: a Markdown answer shows
+    `<@U123>` as written, never as a mention."""
+    known = names(call)
+    text = re.sub(r"<@([A-Z0-9]+)>", lambda m: f"@{known.get(m.group(1), m.group(1))}", text)
+    return re.sub(r"<#(D)?[A-Z0-9]+>", lambda m: "this DM" if m.group(1) else "this channel", text)
+
+
+def shared_files(call: Any) -> list[str]:
+    """The files shared in the conversation so far, as the notes name them."""
+    users = [_text(i.get("content")) for i in _items(call.input) if i.get("role") == "user"]
+    return [found for text in users for found in _SHARED.findall(text)]
+
+
+def about_files(call: Any) -> str:
+    shared = shared_files(call)
+    if not shared:
+        return (
+            "(offline demo model) I see no file here yet: attach one with 📎 and ask again. "
+            "With OPENAI_API_KEY set, the model reads images, PDFs and text files."
+        )
+    listed = "\n".join(f"- {name}" for name in shared)
+    return (
+        f"(offline demo model) You shared:\n{listed}\n\nI only see their names and sizes; "
+        "with OPENAI_API_KEY set, the model reads what is in them."
+    )
+
+
 def respond(call: Any) -> Any:
     result = tool_result(call)
     if result is not None:
         tool, output = result
         if tool == "file_ticket":
             return say("OK, I did not file the ticket." if rejected(output) else f"Done: {output}")
-        return say(output)
+        return say(named(output, call))
     text = user_text(call)
     lowered = text.lower()
-    if "ticket" in lowered or "file " in lowered:
+    if not _TICKET.search(text) and (_FILES.search(text) or _SHARED.search(text)):
+        return say(about_files(call))
+    if _TICKET.search(text):
         about = re.search(r"about (.+?)[.?!]*$", text, re.IGNORECASE)
         title = (about.group(1) if about else text).strip()[:80] or "A ticket"
         return call_tool("file_ticket", {"title": title, "details": text})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.standin.records import Message, json_list, json_object
 
@@ -48,12 +48,17 @@ class Prompts:
     title: str | None
     prompts: list[dict[str, str]]
     thread_ts: str | None  # None: set for the channel's latest message (the agent experience)
+    ts: str = ""  # when they were set, as a message ts (later messages have greater ones)
 
 
 class ContainerMethods:
     """The methods, mixed into `SlackWebApi` (which owns `messages`)."""
 
     messages: dict[tuple[str, str], Message]
+
+    if TYPE_CHECKING:
+
+        def next_ts(self) -> str: ...
 
     def __init__(self) -> None:
         self.sessions: dict[tuple[str, str], Session] = {}
@@ -126,7 +131,7 @@ class ContainerMethods:
         if not prompts or len(prompts) > PROMPTS_LIMIT or not valid:
             return refused("invalid_arguments")
         channel = str(args["channel_id"])
-        shown = Prompts(args.get("title"), prompts, args.get("thread_ts"))
+        shown = Prompts(args.get("title"), prompts, args.get("thread_ts"), self.next_ts())
         self.prompts.setdefault(channel, []).append(shown)
         return {"ok": True}
 

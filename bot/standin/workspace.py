@@ -18,35 +18,38 @@ kept while the bot is down or restarting, delivered in order once it answers aga
 Longer than the project's other modules: local mode's one event-loop state (the page's
 outbox, the child process and its restarts, what the page is shown) lives in `Workspace`;
 what has no share in that state is elsewhere (`slack_api`, `places`, `only_you`, `view`,
-`people_files`, `requests`). It is a development tool, not part of the served bot."""
+`people_files`, `requests`; the agent container's view and endpoints in `container_view` and
+`container_routes`; the log in `local_log`, refusals and ports in `errors`). It is a
+development tool, not part of the served bot."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import hashlib
 import hmac
 import json
 import logging
 import os
-import re
 import secrets
 import signal
-import socket
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
 from bot.settings import RuntimeSettings
+from bot.standin.container_routes import ContainerRoutes
+from bot.standin.container_view import container_state, current_offers, dm_place, with_sessions
+from bot.standin.errors import LOOPBACK, LocalModeError, Refused, check_port_free, port_in_use
+from bot.standin.local_log import LocalLog
 from bot.standin.only_you import OnlyYou, element
 from bot.standin.people_files import UPLOAD_BYTES, uploads
 from bot.standin.places import Place, Places
@@ -70,10 +73,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 USERS = {"alice": "U0ALICE", "bob": "U0BOB"}  # the only people the page may post as
 MENTION = "@agent"
-LOOPBACK = "127.0.0.1"  # the page signs requests as anyone: this machine only
 TOKEN_HEADER = "X-Standin-Token"
 UP = ("running", "recovering")  # the bot answers; deliveries go out
-STARTUP_GRACE = 2.0  # seconds after the health check in which start-up lines still arrive
 RECOVERY_WATCH = 120.0  # seconds the page may say "recovering" after a start
 CLICKS_KEPT = 50  # clicks delivered, with the bot's answer, for the page and tests
 WATCH_TICK = 0.25  # seconds: how often a waiting /ui/state looks again without an API call
@@ -82,46 +83,8 @@ SERVER_ERROR_RETRIES = 3  # like Slack: a 5xx answer is retried three times, the
 DEMO_AGENT = str(RuntimeSettings.model_fields["agent"].default)  # without BOT_AGENT
 
 
-class LocalModeError(Exception):
-    """A start-up problem, told in one line; `python -m bot` exits with code 2."""
-
-
-class Refused(Exception):
-    def __init__(self, status: int, error: str) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-
-
-def _shape(line: str) -> str:
-    """A log line without its time stamp, numbers and ids: two starts print the same shape."""
-    line = re.sub(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+\s*", "", line)
-    return re.sub(r"\w*\d\w*", "#", line)
-
-
 def _ids(value: str) -> list[str]:
     return [part for part in value.replace(",", " ").split() if part]
-
-
-def port_in_use(port: int, variable: str, what: str, exc: OSError) -> LocalModeError:
-    if exc.errno == errno.EADDRINUSE:
-        return LocalModeError(
-            f"{what} port {port} is already in use on {LOOPBACK} (is local mode already "
-            f"running?); set {variable} to another port, e.g. {variable}={port + 10}"
-        )
-    return LocalModeError(
-        f"cannot listen on {LOOPBACK}:{port} for {what} ({exc.strerror or exc}); "
-        f"set {variable} to another port"
-    )
-
-
-def check_port_free(port: int, variable: str, what: str) -> None:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
-        try:
-            probe.bind((LOOPBACK, port))
-        except OSError as exc:
-            raise port_in_use(port, variable, what, exc) from exc
 
 
 class Workspace:
@@ -136,10 +99,7 @@ class Workspace:
         oauth: bool = False,
     ) -> None:
         self.bot_token = f"xoxb-local-{secrets.token_hex(12)}"
-        self.api = SlackWebApi(token=self.bot_token)
-        # The page shows a status line and the bot's Stop control, not agent sessions (yet):
-        # a workspace that refuses sessions, so the bot shows its work the way the page does.
-        self.api.sessions_refused = "not_allowed_token_type"
+        self.api = SlackWebApi(token=self.bot_token)  # with agent sessions: the page shows them
         # One workspace (a bot token), or two installed through the OAuth flow (`oauth`).
         self.places = Places(
             self.api,
@@ -176,7 +136,7 @@ class Workspace:
         self._stopping = False
         self._generation = 0
         self._healthy_at: dict[int, float] = {}
-        self._startup_shapes: set[str] = set()
+        self.log = LocalLog(data_dir)  # the terminal names only the page's URL
         self._store: Store | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.api.listeners.append(self._on_call)
@@ -275,9 +235,9 @@ class Workspace:
             limit=1 << 20,
         )
         self.bot = bot
-        for stream, out in ((bot.stdout, sys.stdout), (bot.stderr, sys.stderr)):
+        for stream in (bot.stdout, bot.stderr):
             assert stream is not None
-            self.background(self._pump(stream, out, generation))
+            self.background(self.log.pump(stream, generation, self._healthy_at))
         assert self.http is not None
         while bot.returncode is None and time.monotonic() - started < 60:
             try:
@@ -292,10 +252,14 @@ class Workspace:
                 return None  # a restart took over
             if bot.returncode is None:
                 self._set_state("not answering")
-                self._say(f"the bot (pid {bot.pid}) did not answer its health check in 60 s")
+                self._say(
+                    f"the bot (pid {bot.pid}) did not answer its health check in 60 s",
+                    terminal=True,
+                )
             else:
                 self._set_state(f"exited ({bot.returncode})")
-                self._say(f"the bot exited with code {bot.returncode} while starting (see above)")
+                code = bot.returncode
+                self._say(f"the bot exited with code {code} while starting", terminal=True)
             return None
         if generation != self._generation:
             return None  # a restart took over
@@ -343,28 +307,10 @@ class Workspace:
         code = await bot.wait()
         if bot is self.bot and not (self._restarting or self._stopping):
             self._set_state(f"exited ({code})")
-            self._say(f"the bot exited with code {code} (see above); Restart bot starts it again")
+            self._say(f"the bot exited with code {code}; Restart bot restarts it", terminal=True)
 
-    async def _pump(self, stream: asyncio.StreamReader, out: IO[str], generation: int) -> None:
-        """Pass the bot's output through, except the start-up lines a restart repeats."""
-        while True:
-            try:
-                raw = await stream.readline()
-            except ValueError:  # a line longer than the buffer
-                raw = await stream.read(1 << 16)
-            if not raw:
-                return
-            line = raw.decode(errors="replace").rstrip("\n")
-            healthy = self._healthy_at.get(generation)
-            if healthy is None or time.monotonic() - healthy < STARTUP_GRACE:
-                if generation == 1:
-                    self._startup_shapes.add(_shape(line))
-                elif _shape(line) in self._startup_shapes:
-                    continue
-            print(line, file=out, flush=True)
-
-    def _say(self, line: str) -> None:
-        print(f"local mode: {line}", flush=True)
+    def _say(self, line: str, *, terminal: bool = False) -> None:
+        self.log.say(line, terminal=terminal)
 
     # -- recovery: which threads a restart interrupted ----------------------------------
 
@@ -385,7 +331,8 @@ class Workspace:
             str(record.key): record.key.thread_ts
             for record in store.list_by_status(Status.RUNNING, limit=100)
             if any(
-                record.key.team == p.team and record.key.channel == p.channel
+                record.key.team == p.team
+                and (record.key.channel == p.channel or record.key.channel.startswith("D"))
                 for p in self.places.all
             )
         }
@@ -411,7 +358,7 @@ class Workspace:
         deadline = time.monotonic() + RECOVERY_WATCH
         while self.recovering and generation == self._generation:
             if time.monotonic() > deadline:
-                self._say(f"{len(self.recovering)} conversation(s) not resumed yet; see above")
+                self._say(f"{len(self.recovering)} conversation(s) not resumed yet")
                 break
             await asyncio.sleep(0.5)
             try:
@@ -435,7 +382,9 @@ class Workspace:
     def _body(self, item: dict[str, Any]) -> tuple[str, str]:
         """Built at delivery time, so the signature's time stamp is fresh."""
         place = self.places.find(item.get("team")) or self.places.all[0]
-        team, channel = place.team, place.channel
+        team, channel = place.team, str(item.get("channel") or place.channel)
+        if item["kind"] == "form":  # a click on a Home view (`container_routes`)
+            return str(item["body"]), FORM
         if item["kind"] == "event":
             return event_callback(team, item["event"], item["event_id"]), "application/json"
         if item["kind"] == "command":
@@ -535,7 +484,8 @@ class Workspace:
     ) -> Message:
         """`files` (name, type, bytes) are shared with the message, as Slack shares them."""
         place = place or self.places.all[0]
-        mentioned = MENTION in text
+        direct = place.channel.startswith("D")  # the person's DM with the app
+        mentioned = MENTION in text and not direct  # Slack sends no app_mention in a DM
         text = text.replace(MENTION, f"<@{self.api.bot_user}>")
         shared = [self.api.add_file(name, mimetype, data) for name, mimetype, data in files]
         message = self.api.add_user_message(place.channel, user, text, thread_ts, shared)
@@ -546,6 +496,8 @@ class Workspace:
             events.append(mention | ({"files": shared} if shared else {}))
         if thread_ts or not mentioned:
             extra: dict[str, Any] = {"subtype": "file_share", "files": shared} if shared else {}
+            kind = "im" if direct else "channel"
+            extra |= {"channel_type": kind}
             events.append(message_event(**said, thread_ts=thread_ts, team=place.team, **extra))
         for event in events:
             self.enqueue(
@@ -557,6 +509,7 @@ class Workspace:
                     "thread_ts": thread_ts,
                     "event": event,
                     "event_id": f"Ev{uuid.uuid4().hex[:12]}",
+                    "channel": place.channel,
                 }
             )
         return message
@@ -577,6 +530,7 @@ class Workspace:
             {
                 "kind": "command",
                 "team": place.team,
+                "channel": place.channel,
                 "user": user,
                 "thread_ts": thread_ts,
                 "command": command,
@@ -617,6 +571,7 @@ class Workspace:
             {
                 "kind": "click",
                 "team": place.team,
+                "channel": place.channel,
                 "user": user,
                 "thread_ts": thread_ts,
                 "ts": ts,
@@ -650,18 +605,26 @@ class Workspace:
         # Shown as waiting when the bot is down, or did not take it at the first try; not
         # while a delivery is merely on its way.
         held = [item for item in self.outbox if not up or item["attempts"]]
-        threads = threads_view(
-            self.api,
-            pending={item["ts"] for item in held if item["kind"] == "event"},
-            recovering=set(self.recovering.values()),
-            chosen=self.only_you.chosen.get(user, {}),
-            now=time.time(),
-            channel=place.channel,
-        )
+        now, chosen, dm = time.time(), self.only_you.chosen.get(user, {}), self.dm(user, place)
+
+        def threads(channel: str) -> list[dict[str, Any]]:
+            return threads_view(
+                self.api,
+                pending={item["ts"] for item in held if item["kind"] == "event"},
+                recovering=set(self.recovering.values()),
+                chosen=chosen,
+                now=now,
+                channel=channel,
+            )
+
+        def ephemeral(channel: str) -> list[dict[str, Any]]:
+            return current_offers(self.api, self.only_you.view(user, channel), channel, now)
+
         waiting = [
             {
                 "id": item["id"],
                 "thread_ts": item.get("thread_ts"),
+                "channel": item.get("channel") or place.channel,
                 "label": (
                     f"{item['command']} {item['text']}".strip()
                     if item["kind"] == "command"
@@ -683,8 +646,10 @@ class Workspace:
             "channel": place.channel_name,
             "team": place.team,
             "workspaces": self.places.view(),
-            "threads": threads,
-            "ephemeral": self.only_you.view(user, place.channel),
+            "threads": with_sessions(self.api, threads(place.channel), place.channel),
+            "ephemeral": ephemeral(place.channel),
+            **container_state(self.api, dm, user, threads(dm.channel)),
+            "dm_ephemeral": ephemeral(dm.channel),
             "waiting": waiting,
             "clicks": [c for c in self.clicks if c["user"] == user],
             "users": list(USERS),
@@ -744,12 +709,16 @@ class Workspace:
             raise Refused(400, f"unknown user {name!r}; one of {', '.join(USERS)}")
         return USERS[name]
 
-    def _place(self, team: object) -> Place:
-        """The workspace the page names (the first when it names none)."""
+    def _place(self, team: object, pane: object = None, user: str = "") -> Place:
+        """The workspace the page names (the first when it names none); its person's DM
+        with the app when the page's `pane` is the DM's."""
         place = self.places.find(team)
         if place is None:
             raise Refused(400, f"unknown workspace {team!r}")
-        return place
+        return self.dm(user, place) if pane == "dm" else place
+
+    def dm(self, user: str, place: Place) -> Place:
+        return dm_place(place, user, self.places.all.index(place))
 
     def _thread(self, value: object, place: Place | None = None) -> str | None:
         """None, or a thread (a top-level message) of the workspace's channel."""
@@ -811,7 +780,7 @@ class Workspace:
         async def post(request: web.Request) -> web.Response:
             data = await self._json(request)
             user = self._user(data.get("user"))
-            place = self._place(data.get("team"))
+            place = self._place(data.get("team"), data.get("pane"), user)
             text = self._text(data, "text").strip()
             thread_ts = self._thread(data.get("thread_ts"), place)
             try:
@@ -830,7 +799,7 @@ class Workspace:
         async def click(request: web.Request) -> web.Response:
             data = await self._json(request)
             user = self._user(data.get("user"))
-            place = self._place(data.get("team"))
+            place = self._place(data.get("team"), data.get("pane"), user)
             ts = self._text(data, "ts", 40)
             ephemeral = None
             if data.get("ephemeral") is not None:
@@ -871,6 +840,7 @@ class Workspace:
             web.post("/ui/click", click),
             web.post("/ui/dismiss", dismiss),
             web.post("/ui/restart", restart),
+            *ContainerRoutes(self).routes(),
             *self.api.routes(),
         ]
 
@@ -909,6 +879,7 @@ class Workspace:
             await runner.cleanup()
             if self._store is not None:
                 self._store.close()
+            self.log.close()
 
 
 async def run_workspace(
@@ -931,10 +902,8 @@ async def run_workspace(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         model = "offline demo model (no OPENAI_API_KEY)" if demo else "OpenAI"
-        print(
-            f"local mode: open http://{LOOPBACK}:{port}  (model: {model}; state in {data_dir})",
-            flush=True,
-        )
+        print(f"local mode: open http://{LOOPBACK}:{port}", flush=True)
+        workspace._say(f"model: {model}; state in {data_dir}; this log: {workspace.log.path}")
         took = await workspace.start_bot()
         if took is not None and workspace.bot is not None:
             queued = f"; delivering {len(workspace.outbox)} queued" if workspace.outbox else ""

@@ -272,6 +272,10 @@ async def test_feedback_and_stop_clicks_reach_the_bot_as_slack_sends_them(tmp_pa
 
         # The Stop control: ephemeral, clickable, replaced and then deleted by the answers
         # to its response_url.
+        # The run works again (a Stop offer shows only while it does).
+        await bot.assistant_threads_setStatus(
+            channel_id=CHANNEL, thread_ts=thread, status="is working…"
+        )
         await bot.chat_postEphemeral(
             channel=CHANNEL, user=USERS["alice"], thread_ts=thread, text="Working", blocks=STOP
         )

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import aiohttp
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
 from storage import Conversation, Status, Store
+from testkit.health import wait_healthy
 from testkit.responses import ScriptedResponses, responses_server
 from testkit.runtime import record_of
 from testkit.services import free_port, wait_until
@@ -66,17 +66,7 @@ class Deployment:
         """Start a bot process; returns the moment it reported healthy."""
         process = _start(self.env, self.log)
         self.processes.append(process)
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):
-                assert process.poll() is None, self.log.read_text()[-3000:]
-                try:
-                    async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
-                            return time.monotonic()
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise TimeoutError("the bot never became healthy")
+        return await wait_healthy(self.url, process, self.log)
 
     @property
     def current(self) -> subprocess.Popen[bytes]:

@@ -21,6 +21,7 @@ import aiohttp
 
 from bot.standin.slack_api import SlackWebApi
 from storage import Status, Store
+from testkit.health import wait_healthy
 from testkit.responses import ScriptedResponses, responses_server
 from testkit.services import free_port
 from testkit.slack import CHANNEL, CLIENT_ID, CLIENT_SECRET, SECRET, TEAM, Harness, running_api
@@ -52,17 +53,7 @@ class ServedBot:
         with self.log.open("ab") as out:
             process = _serve(self.env, out, out)
         self.processes.append(process)
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):
-                assert process.poll() is None, self.log.read_text()[-3000:]
-                try:
-                    async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
-                            return time.monotonic()
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise TimeoutError("the bot never became healthy")
+        return await wait_healthy(self.url, process, self.log)
 
     async def run_until_exit(self, within: float) -> tuple[int, str, bool]:
         """Start a bot process expected to refuse to start: its exit code, its output, and

@@ -29,6 +29,7 @@ from bot.slackapp.text import escape, split_text
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from storage.local import LocalStore
+from testkit.health import wait_healthy
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, history
 from testkit.services import free_port
 from testkit.slack import (
@@ -337,14 +338,8 @@ async def test_fuzzed_requests_leave_the_bot_up_and_storage_empty(tmp_path: Path
         url = f"http://127.0.0.1:{port}"
         statuses: dict[int, int] = {}
         try:
+            await wait_healthy(url, process, tmp_path / "bot.log")
             async with aiohttp.ClientSession() as http:
-                for _ in range(600):
-                    try:
-                        async with http.get(f"{url}/healthz") as response:
-                            if response.status == 200:
-                                break
-                    except aiohttp.ClientError:
-                        await asyncio.sleep(0.05)
                 rng = random.Random(20261130)
                 gate = asyncio.Semaphore(16)
 

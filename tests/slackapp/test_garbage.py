@@ -29,6 +29,7 @@ import pytest
 from bot.slackapp.gate import BODY_LIMIT
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
+from testkit.health import wait_healthy
 from testkit.services import free_port
 from testkit.slack import CLIENT_ID, CLIENT_SECRET, SECRET, TEAM, running_api
 from tests.conftest import Backend
@@ -43,15 +44,7 @@ async def serving(env: dict[str, str], log: Path) -> AsyncIterator[str]:
     child = start_bot(env, log)
     url = f"http://127.0.0.1:{env['PORT']}"
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):
-                assert child.poll() is None, "the bot did not start; see its log"
-                try:
-                    async with http.get(f"{url}/healthz") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.05)
+        await wait_healthy(url, child, log)
         yield url
         assert child.poll() is None, "the bot died"
     finally:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import aiohttp
 import pytest
 import pytest_asyncio
 
@@ -35,6 +34,7 @@ from bot.slackapp.blocks import APPROVE
 from bot.standin.slack_api import Message, SlackWebApi
 from storage import Conversation, Status, Store, ToolCallRecord, ToolCallStatus
 from storage.aws import create_resources
+from testkit.health import wait_healthy
 from testkit.responses import RespondingResponses, message, responses_server, tool_call
 from testkit.services import free_port
 from testkit.slack import CHANNEL, SECRET, TEAM, Harness, running_api, thread_key
@@ -229,16 +229,7 @@ def tail(log: Path, characters: int | None = 5000) -> str:
 
 
 async def healthy(replica: Harness, process: subprocess.Popen[bytes], log: Path) -> None:
-    for _ in range(600):
-        assert process.poll() is None, tail(log)
-        try:
-            async with replica.http.get(f"{replica.bot_url}/healthz") as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.05)
-    raise TimeoutError("a replica never became healthy")
+    await wait_healthy(replica.bot_url, process, log)
 
 
 # -- reading a thread --------------------------------------------------------------------

@@ -18,25 +18,12 @@ import pytest
 
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
+from testkit.health import wait_healthy
 from testkit.responses import ScriptedResponses, message, responses_server, tool_call
 from testkit.services import free_port, wait_until
 from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers
 
 pytestmark = pytest.mark.slow
-
-
-async def wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
-    async with aiohttp.ClientSession() as http:
-        for _ in range(600):
-            assert process.poll() is None, "the bot exited"
-            try:
-                async with http.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise TimeoutError(url)
 
 
 async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
@@ -73,7 +60,7 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
             command = [sys.executable, "-m", "bot", "serve"]
             first = _start(command, env, log)
             try:
-                await wait_healthy(f"http://127.0.0.1:{port}/healthz", first)
+                await wait_healthy(f"http://127.0.0.1:{port}", first)
                 question = api.add_user_message(
                     CHANNEL, "UALICE", "<@UBOT> what time is it in Lima?"
                 )

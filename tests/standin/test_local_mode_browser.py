@@ -93,7 +93,7 @@ def browser_page(url: str) -> Iterator[Page]:
         try:
             page.goto(url)
             expect(page.locator("#model")).to_have_text("offline demo model")
-            expect(page.locator("#bot-state")).to_have_text("bot: running", timeout=30_000)
+            expect(page.locator("#bot-state")).to_have_text("bot: running", timeout=90_000)
             yield page
         finally:
             browser.close()
@@ -142,7 +142,7 @@ def test_mention_approve_restart_resume(tmp_path: Path) -> None:
         expect(page.locator(".thread .recovering")).to_be_visible(timeout=10_000)
         expect(page.get_by_text("resuming where I left off")).to_be_visible(timeout=60_000)
         expect(page.get_by_text("Done: Filed ticket 'the printer'.")).to_be_visible(timeout=30_000)
-        expect(page.locator("#bot-state")).to_have_text("bot: running", timeout=30_000)
+        expect(page.locator("#bot-state")).to_have_text("bot: running", timeout=90_000)
         expect(page.locator("#banner")).to_be_hidden()
         screenshot(page, "local-mode.png", full_page=True)
     tickets = (tmp_path / "data" / "tickets.jsonl").read_text().splitlines()
@@ -246,7 +246,7 @@ def test_a_message_sent_while_the_bot_restarts_is_delivered(tmp_path: Path) -> N
         screenshot(page, "local-mode-restarting.png")
         expect(page.locator(".msg.bot", has_text=" in Tokyo (")).to_be_visible(timeout=60_000)
         expect(page.locator(".msg.pending")).to_have_count(0)
-        expect(page.locator("#bot-state")).to_have_text("bot: running")
+        expect(page.locator("#bot-state")).to_have_text("bot: running", timeout=90_000)
 
 
 class PageClient:

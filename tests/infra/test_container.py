@@ -30,9 +30,10 @@ def test_dockerfile_shape() -> None:
     assert '"python", "-m", "bot.healthcheck"' in instruction("HEALTHCHECK")[0]
     copied = {line.split()[0] for line in instruction("COPY")}
     assert {"storage", "bot", "pyproject.toml"} <= copied
-    # The runtime dependencies only: no extra (the test tools) in the image.
+    assert any("requirements.lock" in line.split() for line in instruction("COPY"))
+    # The runtime dependencies only (no extra: the test tools), at the locked versions.
     [install] = [run for run in instruction("RUN") if "pip install" in run]
-    assert re.search(r"\bpip install \.(\s|$)", install), install
+    assert re.search(r"\bpip install -c requirements\.lock \.(\s|$)", install), install
 
 
 async def run_healthcheck(port: int) -> int:

@@ -1,0 +1,1 @@
+"""The Slack bot: conversation runtime, Slack layer, configuration and CLI."""

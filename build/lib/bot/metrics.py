@@ -1,0 +1,45 @@
+"""Prometheus metrics, served at GET /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+REGISTRY = CollectorRegistry()
+
+EVENTS = Counter(
+    "bot_slack_requests_total", "Slack requests handled, by kind", ["kind"], registry=REGISTRY
+)
+OUTCOMES = Counter("bot_outcomes_total", "Runtime outcomes, by type", ["type"], registry=REGISTRY)
+NOTICES = Counter("bot_notices_total", "Notices posted, by kind", ["kind"], registry=REGISTRY)
+RESUMES = Counter(
+    "bot_resumes_total", "Conversations resumed, by trigger", ["trigger"], registry=REGISTRY
+)
+LEASE_CONFLICTS = Counter(
+    "bot_lease_conflicts_total", "Messages queued because the thread was busy", registry=REGISTRY
+)
+DELIVERY_FAILURES = Counter(
+    "bot_delivery_failures_total",
+    "Slack posts that failed after retries, by Slack error",
+    ["reason"],
+    registry=REGISTRY,
+)
+LEFT_FOR_NEWER = Counter(
+    "bot_left_for_newer_total",
+    "Conversations left alone because a newer version saved them (a rolling upgrade)",
+    registry=REGISTRY,
+)
+DUPLICATES_DELETED = Counter(
+    "bot_duplicate_posts_deleted_total",
+    "Second copies of a post deleted by the read-back after a redelivery",
+    registry=REGISTRY,
+)
+FEEDBACK = Counter(
+    "bot_feedback_total", "Verdicts on answers, by verdict", ["verdict"], registry=REGISTRY
+)
+LATENCY = Histogram(
+    "bot_operation_seconds",
+    "Time to serve an operation, by kind",
+    ["kind"],
+    registry=REGISTRY,
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)

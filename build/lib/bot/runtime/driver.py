@@ -1,0 +1,360 @@
+"""Driving a run turn by turn, with one atomic commit after each turn.
+
+After every commit the driver checks whether the process is shutting down: if so it stops
+there (the thread is released as `running` and the next process continues from that very
+checkpoint). Failures are sorted: a storage failure or a lost lease raised inside a tool is
+re-raised as itself (the SDK must not turn it into a `UserError`); a run resumed from a
+checkpoint that the SDK refuses fails closed; a model or API failure interrupts the run with
+its checkpoint intact and a plain notice (details in the log, under the notice's reference)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from agents import RunState, TResponseInputItem
+from agents.exceptions import (
+    InputGuardrailTripwireTriggered,
+    MaxTurnsExceeded,
+    ModelBehaviorError,
+    OutputGuardrailTripwireTriggered,
+    ToolInputGuardrailTripwireTriggered,
+    ToolOutputGuardrailTripwireTriggered,
+    UserError,
+)
+
+from bot.runtime import approvals, stopping, trust
+from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
+from bot.runtime.guard import CURRENT_SCOPE, TurnScope
+from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
+from bot.runtime.model_input import render
+from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
+from bot.runtime.progress import Step, shown
+from bot.runtime.references import new_reference
+from bot.runtime.request_context import request_context, state_document
+from bot.runtime.run_options import for_run
+from bot.runtime.turns import run_one_turn
+from storage import ConversationSession, Status, StorageError
+
+if TYPE_CHECKING:
+    from bot.runtime.serving import Serving
+
+log = logging.getLogger(__name__)
+Start = str | list[TResponseInputItem] | RunState[Any]
+LATE_OUTPUT_CHARACTERS = 500
+
+
+async def drive(
+    serving: Serving, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
+) -> None:
+    """Run until it pauses for a person, finishes (then answer held messages), fails, or the
+    process starts shutting down."""
+    rt = serving.rt
+    session = ConversationSession(
+        serving.store,
+        serving.key,
+        lease=serving.lease,
+        staged=True,
+        session_settings=rt.session_settings,
+        known=rt.history.get(serving.record),
+    )
+    from_checkpoint = isinstance(start, RunState)
+    progress = rt.progress
+    key = serving.key
+
+    async def on_step(call_id: str, tool: str, state: Step) -> None:
+        await progress.step(key, call_id, tool, state)
+
+    async def on_text(delta: str) -> None:
+        await shown(lambda: progress.text(key, delta))
+
+    scope = TurnScope(
+        storage=serving.io,
+        lease=serving.lease,
+        armed=serving.armed,
+        on_step=on_step,
+        stop_requested=lambda: serving.stop_asked,
+        keyed_attempts=rt.settings.idempotent_attempts,
+    )
+    await serving.show_work(started_by)
+    token = CURRENT_SCOPE.set(scope)
+    seen_down: set[str] = set()  # MCP servers the turn found down (a nested agent's, too)
+    seen_token = SEEN_DOWN.set(seen_down)
+    try:
+        while True:
+            serving.check()
+            if rt.draining:
+                serving.stopped = True  # released as `running`: the next process continues
+                return
+            scope.reset()
+            seen_down.clear()
+            scope.lease = serving.lease
+            session.lease = serving.lease
+            if serving.stop_asked:
+                session.discard_pending()
+                await stopping.stopped(serving, consume)
+                return
+            turn = asyncio.create_task(
+                run_one_turn(
+                    rt.agent,
+                    start,
+                    session=session,
+                    run_config=for_run(rt.run_config, key, started_by),
+                    max_turns=rt.settings.max_turns,
+                    time_limit=rt.settings.turn_timeout,
+                    on_text=on_text,
+                    context=request_context(key, started_by, serving.decided),
+                )
+            )
+            try:
+                abandoned = await _stopped_first(serving, scope, turn)
+            except asyncio.CancelledError:
+                # A shutdown past its grace: the turn goes with the serve, so that its model
+                # call does not go on once the thread is given up (the SDK shields a tool
+                # already running: it finishes, and its result is recorded if it can be).
+                turn.cancel()
+                raise
+            if abandoned:
+                session.discard_pending()
+                await stopping.stopped(serving, consume)
+                return
+            try:
+                result = await turn
+            except Exception as exc:
+                session.discard_pending()
+                if scope.fault is not None:
+                    await _tell_late(serving, scope)
+                    raise scope.fault from exc
+                if isinstance(exc, StorageError):
+                    raise
+                if isinstance(exc, McpServerDown) or seen_down:
+                    await paused_for(serving, sorted(seen_down | set(getattr(exc, "servers", []))))
+                    return
+                tripped = guardrail_name(exc)
+                if tripped is not None:
+                    await guardrail_tripped(serving, tripped, started_by, held, consume)
+                    return
+                if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
+                    log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
+                    await trust.fail_closed(
+                        serving,
+                        trust.FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"),
+                        None,
+                    )
+                    return
+                await interrupted(serving, exc)
+                return
+            if scope.fault is not None:
+                await _tell_late(serving, scope)
+                raise scope.fault
+            if seen_down:  # e.g. an agent used as a tool could not list its MCP tools
+                session.discard_pending()
+                await paused_for(serving, sorted(seen_down))
+                return
+            serving.check()
+            if serving.stop_asked:  # before anything of this turn is kept or posted
+                session.discard_pending()
+                await stopping.stopped(serving, consume)
+                return
+            outcomes: list[Outcome] = []
+            outcomes += [
+                Notice(
+                    key=serving.key,
+                    kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+                    text=f"`{tool_name}` (call {call_id}) was started before a restart and "
+                    "its outcome is unknown. It was not run again.",
+                )
+                for call_id, tool_name in scope.unknown_outcomes
+            ]
+            outcomes += [
+                Notice(
+                    key=serving.key,
+                    kind=NoticeKind.TOOL_COMPLETED_AFTER_RESTART,
+                    text=f"`{tool_name}` (call {call_id}) was cut short by a restart; it was "
+                    "run again with the same idempotency key (so it takes effect once) and "
+                    + ("failed." if scope.fates.get(call_id) is Step.FAILED else "completed."),
+                )
+                for call_id, tool_name in scope.started_again
+            ]
+            outcomes += [
+                Notice(
+                    key=serving.key,
+                    kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+                    text=f"`{tool_name}` (call {call_id}) was sent to the `{server}` tools, "
+                    "which stopped answering before it finished: its outcome is unknown. It "
+                    "was not run again.",
+                )
+                for call_id, tool_name, server in scope.lost
+            ]
+            awaiting = [
+                AwaitingCall(
+                    call_id=item.call_id or "",
+                    tool_name=item.name or "",
+                    arguments=item.arguments or "",
+                    human=scope.human_approval.get(item.call_id or "", True),
+                    asked_at=serving.store.clock(),
+                )
+                for item in result.interruptions
+            ]
+            humans = [call for call in awaiting if call.human]
+            finished = result.final_output is not None and not awaiting
+            # A finished run is never resumed: its checkpoint keeps no RunState (the history
+            # is in the session), which spares serialising the whole run every turn.
+            state = None if finished else result.to_state()
+            if state is not None:
+                for item in state.get_interruptions():
+                    if not scope.human_approval.get(item.call_id or "", True):
+                        state.approve(item)  # checkpointed below, before the call runs
+            envelope = Envelope(
+                run_state=state_document(state) if state is not None else {},
+                started_by=started_by,
+                awaiting=awaiting,
+                held=held,
+                finished=finished,
+                decided=serving.decided,
+            )
+            if humans:
+                outcomes.append(approvals.approval_request(serving, envelope))
+            if finished:
+                outcomes.append(Answer(key=serving.key, text=str(result.final_output)))
+            next_seq = await serving.commit(
+                envelope,
+                consume=consume,
+                outcomes=outcomes,
+                items=session.pending,
+                base_seq=session.base_seq,
+                # Calls that need no person run next turn, unless one waits for a person:
+                # then they wait too, and are armed by the commit of the decision.
+                arm=[] if humans else [call for call in awaiting if not call.human],
+            )
+            if next_seq is not None:
+                session.committed(next_seq)
+                serving.record = serving.record.model_copy(update={"next_seq": next_seq})
+                rt.history.put(serving.record, session.known)
+            consume = []
+            from_checkpoint = False
+            if humans:
+                for call in humans:
+                    await scope.show(call.call_id, call.tool_name, Step.WAITING)
+                serving.await_decision(started_by)
+                return
+            if finished:
+                if not held:
+                    serving.final_status = Status.IDLE
+                    return
+                start, started_by, held = await render(serving, held), held[0].user, []
+                continue
+            assert state is not None  # neither finished nor waiting for a person
+            start = state
+    finally:
+        SEEN_DOWN.reset(seen_token)
+        CURRENT_SCOPE.reset(token)
+
+
+async def _stopped_first(serving: Serving, scope: TurnScope, turn: asyncio.Task[Any]) -> bool:
+    """Wait for the turn, unless someone asks the run to stop first: then abandon it (a
+    model call has no side effects) once no side-effecting tool is mid-way (a tool already
+    started finishes and is recorded). True when the turn was abandoned."""
+    keeper = serving.keeper
+    if keeper is None:
+        await asyncio.wait({turn})
+        return False
+    asked = asyncio.create_task(keeper.stop.wait())
+    try:
+        await asyncio.wait({turn, asked}, return_when=asyncio.FIRST_COMPLETED)
+        if turn.done():
+            return False
+        if scope.running:  # let the side effect finish and be recorded
+            idle = asyncio.create_task(scope.idle.wait())
+            await asyncio.wait({turn, idle}, return_when=asyncio.FIRST_COMPLETED)
+            idle.cancel()
+        if turn.done():
+            return False
+        turn.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await turn
+        return True
+    finally:
+        asked.cancel()
+
+
+async def _tell_late(serving: Serving, scope: TurnScope) -> None:
+    """Results recorded after the lease was taken from this serve (a discard, while the
+    tool ran): the thread is told what became of them (best effort: the ledger has it)."""
+    for call_id, tool, output in scope.late:
+        await serving.emit_now(
+            Notice(
+                key=serving.key,
+                kind=NoticeKind.TOOL_FINISHED_LATE,
+                text=f"`{tool}` (call {call_id}) finished after this conversation's saved "
+                "state was set aside, and its result was recorded; the conversation was not "
+                "continued. Its result:",
+                details=[output[:LATE_OUTPUT_CHARACTERS]],
+            )
+        )
+    scope.late.clear()
+
+
+def guardrail_name(exc: BaseException) -> str | None:
+    """The name of the guardrail whose tripwire ended the turn, if one did."""
+    if isinstance(exc, InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered):
+        return exc.guardrail_result.guardrail.get_name()
+    if isinstance(exc, ToolInputGuardrailTripwireTriggered | ToolOutputGuardrailTripwireTriggered):
+        return exc.guardrail.get_name()
+    return None
+
+
+async def guardrail_tripped(
+    serving: Serving, name: str, started_by: str, held: list[HeldMessage], consume: list[str]
+) -> None:
+    """A guardrail stopped the request: the turn ends with a plain answer naming it, and is
+    recorded as finished (not a failure: nothing is retried, `/resume` has nothing to
+    continue). The turn's items are not kept; calls left open are closed as the ledger
+    says, so that the history stays valid; messages held for the run are answered next."""
+    log.info("%s: guardrail %r stopped the request", serving.key, name)
+    closed = await trust.close_calls(
+        serving.io, serving.store, serving.key, serving.record.generation
+    )
+    notice = Notice(
+        key=serving.key,
+        kind=NoticeKind.GUARDRAIL,
+        text=f"A check (`{name}`) stopped this request, so I did not act on it."
+        + (f" {closed.describe()}" if closed.all else ""),
+        settles=closed.all,
+    )
+    finished = Envelope(
+        run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
+    )
+    await serving.commit(
+        finished, consume=consume, outcomes=[notice], items=closed.items, status=Status.IDLE
+    )
+    serving.final_status = Status.IDLE
+    serving.again = bool(held)
+
+
+async def interrupted(serving: Serving, exc: BaseException) -> None:
+    """The run failed (model or API error, too many turns, a turn that took too long). The
+    last checkpoint stays; a new message or `/resume` continues from it. Messages not yet
+    consumed stay queued."""
+    reference = new_reference()
+    log.error("%s [%s]: run failed", serving.key, reference, exc_info=exc)
+    serving.final_status = Status.INTERRUPTED
+    await serving.emit_now(
+        Notice(
+            key=serving.key,
+            kind=NoticeKind.RUN_FAILED,
+            text=f"The run stopped: {plain_reason(exc)}. Nothing was lost; send a message or "
+            "use /resume to try again.",
+            reference=reference,
+        )
+    )
+
+
+def plain_reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return "a step took too long"
+    if isinstance(exc, MaxTurnsExceeded):
+        return "it took more steps than allowed"
+    return "the model service failed"

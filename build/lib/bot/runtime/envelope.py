@@ -1,0 +1,152 @@
+"""What a checkpoint blob holds (the SDK's RunState plus the runtime's own facts about it),
+and what an inbox entry holds (a user's message, or a decision on a pending call)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from bot.runtime.context_source import SharedFile
+from bot.runtime.outcomes import PendingCall
+from bot.runtime.viewing import Viewing
+
+ENVELOPE_FORMAT = 1
+
+
+class HeldMessage(BaseModel):
+    """A user message kept while a run is paused or running; it is answered after. Given to
+    the model like any other message (`model_input`): its files are read only then."""
+
+    user: str
+    text: str
+    ts: str | None = None
+    files: list[SharedFile] = Field(default_factory=list)
+    viewing: Viewing | None = None
+
+    @classmethod
+    def of(cls, message: UserMessage) -> HeldMessage:
+        return cls(
+            user=message.user,
+            text=message.text,
+            ts=message.ts,
+            files=message.files,
+            viewing=message.viewing,
+        )
+
+
+class AwaitingCall(PendingCall):
+    human: bool = Field(description="a person must decide; False: the runtime approves itself")
+    asked_at: datetime | None = Field(
+        default=None,
+        description="when the request was committed (a reply before it is not an answer to it)",
+    )
+
+
+class DecisionMade(BaseModel):
+    """Who decided a call, so that a late or repeated click is answered precisely."""
+
+    approved: bool
+    user: str
+    stopped: bool = False  # not decided: the run was stopped (by `user`) before it ran
+
+
+class Envelope(BaseModel):
+    format: int = ENVELOPE_FORMAT
+    run_state: dict[str, Any]
+    started_by: str
+    awaiting: list[AwaitingCall] = Field(default_factory=list)
+    held: list[HeldMessage] = Field(default_factory=list)
+    finished: bool = False
+    decided: dict[str, DecisionMade] = Field(
+        default_factory=dict, description="recent decisions, by call id"
+    )
+    outbox: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="outcomes still owed to the thread: those of this checkpoint, after any "
+        "an earlier checkpoint could not deliver; the record's delivery cursor says how many "
+        "reached the user",
+    )
+
+    @property
+    def humans(self) -> list[AwaitingCall]:
+        return [call for call in self.awaiting if call.human]
+
+    @property
+    def runnable(self) -> bool:
+        """It holds a run to continue (not only held messages or a finished run)."""
+        return not self.finished and bool(self.run_state)
+
+    def document(self) -> dict[str, Any]:
+        return json.loads(self.model_dump_json())  # type: ignore[no-any-return]
+
+
+class UserMessage(BaseModel):
+    """The inbox payload of one Slack message."""
+
+    kind: Literal["message"] = "message"
+    user: str
+    text: str
+    ts: str | None = None
+    files: list[SharedFile] = Field(default_factory=list)
+    addressed: bool = Field(
+        default=False,
+        description="it called the bot (a mention or a DM), rather than replying in a thread "
+        "the bot is part of: after an expiry, it starts a fresh conversation",
+    )
+    viewing: Viewing | None = Field(
+        default=None, description="what its author was viewing as they wrote (`viewing`)"
+    )
+
+
+class DecisionRequest(BaseModel):
+    """The inbox payload of a click on Approve or Reject: kept before it is acknowledged,
+    applied by whoever serves the thread next. `reply_to` answers the clicker privately."""
+
+    kind: Literal["decision"] = "decision"
+    call_id: str
+    approve: bool
+    user: str
+    version: int
+    reason: str | None = None
+    request_message: str | None = None
+    reply_to: str | None = None
+
+
+class Probe(BaseModel):
+    """The inbox payload of a request about the thread that is not a message (a Stop click or
+    a `/resume` after the conversation's state expired): it brings the thread back so that
+    the thread is told; otherwise it changes nothing."""
+
+    kind: Literal["probe"] = "probe"
+    user: str
+    reason: str
+
+
+class StopRequest(BaseModel):
+    """The inbox payload of a request to stop the run (the Stop control, the reply `stop`):
+    kept like a message (so that no release passes over it) and, in the same write, flagged
+    on the record for the run in progress to see at once."""
+
+    kind: Literal["stop"] = "stop"
+    user: str
+    reply_to: str | None = None
+
+
+InboxPayload = UserMessage | DecisionRequest | Probe | StopRequest
+
+
+def parse_payload(text: str) -> InboxPayload:
+    """Raises ValueError for a payload that is not one of ours."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+    if data.get("kind") == "decision":
+        return DecisionRequest.model_validate(data)
+    if data.get("kind") == "probe":
+        return Probe.model_validate(data)
+    if data.get("kind") == "stop":
+        return StopRequest.model_validate(data)
+    return UserMessage.model_validate(data)

@@ -1,0 +1,471 @@
+"""At-most-once tools, without tool authors doing anything.
+
+Every function tool is wrapped. A side-effecting call (any tool not marked `retry_safe`)
+always pauses first, so the runtime checkpoints after the model chose the call and before it
+runs; the runtime then approves it itself unless a person must. While it runs, the ledger
+records it as started (in the same write as the checkpoint that approved it), then completed
+with its output. A call id seen again (after a crash
+or on another replica) returns the recorded output, or, if it started but never completed,
+an "outcome unknown" result: it is never run twice.
+
+Outcomes are recorded truthfully: a tool that raised an ordinary exception ran and failed (a
+known outcome, recorded); a tool interrupted by cancellation or shutdown stays `started`
+(its outcome is unknown); a call that a stop beat (up to the moment the tool itself starts)
+never runs, and the stop records it as cancelled. A storage failure or a lost lease inside a
+tool must not reach the Agents SDK (which would turn it into a `UserError`): it is kept on
+the turn's scope, and the runtime acts on it after the turn."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from agents import (
+    Agent,
+    CodeInterpreterTool,
+    CustomTool,
+    FileSearchTool,
+    FunctionTool,
+    ImageGenerationTool,
+    RunContextWrapper,
+    ToolSearchTool,
+    WebSearchTool,
+)
+from agents.mcp._logging import get_mcp_server_log_name as mcp_server_log_name
+from agents.tool_context import ToolContext
+
+from bot.runtime.agent_graph import agents_of, is_agent_tool
+from bot.runtime.closing import CONNECTION_LOST, STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
+from bot.runtime.mcp_servers import watched_call
+from bot.runtime.progress import Step, shown
+from bot.runtime.storage_calls import StorageCalls
+from storage import (
+    Lease,
+    LeaseLost,
+    StorageError,
+    StorageUnavailable,
+    Store,
+    ToolCallClaim,
+    ToolCallStatus,
+)
+
+RETRY_SAFE = "_bot_retry_safe"
+RETRY_SAFE_TOOLS = "_bot_retry_safe_tools"  # on an MCP server: those of its tools
+IDEMPOTENT = "_bot_idempotent"
+IDEMPOTENT_TOOLS = "_bot_idempotent_tools"  # on an MCP server: those of its tools
+KEY_ARGUMENT = "_bot_key_argument"  # the argument a keyed tool receives its key in
+MCP_SERVER = "_bot_mcp_server"  # on a listed MCP tool: the server it runs on
+T = TypeVar("T")
+GuardableT = TypeVar("GuardableT", FunctionTool, CustomTool)
+COMPLETION_ATTEMPTS = 8  # recording an output that exists only in memory is worth waiting for
+
+__all__ = [
+    "UNKNOWN_OUTCOME",
+    "TurnScope",
+    "UnguardedTool",
+    "guard_agent",
+    "idempotent",
+    "is_idempotent",
+    "is_retry_safe",
+    "retry_safe",
+]
+
+
+def retry_safe(tool: T, *tool_names: str) -> T:
+    """Declare a tool harmless to run again (read-only, or idempotent by itself): it may run
+    again after a crash and needs no pre-call pause. Any kind of tool, or an MCP server: all
+    its tools, or only those named (`retry_safe(server, "search", "lookup")`)."""
+    if tool_names:
+        setattr(tool, RETRY_SAFE_TOOLS, frozenset(tool_names))
+    else:
+        setattr(tool, RETRY_SAFE, True)
+    return tool
+
+
+def is_retry_safe(tool: object) -> bool:
+    return bool(getattr(tool, RETRY_SAFE, False))
+
+
+def idempotent(tool: T, *tool_names: str, key_argument: str | None = None) -> T:
+    """Declare a side-effecting tool keyed: the service it calls deduplicates by the call's
+    idempotency key (`RequestContext.idempotency_key(ctx.tool_call_id)`), so a call whose
+    outcome is unknown after a crash is run again with the same key (`BOT_IDEMPOTENT_ATTEMPTS`
+    in all) and ends done or failed, not unknown. It still pauses before it runs and is
+    approved once. For an MCP server: all its tools, or those named; `key_argument` names
+    the argument the key is passed in (the tool's own schema must accept it)."""
+    if tool_names:
+        setattr(tool, IDEMPOTENT_TOOLS, frozenset(tool_names))
+    else:
+        setattr(tool, IDEMPOTENT, True)
+    if key_argument:
+        setattr(tool, KEY_ARGUMENT, key_argument)
+    return tool
+
+
+def is_idempotent(tool: object) -> bool:
+    return bool(getattr(tool, IDEMPOTENT, False))
+
+
+@dataclass
+class TurnScope:
+    """What wrapped tools need while a run is driven: storage and the lease to fence with,
+    and what they observed for the runtime to act on."""
+
+    storage: StorageCalls
+    lease: Lease
+    armed: set[str] = field(default_factory=set)  # recorded as started, not started yet
+    human_approval: dict[str, bool] = field(default_factory=dict)
+    unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
+    fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
+    on_step: Callable[[str, str, Step], Awaitable[None]] | None = None  # progress, best effort
+    running: int = 0  # side-effecting calls executing right now (a stop waits for them)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while `running` is 0
+    stop_requested: Callable[[], bool] = lambda: False  # someone asked the run to stop
+    keyed_attempts: int = 3  # times a keyed call may be started in all
+    started_again: list[tuple[str, str]] = field(default_factory=list)  # keyed, after a crash
+    fates: dict[str, Step] = field(default_factory=dict)  # how calls run in this turn ended
+    lost: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, MCP server)
+    # sent, then the server's connection failed: outcome unknown
+    late: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, output)
+    # recorded after the lease was taken from us (a discard): the thread is told after
+
+    @property
+    def store(self) -> Store:
+        return self.storage.store
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def reset(self) -> None:
+        self.human_approval.clear()
+        self.unknown_outcomes.clear()
+        self.started_again.clear()
+        self.fates.clear()
+        self.lost.clear()
+        self.fault = None
+
+    async def show(self, call_id: str, tool: str, state: Step) -> None:
+        if self.on_step is not None:
+            on_step = self.on_step
+            await shown(lambda: on_step(call_id, tool, state))
+
+
+CURRENT_SCOPE: ContextVar[TurnScope | None] = ContextVar("bot_turn_scope", default=None)
+
+NeedsApproval = bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
+
+
+class UnguardedTool(ValueError):
+    """An agent has a tool the bot cannot run at most once: the agent is refused at load."""
+
+
+# Tools that run at OpenAI, not here: nothing of theirs happens twice because of a restart
+# here that a model call would not repeat as well (and the bot can't guard them anyway).
+HOSTED_READ_ONLY = (
+    FileSearchTool,
+    WebSearchTool,
+    ImageGenerationTool,
+    CodeInterpreterTool,
+    ToolSearchTool,
+)
+
+
+def guard_agent(agent: Agent[Any]) -> Agent[Any]:
+    """Guard every tool of every agent `agent` reaches (handoffs, `handoff()` objects,
+    agents used as tools), in place, so that the agents the SDK runs and restores (its agent
+    map is this same graph) are the guarded ones; tools listed at run time (MCP servers) are
+    guarded as they are listed. Raises `UnguardedTool` for a tool the bot cannot run at most
+    once and that is not marked `retry_safe`."""
+    for member in agents_of(agent):
+        tools = [_guarded(member, tool) for tool in member.tools]
+        if any(new is not old for new, old in zip(tools, member.tools, strict=True)):
+            member.tools = tools  # (once: the SDK refuses tools changed under a run)
+        if member.mcp_servers and not getattr(member, "_bot_guarded_mcp", False):
+            setattr(member, "get_mcp_tools", _guarded_mcp_tools(member))  # noqa: B010
+            setattr(member, "_bot_guarded_mcp", True)  # noqa: B010
+    return agent
+
+
+def _guarded(agent: Agent[Any], tool: Any) -> Any:
+    if isinstance(tool, FunctionTool):
+        return guard_tool(tool)
+    if isinstance(tool, CustomTool):
+        return guard_tool(tool)
+    if isinstance(tool, HOSTED_READ_ONLY) or is_retry_safe(tool):
+        return tool
+    raise UnguardedTool(
+        f"agent {agent.name!r}: tool {getattr(tool, 'name', '?')!r} ({type(tool).__name__}) "
+        "runs outside the bot's tool ledger, so it could run twice after a restart; mark it "
+        "retry_safe(...) if running it again is harmless, or give the agent a function tool "
+        "instead (docs/agents.md)"
+    )
+
+
+def _guarded_mcp_tools(agent: Agent[Any]) -> Callable[[RunContextWrapper[Any]], Awaitable[Any]]:
+    """The agent's MCP tools, listed from its servers at run time, each guarded like a
+    function tool (retry-safe per server, or per tool name: `retry_safe`)."""
+    listed = type(agent).get_mcp_tools
+
+    async def get_mcp_tools(run_context: RunContextWrapper[Any]) -> list[Any]:
+        tools = await listed(agent, run_context)
+        servers = {mcp_server_log_name(server.name): server for server in agent.mcp_servers}
+        guarded: list[Any] = []
+        for tool in tools:
+            server_name, tool_name = (getattr(tool, "_mcp_tool_binding", None) or ("", ""))[:2]
+            server = servers.get(server_name)
+            if not isinstance(tool, FunctionTool):
+                guarded.append(tool)  # MCP servers list function tools only
+                continue
+            setattr(tool, MCP_SERVER, server)  # its calls are watched (`mcp_servers`)
+            if server is not None and _server_says_retry_safe(server, str(tool_name)):
+                retry_safe(tool)
+            if server is not None and _server_says_idempotent(server, str(tool_name)):
+                idempotent(tool, key_argument=getattr(server, KEY_ARGUMENT, None))
+            guarded.append(guard_tool(tool))
+        return guarded
+
+    return get_mcp_tools
+
+
+def _server_says_retry_safe(server: object, tool_name: str) -> bool:
+    names = getattr(server, RETRY_SAFE_TOOLS, None)
+    return is_retry_safe(server) or (names is not None and tool_name in names)
+
+
+def _server_says_idempotent(server: object, tool_name: str) -> bool:
+    names = getattr(server, IDEMPOTENT_TOOLS, None)
+    return is_idempotent(server) or (names is not None and tool_name in names)
+
+
+def guard_tool(tool: GuardableT) -> GuardableT:
+    """A copy of a function (or custom) tool that runs at most once per call id: it pauses
+    before it runs (so its call id is checkpointed), is recorded as started, then completed.
+    A tool that runs another agent is not itself a side effect: its agent's tools are
+    guarded, and it keeps its own approval setting."""
+    if getattr(tool, "_bot_guarded", False):
+        return tool
+    guarded = copy.copy(tool)
+    carrier = is_agent_tool(tool)
+    if not carrier:
+        guarded.on_invoke_tool = _guarded_invoke(tool)
+    guarded.needs_approval = _guarded_approval(tool, carrier=carrier)  # type: ignore[assignment]
+    setattr(guarded, "_bot_guarded", True)  # noqa: B010
+    return guarded
+
+
+def _guarded_approval(tool: FunctionTool | CustomTool, *, carrier: bool = False) -> NeedsApproval:
+    original: NeedsApproval = tool.needs_approval  # type: ignore[assignment]
+    safe = is_retry_safe(tool) or carrier
+
+    async def needs_approval(
+        ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        if isinstance(original, bool):
+            human = original
+        else:
+            decision = original(ctx, params, call_id)
+            human = bool(await decision if inspect.isawaitable(decision) else decision)
+        scope = CURRENT_SCOPE.get()
+        if scope is not None:
+            scope.human_approval[call_id] = human
+        return human if safe else True
+
+    return needs_approval
+
+
+def _guarded_invoke(
+    tool: FunctionTool | CustomTool,
+) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
+    invoke_original = tool.on_invoke_tool
+    safe = is_retry_safe(tool)
+    keyed = is_idempotent(tool)
+    key_argument = getattr(tool, KEY_ARGUMENT, None)
+    server = getattr(tool, MCP_SERVER, None)  # an MCP tool's: a call may find it down
+
+    async def original(ctx: ToolContext[Any], arguments: str) -> Any:
+        output = invoke_original(ctx, arguments)  # a custom tool's may be plain
+        return await output if inspect.isawaitable(output) else output
+
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> Any:
+        scope = CURRENT_SCOPE.get()
+        if scope is None:
+            return await original(ctx, arguments)
+        if safe:
+            await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
+            output, _ = await watched_call(server, lambda: original(ctx, arguments), safe=True)
+            await scope.show(ctx.tool_call_id, tool.name, _fate(output))
+            return output
+        # A stop that came first: the call never runs. If it was recorded as started, it
+        # stays armed, and the stop records it as cancelled once the turn is over (one
+        # writer, after every tool of the turn is done with it).
+        if scope.stop_requested():
+            return STOPPED_BEFORE_IT_RAN
+        if ctx.tool_call_id not in scope.armed:  # else this serve's commit recorded it
+            try:
+                claim = await _begin(scope, ctx.tool_call_id, tool.name, arguments)
+            except StorageError as fault:
+                scope.fault = fault
+                raise
+            if not claim.created:
+                if claim.record.status is ToolCallStatus.COMPLETED:
+                    await scope.show(ctx.tool_call_id, tool.name, Step.DONE)
+                    return claim.record.output
+                if claim.record.status is ToolCallStatus.CANCELLED:
+                    return STOPPED_BEFORE_IT_RAN
+                if not (keyed and await _start_again(scope, ctx.tool_call_id, tool.name)):
+                    scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
+                    await scope.show(ctx.tool_call_id, tool.name, Step.UNKNOWN)
+                    return UNKNOWN_OUTCOME
+            scope.armed.add(ctx.tool_call_id)
+        # Until the tool itself starts the call stays armed: a stop that lands meanwhile
+        # (while the progress is shown, say) has it recorded as cancelled, not as started.
+        if key_argument:  # a keyed MCP tool receives its key as an argument
+            arguments = _with_key(arguments, key_argument, ctx)
+        await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
+        if scope.stop_requested():
+            return STOPPED_BEFORE_IT_RAN
+        # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
+        # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
+        # error output by the SDK inside `original`) is a known outcome: it ran and failed;
+        # so is an MCP server found down before the call was sent (it did not run).
+        scope.armed.discard(ctx.tool_call_id)
+        scope.running += 1
+        scope.idle.clear()
+        try:
+            try:
+                output, lost = await watched_call(
+                    server, lambda: original(ctx, arguments), safe=False
+                )
+            except Exception as exc:
+                scope.fates[ctx.tool_call_id] = Step.FAILED
+                await scope.show(ctx.tool_call_id, tool.name, Step.FAILED)
+                failure = f"error: {type(exc).__name__}: {exc}"
+                try:
+                    await _complete(scope, ctx.tool_call_id, tool.name, failure)
+                except StorageError as fault:
+                    scope.fault = fault
+                raise
+            if lost:  # sent, then the connection failed: it stays `started`
+                return await _lost(scope, ctx.tool_call_id, tool.name, server)
+            try:
+                await _complete(scope, ctx.tool_call_id, tool.name, as_text(output))
+            except StorageError as fault:
+                scope.fault = fault
+                raise
+        finally:
+            scope.running -= 1
+            if scope.running == 0:
+                scope.idle.set()
+        scope.fates[ctx.tool_call_id] = _fate(output)
+        await scope.show(ctx.tool_call_id, tool.name, _fate(output))
+        return output
+
+    return invoke
+
+
+async def _lost(scope: TurnScope, call_id: str, tool: str, server: Any) -> str:
+    """An MCP call whose server's connection failed while it ran: its outcome is unknown;
+    it stays `started` and is reported so (a keyed one too, for now: it is not started
+    again while the run goes on)."""
+    label = mcp_server_log_name(getattr(server, "name", ""))
+    scope.lost.append((call_id, tool, label))
+    scope.fates[call_id] = Step.UNKNOWN
+    await scope.show(call_id, tool, Step.UNKNOWN)
+    return CONNECTION_LOST
+
+
+async def _start_again(scope: TurnScope, call_id: str, tool: str) -> bool:
+    """A keyed call whose outcome is unknown (its process died, or its lease was lost,
+    while it ran) is started again, with the same key, while its attempts last: the service
+    applies the key once. A pause before each attempt after the second lets a service that
+    failed recover. False when its attempts are spent (outcome unknown, as for any call)."""
+    try:
+        again = await scope.storage(
+            scope.store.retry_tool_call, scope.lease, call_id, max_attempts=scope.keyed_attempts
+        )
+    except StorageError as fault:
+        scope.fault = fault
+        raise
+    if again is None:
+        return False
+    await asyncio.sleep(_backoff(again.attempts))
+    scope.started_again.append((call_id, tool))
+    return True
+
+
+def _backoff(attempt: int) -> float:
+    """Seconds before attempt `attempt` of a keyed call (the second goes at once)."""
+    return 0.0 if attempt <= 2 else min(2.0 ** (attempt - 3), 10.0)
+
+
+def _with_key(arguments: str, name: str, ctx: ToolContext[Any]) -> str:
+    key = getattr(ctx.context, "idempotency_key", None)
+    if not callable(key):
+        return arguments
+    try:
+        document = json.loads(arguments or "{}")
+    except ValueError:
+        return arguments
+    if not isinstance(document, dict):
+        return arguments
+    document[name] = key(ctx.tool_call_id)
+    return json.dumps(document, ensure_ascii=False)
+
+
+async def _begin(scope: TurnScope, call_id: str, name: str, arguments: str) -> ToolCallClaim:
+    try:
+        return await scope.storage(
+            scope.store.begin_tool_call, scope.lease, call_id, name, arguments
+        )
+    except StorageUnavailable:
+        # One more try after a pause: if the first write landed (its answer was lost), the
+        # call is `started` under this very lease, by this very invocation.
+        await asyncio.sleep(1)
+        claim = await scope.storage(
+            scope.store.begin_tool_call, scope.lease, call_id, name, arguments
+        )
+        mine = (
+            claim.record.status is ToolCallStatus.STARTED
+            and claim.record.fence == scope.lease.fence
+        )
+        return claim.model_copy(update={"created": True}) if mine else claim
+
+
+async def _complete(scope: TurnScope, call_id: str, tool: str, output: str) -> None:
+    """Record the result; when the lease was taken meanwhile (a discard), the result is
+    recorded all the same and the run goes no further (`LeaseLost`)."""
+    for attempt in range(COMPLETION_ATTEMPTS):
+        try:
+            held = await scope.storage(scope.store.complete_tool_call, scope.lease, call_id, output)
+        except StorageUnavailable:
+            if attempt == COMPLETION_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(min(2**attempt, 10))
+            continue
+        if not held:
+            scope.late.append((call_id, tool, output))
+            raise LeaseLost(str(scope.lease.key), scope.lease.fence)
+        return
+
+
+def _fate(output: Any) -> Step:
+    """The SDK turns a tool's exception into an output that starts like this."""
+    text = as_text(output)
+    failed = text.startswith("error:") or text.startswith("An error occurred while running")
+    return Step.FAILED if failed else Step.DONE
+
+
+def as_text(output: Any) -> str:
+    """The output as the model will see it on a replay."""
+    if isinstance(output, str):
+        return output
+    try:
+        return json.dumps(output, ensure_ascii=False)
+    except TypeError:
+        return str(output)

@@ -1,0 +1,176 @@
+"""Operators' care of conversations: discarding saved state.
+
+Discard takes the lease (from a live holder too, unless it is a stale sweep: fencing stops
+the old holder's writes), closes the history's open calls as the tool ledger says, drops the
+queued and held messages (and counts them), and replaces the checkpoint by a finished one
+carrying the notice. The history is kept. A message that arrives while the discard holds the
+thread is not lost: the release sees it (`InboxChanged`) and the thread serves it as a new
+run. A stale sweep re-checks status and age after taking each lease. A workspace that
+removed the app has every conversation that could still run or resume discarded at once
+(`discard_team`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from bot.runtime import trust
+from bot.runtime.envelope import Envelope, UserMessage, parse_payload
+from bot.runtime.holder import new_owner
+from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
+from bot.runtime.serving import Serving
+from bot.runtime.text import quote
+from storage import (
+    CONSUME_LIMIT,
+    KEEP,
+    CheckpointError,
+    Commit,
+    ConversationKey,
+    InboxEntry,
+    LeaseBusy,
+    NotFound,
+    Status,
+)
+
+# What a workspace that removed the app may still have running or waiting to resume.
+UNFINISHED = (
+    Status.RUNNING,
+    Status.AWAITING_APPROVAL,
+    Status.INTERRUPTED,
+    Status.NEEDS_RESTART,
+)
+TEAM_SWEEP_CONCURRENCY = 8
+QUOTED = 10  # dropped messages the notice names
+
+if TYPE_CHECKING:
+    from bot.runtime.runtime import ConversationRuntime, StaleFilter
+
+
+async def discard_conversation(
+    rt: ConversationRuntime,
+    key: ConversationKey,
+    *,
+    by: str | None,
+    only_if: StaleFilter | None = None,
+) -> list[Outcome]:
+    gone = [Refused(key=key, text="There is no conversation in that thread.")]
+    try:
+        lease, record = await rt.io(
+            rt.store.acquire, key, new_owner(rt.process), create=False, force=only_if is None
+        )
+    except NotFound:
+        return list(gone)
+    except LeaseBusy:
+        return []  # a stale sweep leaves a thread that is active right now alone
+    if only_if is not None:
+        idle = rt.store.clock() - record.last_activity_at
+        if record.status not in only_if.statuses or idle <= only_if.older_than:
+            await rt.io(rt.store.release, lease, touch=False)
+            return []
+    serving = Serving(rt, lease, record)
+
+    async def opening() -> None:
+        await _discard(serving, by)
+
+    return await serving.run(opening)
+
+
+async def discard_team(
+    rt: ConversationRuntime, team: str | None, enterprise: str | None
+) -> list[ConversationKey]:
+    """Discard every unfinished conversation of a workspace (every workspace of `enterprise`
+    when `team` is None), live holders included: their next write is fenced off, so nothing
+    of theirs goes on. Returns the keys discarded."""
+    found = await rt.io(rt.store.list_by_team, team, enterprise=enterprise, statuses=UNFINISHED)
+    gate = asyncio.Semaphore(TEAM_SWEEP_CONCURRENCY)
+
+    async def one(key: ConversationKey) -> ConversationKey | None:
+        async with gate:
+            outcomes = await discard_conversation(rt, key, by=None)
+        return key if any(isinstance(o, Discarded) for o in outcomes) else None
+
+    done = await asyncio.gather(*(one(record.key) for record in found))
+    return [key for key in done if key is not None]
+
+
+async def _discard(serving: Serving, by: str | None) -> None:
+    record = serving.record
+    previous = serving.record.status
+    inbox = await serving.io(serving.store.read_inbox, serving.key, record.generation)
+    ids = [entry.entry_id for entry in inbox]
+    while len(ids) > CONSUME_LIMIT:  # a backlog beyond one commit: drop it in chunks first
+        chunk, ids = ids[:CONSUME_LIMIT], ids[CONSUME_LIMIT:]
+        await serving.io(
+            serving.store.apply,
+            Commit(key=serving.key, lease=serving.lease, consume=chunk, checkpoint=KEEP),
+        )
+    envelope = None
+    if record.checkpoint is not None:
+        try:
+            document = await serving.io(serving.store.load_checkpoint, record.checkpoint)
+            envelope = Envelope.model_validate(document)
+        except (CheckpointError, ValueError):
+            envelope = None  # damaged: there is nothing in it to count
+    quotes = [quote(held.text) for held in envelope.held] if envelope else []
+    quotes += [quote(text) for text in _message_texts(inbox)]
+    closed = await trust.close_calls(serving.io, serving.store, serving.key, record.generation)
+    dropped = len(quotes)
+    who = f"An admin (<@{by}>)" if by else "An operator"
+    lost = closed.describe() or "No tool call was pending."
+    messages = (
+        f" {dropped} message{'s' if dropped != 1 else ''} waiting for an answer "
+        f"{'were' if dropped != 1 else 'was'} dropped; send "
+        f"{'them' if dropped != 1 else 'it'} again if you still need an answer:"
+        if dropped
+        else ""
+    )
+    notice = Notice(
+        key=serving.key,
+        kind=NoticeKind.DISCARDED,
+        text=f"{who} discarded this conversation's saved state. {lost} The history is kept; "
+        f"send a new message to start over.{messages}",
+        settles=closed.all,
+        details=quotes[:QUOTED] + ([f"… and {dropped - QUOTED} more"] if dropped > QUOTED else []),
+    )
+    old = record.checkpoint
+    tombstone = Envelope(
+        run_state={},
+        started_by=envelope.started_by if envelope else "",
+        finished=True,
+        decided=envelope.decided if envelope else {},
+    )
+    await serving.commit(
+        tombstone,
+        consume=ids,
+        outcomes=[notice],
+        items=closed.items,
+        status=Status.DISCARDED,
+    )
+    if old is not None:
+        await serving.io(serving.store.delete_checkpoint, old)
+    serving.final_status = Status.DISCARDED
+    serving.outcomes.insert(
+        0,
+        Discarded(
+            key=serving.key,
+            removed_checkpoint=old.object_key if old else None,
+            pending_calls=closed.not_run,
+            ran_calls=closed.ran,
+            unknown_calls=closed.unknown,
+            dropped_messages=dropped,
+            previous_status=previous.value,
+        ),
+    )
+
+
+def _message_texts(inbox: list[InboxEntry]) -> list[str]:
+    """What people wrote, of the queued entries (clicks, stops and probes are not messages)."""
+    texts = []
+    for entry in inbox:
+        try:
+            payload = parse_payload(entry.payload)
+        except ValueError:
+            continue
+        if isinstance(payload, UserMessage):
+            texts.append(payload.text)
+    return texts

@@ -1,0 +1,184 @@
+"""Stopping a run on request (the Stop control, the reply `stop`, from any replica).
+
+A stop is kept in the thread's inbox like a message, and flagged on the record in the same
+write, so it is applied once wherever it lands: the serve holding the thread sees the flag
+before its next step (a decision, a tool call, the next model turn, the final post), and
+since no release can pass over an inbox entry, a stop that arrives as the run pauses or
+finishes is read by the next pass: a paused run is stopped (its pending calls not run), a
+finished one is answered truthfully ("it had already finished")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bot.runtime import trust
+from bot.runtime.closing import STOPPED_BEFORE_IT_RAN
+from bot.runtime.envelope import (
+    DecisionMade,
+    Envelope,
+    StopRequest,
+    UserMessage,
+    parse_payload,
+)
+from bot.runtime.outcomes import Notice, NoticeKind, Refused
+from bot.runtime.text import quote
+from storage import CONSUME_LIMIT, KEEP, CheckpointError, Commit, Status, ToolCallStatus
+
+if TYPE_CHECKING:
+    from bot.runtime.serving import Entries, Serving
+
+QUOTED = 10  # messages dropped by a stop that the notice names
+
+
+async def stopped(
+    serving: Serving,
+    consume: list[str],
+    *,
+    by: str | None = None,
+    dropped: list[str] | None = None,
+) -> None:
+    """Someone asked the run to stop: it ends here. Its open calls are closed as the ledger
+    says (a call that ran is said to have run; one armed but never started was stopped before
+    it ran), the checkpoint is replaced by a finished one with the notice, messages that came
+    for this run are dropped and named, stop requests waiting in the inbox are consumed with
+    it, and the next message starts a fresh run. Nothing of the run is posted after the
+    notice."""
+    record = serving.record
+    who = by or (serving.keeper.stop_by if serving.keeper else None)
+    envelope = None
+    if record.checkpoint is not None:
+        try:
+            document = await serving.io(serving.store.load_checkpoint, record.checkpoint)
+            envelope = Envelope.model_validate(document)
+        except (CheckpointError, ValueError):
+            envelope = None
+    await _cancel_armed(serving)
+    closed = await trust.close_calls(serving.io, serving.store, serving.key, record.generation)
+    quotes = [quote(held.text) for held in envelope.held] if envelope else []
+    quotes += dropped or []
+    lost = f" {closed.describe()}" if closed.all else ""
+    unanswered = (
+        f" {len(quotes)} message{'s' if len(quotes) != 1 else ''} sent for this run "
+        f"{'were' if len(quotes) != 1 else 'was'} not answered:"
+        if quotes
+        else ""
+    )
+    notice = Notice(
+        key=serving.key,
+        kind=NoticeKind.STOPPED,
+        text=f"Stopped by <@{who}>.{lost} Send a new message to start again.{unanswered}"
+        if who
+        else f"Stopped.{lost} Send a new message to start again.{unanswered}",
+        settles=closed.all,
+        details=quotes[:QUOTED],
+    )
+    decided = dict(serving.decided)
+    for call in closed.not_run + closed.stopped:
+        decided[call.call_id] = DecisionMade(approved=False, user=who or "", stopped=True)
+    serving.decided = decided
+    old = record.checkpoint
+    tombstone = Envelope(
+        run_state={},
+        started_by=envelope.started_by if envelope else "",
+        finished=True,
+        decided=decided,
+    )
+    waiting = await _waiting_stops(serving, consume)
+    await serving.commit(
+        tombstone,
+        consume=consume + waiting,
+        outcomes=[notice],
+        items=closed.items,
+        status=Status.IDLE,
+        clear_stop=True,
+    )
+    if old is not None and old.inline is None:
+        await serving.io(serving.store.delete_checkpoint, old)
+    serving.final_status = Status.IDLE
+    serving.stopped_by = who or ""
+    if serving.keeper is not None:
+        serving.keeper.stop_applied()
+
+
+async def stop_requests(serving: Serving, entries: Entries, runnable: Envelope | None) -> bool:
+    """Stops read from the inbox in this pass. With a run to continue (paused for approval,
+    interrupted), it is stopped: messages and clicks that came before the stop go with it;
+    later messages are served next. Without one, each stopper is told it had finished.
+    True when the run was stopped (the pass is over)."""
+    first_arrived = entries.stop_arrived[0]
+    if runnable is not None:
+        before = [
+            (entry_id, item)
+            for entry_id, item, arrived in zip(
+                entries.item_ids, entries.items, entries.arrived, strict=True
+            )
+            if arrived <= first_arrived
+        ]
+        who = entries.stops[0].user
+        dropped = []
+        for _, item in before:
+            if isinstance(item, UserMessage):
+                dropped.append(quote(item.text))
+            else:  # a click: moot now
+                await serving.refuse(item, f"That call was stopped by <@{who}> before it ran.")
+        consume = entries.stop_ids + [entry_id for entry_id, _ in before]
+        await stopped(serving, consume, by=who, dropped=dropped)
+        serving.again = True  # what came after the stop is served next
+        return True
+    for stop in entries.stops:
+        text = _nothing_to_stop(serving)
+        await serving.emit_now(
+            Refused(key=serving.key, text=text, user=stop.user, reply_to=stop.reply_to)
+        )
+    await serving.io(
+        serving.store.apply,
+        Commit(
+            key=serving.key,
+            lease=serving.lease,
+            consume=entries.stop_ids,
+            checkpoint=KEEP,
+            clear_stop=True,
+        ),
+    )
+    if serving.keeper is not None:
+        serving.keeper.stop_applied()
+    entries.ids = [entry_id for entry_id in entries.ids if entry_id not in entries.stop_ids]
+    return False
+
+
+async def _cancel_armed(serving: Serving) -> None:
+    """Calls this serve recorded as started (with the commit that approved them, or claimed
+    just before running them) and never started (the stop came first): the ledger says they
+    did not run, rather than "outcome unknown"."""
+    for call_id in sorted(serving.armed):
+        await serving.io(
+            serving.store.complete_tool_call,
+            serving.lease,
+            call_id,
+            STOPPED_BEFORE_IT_RAN,
+            status=ToolCallStatus.CANCELLED,
+        )
+    serving.armed.clear()
+
+
+def _nothing_to_stop(serving: Serving) -> str:
+    if serving.stopped_by:
+        return f"It was already stopped by <@{serving.stopped_by}>; nothing more to stop."
+    return "It had already finished before your stop arrived; nothing was stopped."
+
+
+async def _waiting_stops(serving: Serving, consume: list[str]) -> list[str]:
+    """Stop requests in the inbox (they asked for this very stop)."""
+    inbox = await serving.io(
+        serving.store.read_inbox, serving.key, serving.record.generation, CONSUME_LIMIT
+    )
+    found = []
+    for entry in inbox:
+        if entry.entry_id in consume:
+            continue
+        try:
+            if isinstance(parse_payload(entry.payload), StopRequest):
+                found.append(entry.entry_id)
+        except ValueError:
+            continue
+    return found[: CONSUME_LIMIT - len(consume)]

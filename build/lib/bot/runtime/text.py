@@ -1,0 +1,21 @@
+"""Text from outside (Slack users, the model) made safe to store."""
+
+from __future__ import annotations
+
+import re
+
+# In a Python string every surrogate is unpaired: JSON's escaped pairs become one character.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """Unpaired surrogates (what `json.loads` makes of a broken `\\ud83d` escape) cannot be
+    encoded as UTF-8: replace them with U+FFFD, so that the message is kept, not dropped."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def quote(text: str, limit: int = 120) -> str:
+    """A short quote of someone's message, on one line (to name it in a notice)."""
+    flat = " ".join(text.split())
+    cut = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return f"“{cut}”"

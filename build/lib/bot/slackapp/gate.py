@@ -1,0 +1,114 @@
+"""What `POST /slack/events` lets through to bolt: a request Slack signed, checked before its
+body is parsed. bolt parses a body before it verifies the signature (and logs an unsigned
+body whole when the check fails); its JSON parser meets deep nesting with a `RecursionError`,
+so an anonymous request could cost a 500 and a traceback. Here the cheap checks come first
+(the signature's headers, Slack's content types, the size), then the body is read (at most
+`BODY_LIMIT` bytes), decoded as UTF-8, and its signature verified by slack_sdk's
+`SignatureVerifier` (bolt's own: `v0` HMAC over timestamp and body, 5 minutes' leeway); only
+then is it parsed, and what does not parse into an object of bounded depth is refused too.
+
+Every refusal is a 4xx and one log line that never quotes the body (`Refused`)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.signature import SignatureVerifier
+
+# aiohttp's default `client_max_size`, which refused larger bodies before the gate existed:
+# far above what Slack sends (an event, or a click on a message of 50 blocks of 3,000
+# characters, is tens to a few hundred KB, even form-encoded), and a bound on what one
+# anonymous request can make the process hold and hash.
+BODY_LIMIT = 1024 * 1024
+# Slack's deepest payloads (rich text in a message inside a block_actions payload) nest
+# about 15 levels; the interpreter's recursion limit (1000), which json and any recursive
+# walk of the payload would hit, is far beyond this.
+DEPTH_LIMIT = 128
+# Events come as JSON; slash commands, interactivity and ssl_check as forms.
+SLACK_TYPES = frozenset({"application/json", "application/x-www-form-urlencoded"})
+SIGNATURE, TIMESTAMP = "X-Slack-Signature", "X-Slack-Request-Timestamp"
+# What bolt's parsing raises on a body of a shape it does not expect.
+UNPARSABLE = (ValueError, RecursionError, LookupError, TypeError, AttributeError)
+CHUNK = 64 * 1024
+
+
+class Refused(Exception):
+    """A request that is not Slack's: the 4xx it gets, and why (a fixed phrase, safe to log
+    and to answer with; never the body)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+    def response(self) -> web.Response:
+        return web.json_response({"error": self.reason}, status=self.status)
+
+
+async def slack_request(request: web.Request, verifier: SignatureVerifier) -> AsyncBoltRequest:
+    """bolt's request for `request` once Slack's signature over its body is verified and the
+    body parsed; raises `Refused` otherwise. bolt verifies the signature again (the same
+    verifier on the same text), so its semantics are unchanged."""
+    body = await signed_body(request, verifier)
+    try:
+        parsed = AsyncBoltRequest(
+            body=body,
+            query=request.query_string,
+            headers=request.headers,  # type: ignore[arg-type]
+        )
+    except UNPARSABLE as exc:
+        raise Refused(400, f"unreadable body ({type(exc).__name__})") from None
+    if not isinstance(parsed.body, dict) or nests_deeper(parsed.body, DEPTH_LIMIT):
+        raise Refused(400, "not a Slack payload")
+    return parsed
+
+
+async def signed_body(request: web.Request, verifier: SignatureVerifier) -> str:
+    """The body as text, if Slack signed it; raises `Refused` otherwise, reading no more of
+    the body than `BODY_LIMIT` bytes, and none of it when the headers already refuse it."""
+    signature, timestamp = request.headers.get(SIGNATURE), request.headers.get(TIMESTAMP)
+    if not signature or not timestamp:
+        raise Refused(401, "not signed")
+    if request.content_type not in SLACK_TYPES:
+        raise Refused(415, "not a content type Slack sends")
+    raw = await capped_body(request, BODY_LIMIT)
+    try:
+        body = raw.decode("utf-8")  # what Slack sends, and what the signature check decodes
+    except UnicodeDecodeError:
+        raise Refused(400, "not UTF-8") from None
+    try:
+        valid = verifier.is_valid(body, timestamp, signature)
+    except ValueError:  # a timestamp that is not a number
+        valid = False
+    if not valid:
+        raise Refused(401, "invalid or expired signature")
+    return body
+
+
+async def capped_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, or `Refused` (413) as soon as it is longer than `limit` bytes (by its
+    Content-Length, or while reading a body sent without one)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise Refused(413, "body too large")
+    body = bytearray()
+    while chunk := await request.content.read(CHUNK):
+        body += chunk
+        if len(body) > limit:
+            raise Refused(413, "body too large")
+    return bytes(body)
+
+
+def nests_deeper(value: object, limit: int) -> bool:
+    """True when `value` nests objects and arrays more than `limit` levels deep (level by
+    level, not recursively)."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        if not level:
+            return False
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, dict | list)
+        ]
+    return bool(level)

@@ -1,0 +1,210 @@
+"""`python -m bot serve`: Socket Mode or HTTP (`POST /slack/events`), plus `GET /healthz`,
+`GET /metrics`, and a recovery sweep that resumes threads whose process died; with many
+workspaces also bolt's install page and OAuth redirect (`GET /slack/install`,
+`GET /slack/oauth_redirect`).
+
+Stopping (SIGTERM, SIGINT): health turns 503 at once so that a load balancer drains the
+replica; requests still arriving are kept (never lost) and left for the next process; runs in
+flight get `BOT_SHUTDOWN_GRACE` to reach their next checkpoint and then give their threads up,
+so that the next process or another replica continues at once; then the checks for
+duplicate posts still waiting run at once (`duplicates`), and the agents' MCP servers are
+cleaned up (connected at start, before the process reports healthy: `mcp_servers`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.signature import SignatureVerifier
+
+from bot import metrics
+from bot.runtime import ConversationRuntime
+from bot.runtime.warm_up import warm_up
+from bot.slackapp.app import build_app, web_api_session, web_client
+from bot.slackapp.clients import OneWorkspace, SlackClients
+from bot.slackapp.conversation_source import SlackSource
+from bot.slackapp.gate import Refused, slack_request
+from bot.slackapp.home import HomeTab
+from bot.slackapp.live import LiveThreads
+from bot.slackapp.oauth import install_routes, installs
+from bot.slackapp.poster import SlackPoster
+from bot.slackapp.settings import SlackSettings
+from storage import Store
+
+log = logging.getLogger(__name__)
+EVENTS_PATH = "/slack/events"
+
+
+def health_routes(runtime: ConversationRuntime) -> list[web.RouteDef]:
+    async def healthz(request: web.Request) -> web.Response:
+        ok = not runtime.draining and await runtime.healthy()
+        body: dict[str, object] = {"ok": ok}
+        if runtime.mcp:  # a server that is down pauses the runs that need it, not the bot
+            body["mcp_down"] = runtime.mcp.down()
+        return web.json_response(body, status=200 if ok else 503)
+
+    async def metrics_page(request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    return [web.get("/healthz", healthz), web.get("/metrics", metrics_page)]
+
+
+def events_route(app: AsyncApp, verifier: SignatureVerifier) -> web.RouteDef:
+    """Slack's requests into bolt, through the gate (`gate`): anything Slack did not sign, or
+    that does not parse, gets a 4xx and one log line, and changes nothing."""
+
+    async def slack_events(request: web.Request) -> web.Response:
+        try:
+            bolt_request = await slack_request(request, verifier)
+            response = await app.async_dispatch(bolt_request)
+        except Refused as refused:
+            log.warning("refused a request to %s: %s", EVENTS_PATH, refused.reason)
+            return refused.response()
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            # bolt assumes Slack's shapes; a signed payload of another shape fails inside it.
+            log.warning("refused a malformed request to %s: %r", EVENTS_PATH, exc)
+            return web.json_response({"error": "malformed request"}, status=400)
+        return await to_aiohttp_response(response)
+
+    return web.post(EVENTS_PATH, slack_events)
+
+
+async def recovery_sweep(runtime: ConversationRuntime, interval: float) -> None:
+    """At start-up, then every `interval`: resume threads left `running` by a dead process.
+    Each sweep's resumed runs go on in the background, so that a long run does not delay
+    the next sweep (another host's threads are found within a lease and one interval)."""
+    sweeps: set[asyncio.Task[None]] = set()
+
+    async def sweep() -> None:
+        try:
+            outcomes = await runtime.recover()
+            if outcomes:
+                metrics.RESUMES.labels("recovery").inc(len({o.key for o in outcomes}))
+        except Exception:
+            log.exception("recovery sweep failed; trying again in %ss", interval)
+
+    while not runtime.draining:
+        task = asyncio.create_task(sweep())
+        sweeps.add(task)
+        task.add_done_callback(sweeps.discard)
+        await asyncio.sleep(interval)
+
+
+async def serve(
+    settings: SlackSettings,
+    runtime: ConversationRuntime,
+    admins: frozenset[str] | None = None,
+    *,
+    store: Store | None = None,
+    stop: asyncio.Event | None = None,
+    host: str | None = None,
+    own_process: bool = False,
+) -> None:
+    """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given). Many
+    workspaces keep their installations in `store` (the runtime's). `own_process`: the
+    process does nothing else (`python -m bot serve`), so its heap is frozen once warm."""
+    try:
+        async with web_api_session() as session:
+            await _serve(settings, runtime, admins, store, stop, host, session, own_process)
+    finally:
+        await runtime.close()  # the agents' MCP servers (a stdio server's process ends)
+
+
+async def _serve(
+    settings: SlackSettings,
+    runtime: ConversationRuntime,
+    admins: frozenset[str] | None,
+    store: Store | None,
+    stop: asyncio.Event | None,
+    host: str | None,
+    session: aiohttp.ClientSession,
+    own_process: bool,
+) -> None:
+    client = web_client(settings, session)
+    many = None
+    if settings.many_workspaces:
+        if store is None:
+            raise ValueError("many workspaces keep their installations in storage: pass store")
+        many = installs(settings, store, runtime.io, client)  # one storage pool per process
+    clients: SlackClients = many.clients if many else OneWorkspace(client)
+    live = LiveThreads(clients)
+    runtime.progress = live
+    home = HomeTab(runtime, clients, admins or runtime.settings.admins, many_workspaces=bool(many))
+    poster = SlackPoster(
+        clients,
+        live,
+        recheck_after=settings.duplicate_check_seconds,
+        after_decision=home.after_decision,
+        on_home=home.tell,
+    )
+    runtime.on_outcome = poster
+    # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
+    # Slack's and the storage's first connections. Many workspaces have no one token.
+    identity = None if many else await client.auth_test()
+    workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
+    bot_user = identity.get("user_id") if identity else None
+    runtime.source = SlackSource(settings, clients, bot_user=bot_user, session=session)
+    await runtime.start()  # the agents' MCP servers connected and listed
+    await warm_up(runtime.io, freeze=own_process)
+    app = build_app(
+        settings,
+        runtime,
+        client,
+        admins or runtime.settings.admins,
+        workspace_url,
+        identity,
+        installs=many,
+        live=live,
+        home=home,
+    )
+    web_app = web.Application()
+    if not settings.socket_mode:
+        assert settings.signing_secret, "HTTP mode needs the signing secret (settings check)"
+        web_app.add_routes([events_route(app, SignatureVerifier(settings.signing_secret))])
+    if app.oauth_flow is not None:
+        web_app.add_routes(install_routes(app.oauth_flow))
+    web_app.add_routes(health_routes(runtime))
+    runner = web.AppRunner(web_app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host=host or settings.host, port=settings.port)
+    await site.start()
+    mode = "Socket Mode" if settings.socket_mode else f"HTTP on :{settings.port}{EVENTS_PATH}"
+    log.info("serving Slack (%s) as %s", mode, runtime.process)
+    print(f"bot: serving Slack ({mode}); health on :{settings.port}/healthz", flush=True)
+
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    # A third of the lease: a dead replica's threads resume about a lease after it died.
+    sweep = asyncio.create_task(recovery_sweep(runtime, runtime.lease_seconds / 3))
+    socket_handler = None
+    if settings.socket_mode:
+        socket_handler = AsyncSocketModeHandler(app, settings.app_token)
+        await socket_handler.connect_async()  # type: ignore[no-untyped-call]
+    try:
+        await stop.wait()
+    finally:
+        grace = runtime.settings.shutdown_grace.total_seconds()
+        log.info("stopping: finishing runs in progress (up to %.0fs)", grace)
+        sweep.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweep
+        await runtime.drain(grace)
+        await poster.close()
+        await home.close()
+        if socket_handler is not None:
+            await socket_handler.close_async()  # type: ignore[no-untyped-call]
+        await runner.cleanup()
+        log.info("stopped")

@@ -1,0 +1,406 @@
+"""The one atomic write every change to a conversation goes through (`Store.apply`).
+
+One UpdateItem on the record when it is alone; one TransactWriteItems (with an idempotency
+token) when session rows, ledger rows, row-stored messages or counters come with it. Every
+action is counted against DynamoDB's limit of 100: session rows beyond what is left go to S3
+as one batch blob. A retry whose first attempt landed (its answer was lost) is recognised
+and reported as done."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from storage.aws import items as session_rows
+from storage.aws import tools as ledger_rows
+from storage.aws.errors import code, reasons
+from storage.aws.expressions import Item, Update, n, s
+from storage.aws.layout import (
+    INLINE_INBOX,
+    SPILL_SUFFIX,
+    STATE_EXPIRES,
+    conv_pk,
+    counter_key,
+    day_of,
+    epoch_seconds,
+    in_row,
+    inbox_sk,
+    meta_key,
+    ms,
+    record_from_item,
+)
+from storage.aws.tables import Tables
+from storage.base import (
+    KEEP,
+    TRANSACTION_ACTIONS_LIMIT,
+    TRANSACTION_ITEM_LIMIT,
+    Commit,
+    Committed,
+    _Keep,
+)
+from storage.errors import CheckpointConflict, InboxChanged, LeaseLost, SessionConflict
+from storage.models import DeliveryMark, Status
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from storage.models import Conversation, ConversationKey
+
+
+class _ArmedBefore(Exception):
+    def __init__(self, positions: set[int]) -> None:
+        super().__init__(positions)
+        self.positions = positions
+
+
+class Commits:
+    def __init__(
+        self,
+        tables: Tables,
+        get: Callable[[ConversationKey], Conversation | None],
+        put_blob: Callable[[str, bytes], None],
+    ) -> None:
+        self.t = tables
+        self.get = get
+        self.put_blob = put_blob
+
+    def apply(self, commit: Commit) -> Committed:
+        now = self.t.clock()
+        base_seq, generation = commit.base_seq, commit.lease.generation if commit.lease else None
+        writes_items = bool(commit.items) or commit.checkpoint not in (KEEP, None)
+        if generation is None or (base_seq is None and writes_items):
+            # One read; the runtime passes both (the lease knows the generation).
+            record = self.get(commit.key)
+            generation = record.generation if record else ms(now)
+            if base_seq is None and writes_items:
+                base_seq = record.next_seq if record else 0
+        update = self._record_update(commit, base_seq, len(commit.items), generation, now)
+        extra = self._counter_actions(commit, update, now) + self._ledger_actions(
+            commit, generation, now
+        )
+        in_rows = [e for e in commit.consume if in_row(e)]
+        room = TRANSACTION_ACTIONS_LIMIT - 1 - len(extra) - len(in_rows)
+        rows = session_rows.item_rows(
+            commit.key,
+            generation,
+            commit.items,
+            base_seq or 0,
+            max_rows=min(room, TRANSACTION_ITEM_LIMIT),
+            expires=self.t.expiry(now),
+            put_blob=self.put_blob,
+        )
+        armed = [call.call_id for call in commit.arm]
+        if rows or extra or in_rows:
+            try:
+                self._transact(commit, base_seq, update, rows, extra, in_rows)
+            except _ArmedBefore as already:
+                # A call this commit arms is in the ledger already (it says more): keep it.
+                first = len(extra) - len(commit.arm)
+                kept = [a for i, a in enumerate(extra) if i not in already.positions]
+                armed = [c for i, c in enumerate(armed) if first + i not in already.positions]
+                self._transact(commit, base_seq, update, rows, kept, in_rows)
+        else:
+            self._update(commit, base_seq, update)
+        checkpoint = commit.checkpoint
+        if isinstance(checkpoint, _Keep):
+            next_known = None if base_seq is None else base_seq + len(commit.items)
+            return Committed(commit.key, next_known, None, commit.status, tuple(armed))
+        next_seq = (base_seq or 0) + len(commit.items)
+        if checkpoint is not None:
+            checkpoint = checkpoint.model_copy(update={"session_seq": next_seq})
+        return Committed(commit.key, next_seq, checkpoint, commit.status, tuple(armed))
+
+    # -- the record ---------------------------------------------------------------------
+
+    def _record_update(
+        self,
+        commit: Commit,
+        base_seq: int | None,
+        count: int,
+        generation: int,
+        now: datetime,
+    ) -> Update:
+        update = Update()
+        if commit.touch:
+            self.t.touch(update, now)
+        else:
+            update.set("updated_ms", n(ms(now)))
+        if commit.lease is not None:
+            update.fenced(commit.lease.fence, commit.lease.owner)
+            for name in commit.lease.housekeeping:  # expired event claims
+                update.removes.append(update.name(name))
+        else:
+            update.set("conv_key", s(str(commit.key)))
+            update.set_if_missing("conv_status", s(Status.IDLE.value))
+            for counter in ("fence", "session_floor", "inbox_seq"):
+                update.set_if_missing(counter, n(0))
+            update.set_if_missing("created_ms", n(ms(now)))
+            update.set_if_missing("last_activity_ms", n(ms(now)))
+            update.set_if_missing(STATE_EXPIRES, n(epoch_seconds(self.t.expiry(now))))
+            update.set_if_missing("expires_at", n(epoch_seconds(self.t.record_ttl(now))))
+            update.set_if_missing("generation", n(generation))
+        if commit.status is not None:
+            self.t.set_status(update, commit.key, commit.status, run_by=commit.run_by, now=now)
+        if commit.release:
+            update.remove("lease_owner")
+            update.remove("lease_expires_ms")
+            update.remove("stop_by")
+        self._consume(update, commit.consume)
+        if commit.run_by is not None:
+            update.set("run_by", s(commit.run_by))
+        if commit.clear_expiry:
+            update.remove("expired_from")
+        if commit.clear_stop and not commit.release:
+            update.remove("stop_by")
+        if base_seq is not None:
+            update.set("next_seq", n(base_seq + count))
+            guard = f"#next_seq = {update.value('base_seq', n(base_seq))}"
+            update.require(
+                f"attribute_not_exists(#next_seq) OR {guard}" if base_seq == 0 else guard
+            )
+        self._delivery(update, commit)
+        if commit.checkpoint is not KEEP:
+            if commit.checkpoint is None:
+                update.remove("checkpoint")
+                update.set("checkpoint_version", n(0))
+            else:
+                assert not isinstance(commit.checkpoint, _Keep)
+                pointer = commit.checkpoint.model_copy(
+                    update={"session_seq": (base_seq or 0) + count}
+                )
+                update.set("checkpoint", s(pointer.model_dump_json()))
+                update.set("checkpoint_version", n(pointer.version))
+        if commit.inbox_seen is not None:
+            update.names["#inbox_seq"] = "inbox_seq"
+            seen = update.value("inbox_seen", n(commit.inbox_seen))
+            update.require(
+                f"attribute_not_exists(#inbox_seq) OR #inbox_seq = {seen}"
+                if commit.inbox_seen == 0
+                else f"#inbox_seq = {seen}"
+            )
+        if commit.expected_version is not None:
+            guard = f"#cpv = {update.value('expected_version', n(commit.expected_version))}"
+            update.names["#cpv"] = "checkpoint_version"
+            update.require(
+                f"attribute_not_exists(#cpv) OR {guard}" if commit.expected_version == 0 else guard
+            )
+        return update
+
+    def _consume(self, update: Update, consume: Sequence[str]) -> None:
+        """Consumed messages leave the record (or their rows, see `_transact`), and the
+        backlog's counters move with them (a retried UpdateItem whose answer was lost may
+        count them twice: the counters then err low, which only loosens the limits)."""
+        if not consume:
+            return
+        for entry_id in consume:
+            update.removes.append(update.name(INLINE_INBOX + entry_id))
+        spilled = sum(entry_id.endswith(SPILL_SUFFIX) for entry_id in consume)
+        inline = sum(not in_row(entry_id) for entry_id in consume)
+        for counter, count in (
+            ("inbox_count", len(consume)),
+            ("inbox_rows", spilled),
+            ("inbox_inline", inline),
+        ):
+            if count:
+                update.adds.append(f"{update.name(counter)} {update.value(counter, n(-count))}")
+
+    def _delivery(self, update: Update, commit: Commit) -> None:
+        mark = commit.delivery
+        if mark is None and commit.delivered:
+            if isinstance(commit.checkpoint, _Keep):
+                # Everything of whatever checkpoint is current: no read needed.
+                update.names["#checkpoint_version"] = "checkpoint_version"
+                update.sets.append(
+                    f"{update.name('delivered_version')} = "
+                    "if_not_exists(#checkpoint_version, :zero_version)"
+                )
+                update.values[":zero_version"] = n(0)
+                for attribute in ("delivered_count", "delivery_retry_ms", "delivery_error"):
+                    update.remove(attribute)
+                update.set("delivery_attempts", n(0))
+                return
+            mark = DeliveryMark(version=commit.checkpoint.version if commit.checkpoint else 0)
+        if mark is None:
+            return
+        update.set("delivered_version", n(mark.version))
+        update.set("delivery_attempts", n(mark.attempts))
+        for attribute, value in (
+            ("delivered_count", None if mark.count is None else n(mark.count)),
+            ("delivery_retry_ms", None if mark.retry_at is None else n(ms(mark.retry_at))),
+            ("delivery_error", None if mark.error is None else s(mark.error)),
+        ):
+            if value is None:
+                update.remove(attribute)
+            else:
+                update.set(attribute, value)
+
+    # -- what comes with it -------------------------------------------------------------
+
+    def _counter_actions(
+        self, commit: Commit, update: Update, now: datetime
+    ) -> list[TransactWriteItemTypeDef]:
+        """A release that settles the conversation in another status (or expiry day) moves
+        it between counter buckets, in the same transaction; a plain turn (idle, running,
+        idle again, the same day) writes no counter."""
+        lease = commit.lease
+        if lease is None or not commit.release or commit.status in (None, Status.RUNNING):
+            return []
+        assert commit.status is not None
+        old = lease.counted
+        # The day its state expires: moved by this write, or as counted before.
+        day = old.rsplit("#", 1)[-1] if old and not commit.touch else day_of(self.t.expiry(now))
+        new = f"{commit.status.value}#{day}"
+        if new == old:
+            return []
+        update.set("counted", s(new))
+        was = update.value("counted_was", s(old or ""))
+        update.require(f"attribute_not_exists(#counted) OR #counted = {was}")
+        shard = self.t.shard(commit.key)
+        changes: dict[str, dict[str, int]] = {}
+        if old:
+            old_status, old_day = old.rsplit("#", 1)
+            changes.setdefault(old_day, {})[old_status] = -1
+        changes.setdefault(day, {})
+        changes[day][commit.status.value] = changes[day].get(commit.status.value, 0) + 1
+        actions: list[TransactWriteItemTypeDef] = []
+        for counter_day, deltas in changes.items():
+            counter = Update()
+            for status, delta in deltas.items():
+                counter.adds.append(
+                    f"{counter.name('n_' + status)} {counter.value(status, n(delta))}"
+                )
+            expires = int(datetime.strptime(counter_day, "%Y%m%d").timestamp()) + 3 * 86400
+            counter.set("expires_at", n(expires))
+            actions.append(
+                {"Update": counter.as_update(self.t.table, counter_key(shard, counter_day))}
+            )
+        return actions
+
+    def _ledger_actions(
+        self, commit: Commit, generation: int, now: datetime
+    ) -> list[TransactWriteItemTypeDef]:
+        """Calls armed by this commit: recorded as started in the same write."""
+        return [
+            {
+                "Put": {
+                    "TableName": self.t.table,
+                    "Item": ledger_rows.started_row(
+                        record, generation, self.t.expiry(now), self.put_blob
+                    ),
+                    "ConditionExpression": "attribute_not_exists(sk)",
+                }
+            }
+            for record in commit.arm
+        ]
+
+    # -- writing ------------------------------------------------------------------------
+
+    def _update(self, commit: Commit, base_seq: int | None, update: Update) -> None:
+        try:
+            self.t.dynamodb.update_item(
+                TableName=self.t.table,
+                Key=meta_key(commit.key),
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **update.expression(),
+            )
+        except ClientError as exc:
+            if code(exc) != "ConditionalCheckFailedException":
+                raise
+            old: Item | None = exc.response.get("Item")  # type: ignore[assignment]
+            failure = self._explain(commit, base_seq, old)
+            if failure is not None:
+                raise failure from exc
+
+    def _transact(
+        self,
+        commit: Commit,
+        base_seq: int | None,
+        update: Update,
+        rows: list[Item],
+        extra: list[TransactWriteItemTypeDef],
+        in_rows: list[str],
+    ) -> None:
+        actions: list[TransactWriteItemTypeDef] = [
+            {"Update": update.as_update(self.t.table, meta_key(commit.key))}
+        ]
+        actions += [
+            {
+                "Put": {
+                    "TableName": self.t.table,
+                    "Item": item_row,
+                    "ConditionExpression": "attribute_not_exists(sk)",
+                }
+            }
+            for item_row in rows
+        ]
+        actions += [
+            {
+                "Delete": {
+                    "TableName": self.t.table,
+                    "Key": {
+                        "pk": s(conv_pk(commit.key)),
+                        "sk": s(inbox_sk(entry_id)),
+                    },
+                }
+            }
+            for entry_id in in_rows
+        ]
+        actions += extra
+        try:
+            # The token makes boto3's retry of a write whose answer was lost a no-op.
+            self.t.dynamodb.transact_write_items(
+                TransactItems=actions, ClientRequestToken=commit.token[:36]
+            )
+        except ClientError as exc:
+            if code(exc) == "IdempotentParameterMismatchException":
+                return  # this commit, retried with a later clock: its first attempt landed
+            if code(exc) != "TransactionCanceledException":
+                raise
+            found = reasons(exc)
+            first = found[0] if found else {}
+            if first.get("Code") == "ConditionalCheckFailed":
+                failure = self._explain(commit, base_seq, first.get("Item"))
+                if failure is None:
+                    return
+                raise failure from exc
+            failed = [i for i, r in enumerate(found) if r.get("Code") == "ConditionalCheckFailed"]
+            start = 1 + len(rows) + len(in_rows)
+            ledger = {i - start for i in failed if i >= start and "Put" in actions[i]}
+            if failed and len(ledger) == len(failed):
+                raise _ArmedBefore(ledger) from exc
+            if failed:
+                raise SessionConflict(f"{commit.key}: rows exist or entries are gone") from exc
+            raise
+
+    def _explain(self, commit: Commit, base_seq: int | None, old: Item | None) -> Exception | None:
+        """Name the condition that failed, from the item as it was; None when the item shows
+        that this very write already landed (a retry after its answer was lost)."""
+        record = record_from_item(old) if old and "conv_key" in old else None
+        lease = commit.lease
+        if lease and record is not None and record.fence == lease.fence:
+            pointer = commit.checkpoint
+            if (
+                not isinstance(pointer, _Keep)
+                and pointer is not None
+                and record.checkpoint
+                and record.checkpoint.object_key == pointer.object_key
+            ):
+                return None
+            if commit.release and record.lease_owner is None and not commit.items:
+                return None
+        if lease and (
+            record is None or record.fence != lease.fence or record.lease_owner != lease.owner
+        ):
+            return LeaseLost(str(commit.key), lease.fence)
+        actual = record.checkpoint_version if record else 0
+        if commit.expected_version is not None and actual != commit.expected_version:
+            return CheckpointConflict(str(commit.key), commit.expected_version, actual)
+        if commit.inbox_seen is not None and record and record.inbox_seq != commit.inbox_seen:
+            return InboxChanged(f"{commit.key}: inbox at {record.inbox_seq}")
+        return SessionConflict(
+            f"{commit.key}: items staged at seq {base_seq}, now {record.next_seq if record else 0}"
+        )

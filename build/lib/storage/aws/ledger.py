@@ -1,0 +1,176 @@
+"""Ledgers: tool calls per conversation (at most once) and globally claimed event ids."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from storage.aws import tools as ledger_rows
+from storage.aws.errors import code, first_failed
+from storage.aws.expressions import Item, Update, n, s
+from storage.aws.layout import conv_pk, epoch_seconds, meta_key, tool_sk
+from storage.aws.tables import Tables
+from storage.errors import LeaseLost, StorageError
+from storage.models import ConversationKey, Lease, ToolCallClaim, ToolCallRecord, ToolCallStatus
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+
+class Ledger:
+    def __init__(
+        self,
+        tables: Tables,
+        generation_of: Callable[[ConversationKey], int],
+        put_blob: Callable[[str, bytes], None],
+        get_blob: Callable[[str], bytes],
+    ) -> None:
+        self.t = tables
+        self.generation_of = generation_of
+        self.put_blob = put_blob
+        self.get_blob = get_blob
+
+    def claim_event(self, event_id: str) -> bool:
+        now = self.t.clock()
+        seconds = epoch_seconds(now)
+        try:
+            self.t.dynamodb.put_item(
+                TableName=self.t.table,
+                Item={
+                    "pk": s(f"EVENT#{event_id}"),
+                    "sk": s("EVENT"),
+                    "expires_at": n(seconds + int(self.t.event_ttl.total_seconds())),
+                },
+                # TTL deletes late: an expired claim counts as absent.
+                ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
+                ExpressionAttributeValues={":now": n(seconds)},
+            )
+        except ClientError as exc:
+            if code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def begin(self, lease: Lease, call_id: str, tool_name: str, arguments: str) -> ToolCallClaim:
+        now = self.t.clock()
+        record = ToolCallRecord(
+            key=lease.key,
+            call_id=call_id,
+            tool_name=tool_name,
+            arguments=arguments,
+            status=ToolCallStatus.STARTED,
+            fence=lease.fence,
+            started_at=now,
+        )
+        item = ledger_rows.started_row(record, lease.generation, self.t.expiry(now), self.put_blob)
+        actions: list[TransactWriteItemTypeDef] = [
+            self._lease_check(lease),
+            {
+                "Put": {
+                    "TableName": self.t.table,
+                    "Item": item,
+                    "ConditionExpression": "attribute_not_exists(sk)",
+                }
+            },
+        ]
+        try:
+            self.t.dynamodb.transact_write_items(
+                TransactItems=actions, ClientRequestToken=uuid.uuid4().hex
+            )
+        except ClientError as exc:
+            if code(exc) != "TransactionCanceledException":
+                raise
+            if first_failed(exc):
+                raise LeaseLost(str(lease.key), lease.fence) from exc
+            existing = self.get(lease.key, call_id, lease.generation)
+            if existing is None:
+                raise
+            return ToolCallClaim(record=existing, created=False)
+        return ToolCallClaim(record=record, created=True)
+
+    def complete(self, lease: Lease, call_id: str, output: str, status: ToolCallStatus) -> bool:
+        """One write (fenced, conditional on the call being started); no read. True when
+        recorded under the lease; False when recorded after the lease was taken from us,
+        under the fence the call was started with (see `Store.complete_tool_call`)."""
+        now = self.t.clock()
+        update = ledger_rows.completion(
+            lease.key, call_id, output, now, self.t.expiry(now), self.put_blob, status
+        )
+        key = {"pk": s(conv_pk(lease.key)), "sk": s(tool_sk(lease.generation, call_id))}
+        target = update.as_update(self.t.table, key)
+        target["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        actions: list[TransactWriteItemTypeDef] = [
+            self._lease_check(lease),
+            {"Update": target},
+        ]
+        try:
+            self.t.dynamodb.transact_write_items(
+                TransactItems=actions, ClientRequestToken=uuid.uuid4().hex
+            )
+        except ClientError as exc:
+            if code(exc) != "TransactionCanceledException":
+                raise
+            if first_failed(exc):
+                if self._complete_orphan(lease, update, key):
+                    return False
+                raise LeaseLost(str(lease.key), lease.fence) from exc
+            existing = self.get(lease.key, call_id, lease.generation)
+            if existing is not None and existing.status is status and existing.output == output:
+                return True  # our own earlier attempt landed
+            raise StorageError(f"tool call {call_id} is not started in {lease.key}") from exc
+        return True
+
+    def _complete_orphan(self, lease: Lease, update: Update, key: Item) -> bool:
+        """The lease is gone (a discard took it): record the result all the same, if the
+        call is still `started` under our fence: nobody else can have run it."""
+        update.require(f"{update.name('fence')} = {update.value('our_fence', n(lease.fence))}")
+        try:
+            self.t.dynamodb.update_item(TableName=self.t.table, Key=key, **update.expression())
+        except ClientError as exc:
+            if code(exc) != "ConditionalCheckFailedException":
+                raise
+            return False
+        return True
+
+    def retry(self, lease: Lease, call_id: str, max_attempts: int) -> ToolCallRecord | None:
+        """One transaction: the lease's check and the call's conditional update."""
+        update = ledger_rows.retry(lease.fence, self.t.clock(), max_attempts)
+        key = {"pk": s(conv_pk(lease.key)), "sk": s(tool_sk(lease.generation, call_id))}
+        actions: list[TransactWriteItemTypeDef] = [
+            self._lease_check(lease),
+            {"Update": update.as_update(self.t.table, key)},
+        ]
+        try:
+            self.t.dynamodb.transact_write_items(
+                TransactItems=actions, ClientRequestToken=uuid.uuid4().hex
+            )
+        except ClientError as exc:
+            if code(exc) != "TransactionCanceledException":
+                raise
+            if first_failed(exc):
+                raise LeaseLost(str(lease.key), lease.fence) from exc
+            return None  # completed meanwhile, or its attempts are spent
+        return self.get(lease.key, call_id, lease.generation)
+
+    def get(
+        self, key: ConversationKey, call_id: str, generation: int | None
+    ) -> ToolCallRecord | None:
+        if generation is None:
+            generation = self.generation_of(key)
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table,
+            Key={"pk": s(conv_pk(key)), "sk": s(tool_sk(generation, call_id))},
+            ConsistentRead=True,
+        )
+        item: Item | None = found.get("Item")
+        if item is None:
+            return None
+        return ledger_rows.record_from_row(key, call_id, item, self.get_blob)
+
+    def _lease_check(self, lease: Lease) -> TransactWriteItemTypeDef:
+        update = Update()
+        update.fenced(lease.fence, lease.owner)
+        return {"ConditionCheck": update.as_condition_check(self.t.table, meta_key(lease.key))}

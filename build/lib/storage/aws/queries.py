@@ -1,0 +1,278 @@
+"""Operational queries in a bounded number of requests at any table size: lists through the
+sharded status index (one query per shard, merged by activity), counts from the sharded
+counters (one query per shard), a channel's paused threads through the place index (a few
+pages of one partition), the approvals waiting on a person or in a workspace through the
+approval index (one query of a person's entries; a few pages of a workspace's)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from storage.aws.expressions import Item, n, s
+from storage.aws.layout import (
+    PLACE_INDEX,
+    PLACED,
+    STATUS_INDEX,
+    WAITING_INDEX,
+    day_of,
+    ms,
+    record_from_item,
+    status_key,
+    team_prefix,
+)
+from storage.aws.tables import Tables
+from storage.base import PAUSED_PAGES, WAITING_PAGES
+from storage.models import Conversation, Status, place_of, waitable, workspace_of
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
+
+
+class Queries:
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+        self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="status-shards")
+
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None, limit: int
+    ) -> list[Conversation]:
+        """Least recently active first. Idle conversations are not indexed: listing them
+        finds nothing (no operator query needs them)."""
+        if status is Status.IDLE:
+            return []
+        now = self.t.clock()
+        cutoff = ms(now - (idle_for or timedelta(0)))
+        # Records outlive their state as tombstones: those whose state expired (a TTL after
+        # their last activity) are not even read.
+        since = ms(now - self.t.state_ttl)
+        shards = [
+            self._shard(status_key(status, shard), since, cutoff, limit)
+            for shard in range(self.t.shards)
+        ]
+        merged = heapq.merge(*shards, key=lambda item: int(item["last_activity_ms"]["N"]))
+        records: list[Conversation] = []
+        for item in merged:
+            records.append(self._listed(item))
+            if len(records) >= limit:
+                break
+        return records
+
+    def _listed(self, item: Item) -> Conversation:
+        """A record as the status index carries it. The index holds the record's own TTL,
+        not its state's expiry (which is a TTL after the last activity, see `Tables.touch`)."""
+        record = record_from_item(item)
+        return record.model_copy(update={"expires_at": record.last_activity_at + self.t.state_ttl})
+
+    def _alive(self, item: Item, now: datetime) -> bool:
+        return int(item["last_activity_ms"]["N"]) >= ms(now - self.t.state_ttl)
+
+    def _shard(self, key: str, since: int, cutoff: int, limit: int) -> Iterator[Item]:
+        """One shard's matches, oldest activity first, fetched a page at a time as merged."""
+        query: QueryInputTypeDef = {
+            "TableName": self.t.table,
+            "IndexName": STATUS_INDEX,
+            "KeyConditionExpression": (
+                "status_key = :key AND last_activity_ms BETWEEN :since AND :cutoff"
+            ),
+            "ExpressionAttributeValues": {
+                ":key": s(key),
+                ":since": n(since),
+                ":cutoff": n(max(cutoff, since)),
+            },
+            "ScanIndexForward": True,
+            "Limit": min(limit, 1000),
+        }
+        paginator = self.t.dynamodb.get_paginator("query")
+        for page in paginator.paginate(**query):  # type: ignore[misc]
+            yield from page["Items"]
+
+    def list_by_team(
+        self,
+        team: str | None,
+        enterprise: str | None,
+        statuses: Sequence[Status],
+        limit: int,
+    ) -> list[Conversation]:
+        """Every shard of every status, filtered on the key's start: a full read of those
+        index partitions, for a rare event (a workspace uninstalled the app)."""
+        if team is None and enterprise is None:
+            raise ValueError("list_by_team needs a team or an enterprise")
+        prefix = team_prefix(team, enterprise)
+        partitions = [
+            status_key(status, shard)
+            for status in statuses
+            if status is not Status.IDLE
+            for shard in range(self.t.shards)
+        ]
+        now = self.t.clock()
+        found = [
+            self._listed(item)
+            for items in self.pool.map(lambda key: self._starting(key, prefix), partitions)
+            for item in items
+            if self._alive(item, now)
+        ]
+        mine = [
+            r
+            for r in found
+            if r.key.enterprise == enterprise and (team is None or r.key.team == team)
+        ]
+        return sorted(mine, key=lambda r: r.last_activity_at)[:limit]
+
+    def _starting(self, key: str, prefix: str) -> list[Item]:
+        query: QueryInputTypeDef = {
+            "TableName": self.t.table,
+            "IndexName": STATUS_INDEX,
+            "KeyConditionExpression": "status_key = :key",
+            "FilterExpression": "begins_with(conv_key, :prefix)",
+            "ExpressionAttributeValues": {":key": s(key), ":prefix": s(prefix)},
+        }
+        paginator = self.t.dynamodb.get_paginator("query")
+        return [item for page in paginator.paginate(**query) for item in page["Items"]]  # type: ignore[misc]
+
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        enterprise: str | None,
+        participant: str | None,
+        limit: int,
+    ) -> list[Conversation]:
+        """One partition of the place index, newest first, a page of `limit` entries at a
+        time, until `limit` are found or `PAUSED_PAGES` pages were read: at most that many
+        requests, reading at most `limit * PAUSED_PAGES` index entries."""
+        place = place_of(team, channel, enterprise)
+        if place is None or limit < 1:
+            return []
+        now = self.t.clock()
+        values = {":place": s(place), ":since": n(ms(now - self.t.state_ttl))}
+        query: QueryInputTypeDef = {
+            "TableName": self.t.table,
+            "IndexName": PLACE_INDEX,
+            # Not those whose state expired (tombstones): a TTL after their last activity.
+            "KeyConditionExpression": "place_key = :place AND last_activity_ms >= :since",
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        if participant is not None:
+            query["FilterExpression"] = "contains(participants, :user)"
+            values[":user"] = s(participant)
+        found: list[Conversation] = []
+        for _ in range(PAUSED_PAGES):
+            page = self.t.dynamodb.query(**query)
+            found += [
+                self._listed(item)
+                for item in page["Items"]
+                # A replica of an earlier release (a rolling update) moves the status
+                # without the place key: the projected status has the last word.
+                if Status(item["conv_status"]["S"]) in PLACED
+            ]
+            if len(found) >= limit or "LastEvaluatedKey" not in page:
+                break
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return found[:limit]
+
+    def list_waiting_on(
+        self, team: str, user: str, enterprise: str | None, limit: int
+    ) -> list[Conversation]:
+        """One query of the person's entries in the approval index, newest first."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or not waitable(user) or limit < 1:
+            return []
+        query = self._waiting_query(workspace, limit, user)
+        query["ScanIndexForward"] = False
+        page = self.t.dynamodb.query(**query)
+        return [self._listed(item) for item in page["Items"] if self._waits(item)]
+
+    def list_waiting_in(self, team: str, enterprise: str | None, limit: int) -> list[Conversation]:
+        """The workspace's partition of the approval index, a page of `limit` entries at a
+        time, at most `WAITING_PAGES` pages; the most recently waiting of them first."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or limit < 1:
+            return []
+        query = self._waiting_query(workspace, limit)
+        found: list[Conversation] = []
+        for _ in range(WAITING_PAGES):
+            page = self.t.dynamodb.query(**query)
+            found += [self._listed(item) for item in page["Items"] if self._waits(item)]
+            if "LastEvaluatedKey" not in page:
+                break
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        found.sort(key=lambda r: r.waiting_since or r.last_activity_at, reverse=True)
+        return found[:limit]
+
+    def _waiting_query(
+        self, workspace: str, limit: int, user: str | None = None
+    ) -> QueryInputTypeDef:
+        """The workspace's entries of the approval index (one person's, with `user`)."""
+        since = ms(self.t.clock() - self.t.state_ttl)
+        condition = "waiting_ws = :ws"
+        values = {":ws": s(workspace), ":since": n(since)}
+        if user is not None:
+            condition += " AND begins_with(waiting_sk, :user)"
+            values[":user"] = s(f"{user}#")
+        return {
+            "TableName": self.t.table,
+            "IndexName": WAITING_INDEX,
+            "KeyConditionExpression": condition,
+            # Not those whose state expired (tombstones): a TTL after their last activity.
+            "FilterExpression": "last_activity_ms >= :since",
+            "ExpressionAttributeValues": values,
+            "Limit": limit,
+        }
+
+    def _waits(self, item: Item) -> bool:
+        """A replica of an earlier release moves the status without the approval index's
+        keys: the projected status has the last word."""
+        return Status(item["conv_status"]["S"]) is Status.AWAITING_APPROVAL
+
+    def count_by_status(self) -> dict[Status, int]:
+        """From the counters: conversations by the status they last settled in, whose state
+        has not expired (to the day). Running ones are counted from the index (few)."""
+        today = day_of(self.t.clock())
+        counts = dict.fromkeys(Status, 0)
+        for items in self.pool.map(
+            lambda shard: self._counters(shard, today), range(self.t.shards)
+        ):
+            for item in items:
+                for name, value in item.items():
+                    if name.startswith("n_"):
+                        try:
+                            counts[Status(name[2:])] += int(value["N"])
+                        except ValueError:
+                            continue
+        counts[Status.RUNNING] = sum(
+            self.pool.map(
+                lambda shard: self._count(status_key(Status.RUNNING, shard)),
+                range(self.t.shards),
+            )
+        )
+        return {status: max(count, 0) for status, count in counts.items()}
+
+    def _counters(self, shard: int, today: str) -> list[Item]:
+        found = self.t.dynamodb.query(
+            TableName=self.t.table,
+            KeyConditionExpression="pk = :pk AND sk >= :today",
+            ExpressionAttributeValues={":pk": s(f"COUNT#{shard:03d}"), ":today": s(f"DAY#{today}")},
+        )
+        items: list[Item] = found["Items"]
+        return items
+
+    def _count(self, key: str) -> int:
+        since = ms(self.t.clock() - self.t.state_ttl)  # not those whose state expired
+        query: dict[str, Any] = {
+            "TableName": self.t.table,
+            "IndexName": STATUS_INDEX,
+            "KeyConditionExpression": "status_key = :key AND last_activity_ms >= :since",
+            "ExpressionAttributeValues": {":key": s(key), ":since": n(since)},
+            "Select": "COUNT",
+        }
+        paginator = self.t.dynamodb.get_paginator("query")
+        return sum(page["Count"] for page in paginator.paginate(**query))
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)

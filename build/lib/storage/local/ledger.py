@@ -1,0 +1,131 @@
+"""The local backend's ledgers: event claims, and tool calls started and completed."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+
+from storage.errors import (
+    LeaseLost,
+    StorageError,
+)
+from storage.local.database import Database, fenced, read_tool, translated
+from storage.models import (
+    ConversationKey,
+    Lease,
+    ToolCallClaim,
+    ToolCallRecord,
+    ToolCallStatus,
+)
+
+
+class Ledgers(Database):
+    @translated
+    def claim_event(self, event_id: str) -> bool:
+        with self._write() as db:
+            return self._claim(db, event_id, self.clock().timestamp())
+
+    def _claimed(self, db: sqlite3.Connection, event_id: str, now: float) -> bool:
+        """A live claim of `event_id` (read only)."""
+        row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
+        found = row.fetchone()
+        return found is not None and found[0] > now
+
+    def _claim(
+        self, db: sqlite3.Connection, event_id: str, now: float, ttl: timedelta | None = None
+    ) -> bool:
+        row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
+        found = row.fetchone()
+        if found is not None and found[0] > now:
+            return False  # an expired claim counts as absent, as with DynamoDB's late TTL
+        db.execute(
+            "INSERT OR REPLACE INTO events (event_id, expires_at) VALUES (?, ?)",
+            (event_id, now + (ttl or self.event_ttl).total_seconds()),
+        )
+        return True
+
+    @translated
+    def begin_tool_call(
+        self, lease: Lease, call_id: str, tool_name: str, arguments: str
+    ) -> ToolCallClaim:
+        now = self.clock()
+        with self._write() as db:
+            fenced(db, lease)
+            existing = read_tool(db, lease.key, call_id)
+            if existing is not None:
+                return ToolCallClaim(record=existing, created=False)
+            record = ToolCallRecord(
+                key=lease.key,
+                call_id=call_id,
+                tool_name=tool_name,
+                arguments=arguments,
+                status=ToolCallStatus.STARTED,
+                fence=lease.fence,
+                started_at=now,
+            )
+            self._save_tool(db, record)
+        return ToolCallClaim(record=record, created=True)
+
+    @translated
+    def complete_tool_call(
+        self,
+        lease: Lease,
+        call_id: str,
+        output: str,
+        *,
+        status: ToolCallStatus = ToolCallStatus.COMPLETED,
+    ) -> bool:
+        now = self.clock()
+        with self._write() as db:
+            try:
+                fenced(db, lease)
+                held = True
+            except LeaseLost:
+                held = False  # taken from us (a discard): the call's own fence decides
+            record = read_tool(db, lease.key, call_id)
+            if not held and (
+                record is None
+                or record.status is not ToolCallStatus.STARTED
+                or record.fence != lease.fence
+            ):
+                raise LeaseLost(str(lease.key), lease.fence)
+            if record is None or record.status is not ToolCallStatus.STARTED:
+                raise StorageError(f"tool call {call_id} is not started in {lease.key}")
+            record = record.model_copy(
+                update={"status": status, "output": output, "completed_at": now}
+            )
+            self._save_tool(db, record)
+        return held
+
+    @translated
+    def retry_tool_call(
+        self, lease: Lease, call_id: str, *, max_attempts: int
+    ) -> ToolCallRecord | None:
+        now = self.clock()
+        with self._write() as db:
+            fenced(db, lease)
+            record = read_tool(db, lease.key, call_id)
+            if record is None or record.status is not ToolCallStatus.STARTED:
+                return None
+            if record.attempts >= max_attempts:
+                return None
+            record = record.model_copy(
+                update={"attempts": record.attempts + 1, "fence": lease.fence, "started_at": now}
+            )
+            self._save_tool(db, record)
+        return record
+
+    @translated
+    def get_tool_call(
+        self, key: ConversationKey, call_id: str, generation: int | None = None
+    ) -> ToolCallRecord | None:
+        # Rows of an expired record are deleted with it, so there is one generation here.
+        return read_tool(self._connection(), key, call_id)
+
+    def _save_tool(self, db: sqlite3.Connection, record: ToolCallRecord) -> None:
+        expires = (self.clock() + self.state_ttl).timestamp()
+        db.execute(
+            "INSERT OR REPLACE INTO tool_calls (key, call_id, record, expires_at)"
+            " VALUES (?, ?, ?, ?)",
+            (str(record.key), record.call_id, record.model_dump_json(), expires),
+        )

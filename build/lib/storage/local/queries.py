@@ -1,0 +1,145 @@
+"""The local backend's operational queries: conversations by status, counts, a team's, a
+channel's paused threads, the approvals waiting on a person or in a workspace."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from storage.base import INDEXED, PAUSED_IN_CHANNEL, PAUSED_PAGES, WAITING_PAGES
+from storage.local.database import Database, translated
+from storage.models import (
+    Conversation,
+    ConversationKey,
+    Status,
+    place_of,
+    waitable,
+    workspace_of,
+)
+
+# The partial index's condition, spelled out (sqlite uses a partial index only for a query
+# whose WHERE repeats it, literals and all).
+_PAUSED = "status IN ({})".format(", ".join(f"'{status.value}'" for status in PAUSED_IN_CHANNEL))
+
+
+class Queries(Database):
+    @translated
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        if status is Status.IDLE:
+            return []  # as with the aws backend's index: idle conversations are not listed
+        now = self.clock()
+        cutoff = (now - (idle_for or timedelta(0))).timestamp()
+        rows = self._connection().execute(
+            "SELECT record FROM conversations WHERE status = ? AND last_activity_at <= ?"
+            " AND expires_at >= ? ORDER BY last_activity_at LIMIT ?",
+            (status.value, cutoff, now.timestamp(), limit),
+        )
+        return [Conversation.model_validate_json(row[0]) for row in rows]
+
+    @translated
+    def count_by_status(self) -> dict[Status, int]:
+        rows = self._connection().execute(
+            "SELECT status, COUNT(*) FROM conversations WHERE expires_at >= ? GROUP BY status",
+            (self.clock().timestamp(),),
+        )
+        counts = dict.fromkeys(Status, 0)
+        counts.update({Status(status): count for status, count in rows})
+        return counts
+
+    @translated
+    def list_by_team(
+        self,
+        team: str | None,
+        *,
+        enterprise: str | None = None,
+        statuses: Sequence[Status] = INDEXED,
+        limit: int = 1000,
+    ) -> list[Conversation]:
+        if team is None and enterprise is None:
+            raise ValueError("list_by_team needs a team or an enterprise")
+        wanted = [status.value for status in statuses if status is not Status.IDLE]
+        prefix = ":".join(part for part in (enterprise, team) if part) + ":"
+        rows = self._connection().execute(
+            f"SELECT record FROM conversations WHERE status IN ({','.join('?' * len(wanted))})"
+            " AND substr(key, 1, ?) = ? AND expires_at >= ? ORDER BY last_activity_at",
+            (*wanted, len(prefix), prefix, self.clock().timestamp()),
+        )
+        found = [Conversation.model_validate_json(row[0]) for row in rows]
+        return [r for r in found if _of_team(r.key, team, enterprise)][:limit]
+
+    @translated
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        *,
+        enterprise: str | None = None,
+        participant: str | None = None,
+        limit: int = 50,
+    ) -> list[Conversation]:
+        """Through the partial index `conversations_by_place`, newest first: reads at most
+        `limit * PAUSED_PAGES` rows of that channel's paused threads."""
+        place = place_of(team, channel, enterprise)
+        if place is None or limit < 1:
+            return []
+        now = self.clock()
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT record FROM conversations INDEXED BY conversations_by_place"
+                f" WHERE rtrim(key, '0123456789.') = ? AND {_PAUSED}"
+                " ORDER BY last_activity_at DESC LIMIT ?",
+                (place + ":", limit * PAUSED_PAGES),
+            )
+            .fetchall()
+        )
+        found = [Conversation.model_validate_json(text) for (text,) in rows]
+        return [
+            record
+            for record in found
+            if not self._expired(record, now)
+            and (participant is None or participant in record.participants)
+        ][:limit]
+
+    @translated
+    def list_waiting_on(
+        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
+    ) -> list[Conversation]:
+        """Through the partial index `conversations_waiting`: that person's entries only."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or not waitable(user) or limit < 1:
+            return []
+        rows = self._connection().execute(
+            "SELECT record FROM conversations INDEXED BY conversations_waiting"
+            " WHERE waiting_ws = ? AND waiting_user = ? AND waiting_ws IS NOT NULL"
+            " AND expires_at >= ? ORDER BY waiting_since DESC LIMIT ?",
+            (workspace, user, self.clock().timestamp(), limit),
+        )
+        return [Conversation.model_validate_json(text) for (text,) in rows]
+
+    @translated
+    def list_waiting_in(
+        self, team: str, *, enterprise: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """That workspace's entries of `conversations_waiting`: at most `limit *
+        WAITING_PAGES` rows examined (the most recently waiting of them listed), as the aws
+        backend examines that many index entries."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or limit < 1:
+            return []
+        rows = self._connection().execute(
+            "SELECT record, expires_at FROM conversations INDEXED BY conversations_waiting"
+            " WHERE waiting_ws = ? AND waiting_ws IS NOT NULL"
+            " ORDER BY waiting_user, waiting_since LIMIT ?",
+            (workspace, limit * WAITING_PAGES),
+        )
+        now = self.clock().timestamp()
+        found = [Conversation.model_validate_json(text) for text, expires in rows if expires >= now]
+        found.sort(key=lambda r: r.waiting_since or r.last_activity_at, reverse=True)
+        return found[:limit]
+
+
+def _of_team(key: ConversationKey, team: str | None, enterprise: str | None) -> bool:
+    return key.enterprise == enterprise and (team is None or key.team == team)

@@ -66,17 +66,18 @@ class Deployment:
         """Start a bot process; returns the moment it reported healthy."""
         process = _start(self.env, self.log)
         self.processes.append(process)
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):
-                assert process.poll() is None, self.log.read_text()[-3000:]
-                try:
-                    async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
-                            return time.monotonic()
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise TimeoutError("the bot never became healthy")
+        return await _healthy(process, self.url, self.log)
+
+    async def start_replica(self, log: Path, *, other_host: bool = False) -> Replica:
+        """Another replica on a port of its own (`other_host`: as if it ran on another
+        machine, see `bench.other_host`), sharing the storage and the stand-ins."""
+        port = free_port()
+        module = "bench.other_host" if other_host else "bot"
+        process = _start({**self.env, "PORT": str(port)}, log, module)
+        self.processes.append(process)
+        replica = Replica(process, f"http://127.0.0.1:{port}", log)
+        await _healthy(process, replica.url, log)
+        return replica
 
     @property
     def current(self) -> subprocess.Popen[bytes]:
@@ -143,11 +144,47 @@ class Deployment:
                     process.kill()
 
 
-def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+@dataclass
+class Replica:
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    async def post(self, body: str, content_type: str = "application/json") -> int:
+        headers = {"Content-Type": content_type, **signed_headers(body)}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{self.url}/slack/events", data=body.encode(), headers=headers) as answer,
+        ):
+            return answer.status
+
+    async def mention(self, api: SlackWebApi, user: str, text: str) -> Message:
+        question = api.add_user_message(CHANNEL, user, f"<@{api.bot_user}> {text}")
+        event = requests.app_mention(user=user, text=question.text, ts=question.ts, channel=CHANNEL)
+        assert await self.post(requests.event_callback(TEAM, event)) == 200
+        return question
+
+
+def _start(env: dict[str, str], log: Path, module: str = "bot") -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out
+            [sys.executable, "-m", module, "serve"], env=env, stdout=out, stderr=out
         )
+
+
+async def _healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> float:
+    """Wait until the process reports healthy; returns that moment."""
+    async with aiohttp.ClientSession() as http:
+        for _ in range(600):
+            assert process.poll() is None, log.read_text()[-3000:]
+            try:
+                async with http.get(f"{url}/healthz") as response:
+                    if response.status == 200:
+                        return time.monotonic()
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise TimeoutError("the bot never became healthy")
 
 
 @asynccontextmanager

@@ -176,7 +176,7 @@ async def _healthy(process: subprocess.Popen[bytes], url: str, log: Path) -> flo
     """Wait until the process reports healthy; returns that moment."""
     async with aiohttp.ClientSession() as http:
         for _ in range(600):
-            assert process.poll() is None, log.read_text()[-3000:]
+            assert process.poll() is None, log.read_text()[-3000:]  # noqa: ASYNC240
             try:
                 async with http.get(f"{url}/healthz") as response:
                     if response.status == 200:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-MEMORY_PER_RUN = 64 * 1024 * 1024  # bytes one run may take at worst (model input, SDK state)
+RUNS_PER_CORE = 32  # a run mostly waits on the model: about 10 ms of CPU per model turn
+MEMORY_PER_RUN = 8 * 1024 * 1024  # bytes one run may hold at worst (a window of history,
+# its RunState, shared files resolved into its model request)
 
 
 def default_max_runs() -> int:
-    """Eight runs per core (a run mostly waits on the model), at least 4, and no more than
-    the memory holds at `MEMORY_PER_RUN` each (half of it: the process needs the rest)."""
+    """`RUNS_PER_CORE` runs per core, at least 4, and no more than half the memory holds at
+    `MEMORY_PER_RUN` each (the process needs the rest)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    runs = max(4, 8 * (cores or 1))
+    runs = max(4, RUNS_PER_CORE * (cores or 1))
     memory = _memory_bytes()
     if memory:
         runs = min(runs, max(4, memory // 2 // MEMORY_PER_RUN))

@@ -46,7 +46,7 @@ class RuntimeSettings(BaseSettings):
         default_factory=default_max_runs,
         ge=1,
         description="runs served at once per replica; more wait, queued in arrival order "
-        "(default: 8 per core, at least 4, at most what half the memory holds at 64 MB each)",
+        "(default: 32 per core, at least 4, at most what half the memory holds at 8 MB each)",
     )
     turn_timeout: float = Field(
         default=300.0, gt=0, description="seconds one model turn (with its tools) may take"

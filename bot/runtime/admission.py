@@ -59,11 +59,14 @@ class Admission:
         self.waiting: OrderedDict[ConversationKey, _Waiter] = OrderedDict()
         self.closed = False
 
+    @property
+    def room(self) -> bool:
+        """A slot is free and nobody waits."""
+        return not self.closed and not self.waiting and self.in_use < self.slots
+
     def try_take(self, person: str | None) -> Slot | None:
         """A slot now, when one is free and nobody waits (no jumping the queue)."""
-        if self.closed or self.waiting or self.in_use >= self.slots:
-            return None
-        return self._grant(person)
+        return self._grant(person) if self.room else None
 
     def waits(self, key: ConversationKey) -> bool:
         return key in self.waiting

@@ -72,7 +72,7 @@ class LiveThreads:
         self.threads: dict[ConversationKey, LiveThread] = {}
         self.no_stream: set[ConversationKey] = set()  # Slack refused streaming there
         self.titles: dict[ConversationKey, str] = {}  # first requests of new conversations
-        self.queued_here: set[ConversationKey] = set()  # said to be queued, not begun here
+        self.queued_here: dict[ConversationKey, None] = {}  # said queued, not begun here
 
     def name(self, key: ConversationKey, request: str) -> None:
         """The conversation's first request, its title when its run begins (`begin`)."""
@@ -96,7 +96,9 @@ class LiveThreads:
         thread = LiveThread(key, requester, client)
         await self.status_line.show(thread, QUEUED)
         if thread.status or thread.reacted:
-            self.queued_here.add(key)
+            if len(self.queued_here) >= TITLES_KEPT:  # begun on another replica
+                self.queued_here.pop(next(iter(self.queued_here)))
+            self.queued_here[key] = None
 
     async def begin(self, key: ConversationKey, requester: str | None) -> None:
         if key in self.threads:  # a run that did not say it ended: its work is over
@@ -107,8 +109,7 @@ class LiveThreads:
         except TeamNotInstalled:
             return  # nothing to show it to: every other call finds no thread
         thread = self.threads[key] = LiveThread(key, requester, client)
-        was_queued = key in self.queued_here
-        self.queued_here.discard(key)
+        was_queued = self.queued_here.pop(key, False) is None
         if not await self.sessions.open(thread, title):
             await self.status_line.show(thread, THINKING)
         elif was_queued:  # the session shows the work: the queued status goes

@@ -15,7 +15,7 @@ from agents.retry import ModelRetryBackoffSettings
 from agents.run_config import CallModelData, ModelInputData
 
 from bot.runtime.attachments import SharedFiles
-from bot.runtime.rate_gate import RateGate
+from bot.runtime.rate_gate import GatedProvider, RateGate
 from bot.settings import RuntimeSettings
 from storage import ConversationKey
 
@@ -55,7 +55,7 @@ def base_run_config(
     # A provider of our own reads OPENAI_API_KEY / OPENAI_BASE_URL when first used.
     return RunConfig(
         model=settings.model,
-        model_provider=OpenAIProvider(),
+        model_provider=OpenAIProvider() if gate is None else GatedProvider(gate),
         model_settings=model_retry(settings, gate),
         tracing_disabled=not settings.tracing,
         workflow_name=WORKFLOW,

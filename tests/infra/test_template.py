@@ -212,6 +212,8 @@ def workload(store: Store) -> set[str]:
     store.put_content(b"a shared file")  # shared again: kept once
     store.get_content(digest)
     return {
+        "beat",
+        "beats",
         "put_content",
         "get_content",
         "enqueue",

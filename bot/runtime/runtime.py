@@ -253,8 +253,7 @@ class ConversationRuntime(Queries, People):
                     payload,
                     create=create,
                     participant=user or None,
-                    # A thread that would wait for a slot is not taken: it waits unheld.
-                    owner=new_owner(self.process) if take and self._may_take() else None,
+                    owner=new_owner(self.process) if take and not self.draining else None,
                     token=uuid.uuid4().hex,
                     stop_by=stop_by,
                 )
@@ -265,9 +264,6 @@ class ConversationRuntime(Queries, People):
         if kept.refused:
             return Kept.NOT_TAKEN
         return Kept.KEPT if kept.kept else Kept.DUPLICATE
-
-    def _may_take(self) -> bool:
-        return not self.draining and self.admission.room
 
     async def _keep_probe(
         self, key: ConversationKey, user: str, reason: str, *, take: bool

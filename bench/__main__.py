@@ -2,7 +2,8 @@
 
 Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
 and measured raw first (so that every figure has a scale). Names (default: all, in this
-order): path, live, turns, growth, files, recovery, burst, restart, storage, load. Tables are
+order): path, live, turns, growth, files, recovery, burst, restart, storage, load, admission,
+burst500, takeover, writes. Tables are
 printed as
 markdown; the figures also go to a JSON file (default test-artifacts/bench/results.json)."""
 
@@ -30,6 +31,10 @@ NAMES = (
     "restart",
     "storage",
     "load",
+    "admission",
+    "burst500",
+    "takeover",
+    "writes",
 )
 
 
@@ -114,6 +119,22 @@ def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:
         from bench import storage_ops
 
         return storage_ops.report(storage_ops.run_storage(emulators))
+    if name == "admission":
+        from bench import admission
+
+        return admission.report(asyncio.run(admission.run_admission(emulators)))
+    if name == "burst500":
+        from bench import burst
+
+        return burst.report500(asyncio.run(burst.run_burst500(emulators)))
+    if name == "takeover":
+        from bench import restart
+
+        return restart.report_takeover(asyncio.run(restart.run_takeover(emulators)))
+    if name == "writes":
+        from bench import admission
+
+        return admission.report_writes(asyncio.run(admission.run_writes(emulators)))
     from bench import load
 
     return load.report(asyncio.run(load.run_load(emulators, args.load)))

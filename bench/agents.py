@@ -6,13 +6,15 @@ alike): after a tool's output it answers `done: <output>`; a message naming `ema
 `transfer` or `lookup` gets a call to that tool (with a fresh call id, as a real model
 makes); anything else gets `echo: <message>`. `BENCH_MODEL_DELAY` (seconds) makes every
 model call take that long; `BENCH_ANSWER_DELAY` only the answers that follow a tool's output
-(so that a run can be caught between its turns)."""
+(so that a run can be caught between its turns). `BENCH_PEAK_FILE` names a file that holds
+the most model calls in progress at once so far (the admission benchmark reads it)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 from agents import Agent, function_tool
@@ -54,7 +56,22 @@ class BenchModel(ScriptedModel):
         self.answer_delay = answer_delay
         self.calls_made = 0
 
+    in_flight = 0  # model calls in progress in this process, all models
+    peak = 0
+
     async def respond(self, call: Any) -> Any:
+        BenchModel.in_flight += 1
+        if BenchModel.in_flight > BenchModel.peak:
+            BenchModel.peak = BenchModel.in_flight
+            peak_file = os.getenv("BENCH_PEAK_FILE")
+            if peak_file:
+                Path(peak_file).write_text(str(BenchModel.peak))  # noqa: ASYNC240 (tiny)
+        try:
+            return await self._respond(call)
+        finally:
+            BenchModel.in_flight -= 1
+
+    async def _respond(self, call: Any) -> Any:
         self.calls_made += 1
         items = _texts(call.input)
         last = items[-1] if items else {}

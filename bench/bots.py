@@ -142,10 +142,15 @@ class Sender:
         body = requests.event_callback(TEAM, event)
         return message.ts, body, {"Content-Type": "application/json", **signed_headers(body)}
 
-    async def burst(self, bot: Bot, texts: list[str], user: str = "UALICE") -> list[float]:
+    async def burst(
+        self, bot: Bot, texts: list[str], user: str = "UALICE", users: list[str] | None = None
+    ) -> list[float]:
         """All at once, from a process of its own (`bench.fire`); the seconds until each
-        delivery was acknowledged."""
-        deliveries = [self._delivery(text, user) for text in texts]
+        delivery was acknowledged. `users`: who sends each (else `user` sends all)."""
+        deliveries = [
+            self._delivery(text, users[i % len(users)] if users else user)
+            for i, text in enumerate(texts)
+        ]
         job = {
             "url": f"{bot.url}/slack/events",
             "requests": [{"body": body, "headers": headers} for _, body, headers in deliveries],

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -186,4 +188,62 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
         "at a time, so no bot that keeps each message before its ack can acknowledge this "
         "burst on these emulators faster."
     )
+    return results
+
+
+# -- 500 at once, with and without the cores loaded --------------------------------------
+
+
+def busy_loops(count: int = 2) -> list[subprocess.Popen[bytes]]:
+    """Processes that keep a core each busy (killed by the caller)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+async def run_burst500(emulators: Emulators, events: int = 500) -> dict[str, Any]:
+    """`events` mentions at once on a fresh bot (`BOT_MAX_RUNS` default), on DynamoDB
+    Local, then again with both cores loaded by two busy loops the bench starts."""
+    out: dict[str, Any] = {"events": events}
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp)
+        for loaded in (False, True):
+            table_name, bucket = emulators.new_names("burst500")
+            storage = {
+                "BOT_STORAGE": "aws",
+                "BOT_TABLE": table_name,
+                "BOT_BUCKET": bucket,
+                **emulators.env,
+            }
+            loops = busy_loops() if loaded else []
+            try:
+                found = await burst_on(storage, events, 1, logs)
+            finally:
+                for loop in loops:
+                    loop.kill()
+                    loop.wait()
+            out["loaded" if loaded else "idle"] = found
+    return out
+
+
+def report500(results: dict[str, Any]) -> dict[str, Any]:
+    events = results["events"]
+    section(
+        f"Acks under a burst of {events} mentions at once (a real `python -m bot serve`, "
+        "`BOT_MAX_RUNS` default, DynamoDB Local)",
+        "Each delivery is acknowledged once its message is kept; runs wait for a slot and "
+        "never for the acks (keeps go first). Loaded: two busy-loop processes started by "
+        "the bench keep both cores busy meanwhile.",
+    )
+    rows = []
+    for name in ("idle", "loaded"):
+        r = results[name]["rounds"][0]
+        rows.append(
+            [
+                "both cores loaded" if name == "loaded" else "cores free",
+                f"{r['p50']:.0f}",
+                f"{r['p99']:.0f}",
+                f"{r['max']:.0f}",
+                f"{r['all_answered_s']:.1f}",
+            ]
+        )
+    print(table(["machine", "ack p50 ms", "ack p99 ms", "ack max ms", "all answered, s"], rows))
     return results

@@ -23,6 +23,15 @@ DELIVERY_FAILURES = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+TAKEOVERS = Counter(
+    "bot_takeovers_total",
+    "Threads taken from a live lease whose holder is dead, by how it was known",
+    ["why"],
+    registry=REGISTRY,
+)
+QUEUED = Counter(
+    "bot_queued_total", "Threads that waited for a run slot (BOT_MAX_RUNS)", registry=REGISTRY
+)
 LEFT_FOR_NEWER = Counter(
     "bot_left_for_newer_total",
     "Conversations left alone because a newer version saved them (a rolling upgrade)",

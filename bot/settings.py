@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr
 from pydantic.functional_validators import BeforeValidator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bot.capacity import default_max_runs
 from storage.durations import parse_duration
 
 
@@ -41,6 +42,12 @@ class RuntimeSettings(BaseSettings):
     history_items: int = Field(default=60, ge=2, description="session items sent to the model")
     max_turns: int = Field(default=20, ge=1)
     recovery_concurrency: int = Field(default=32, ge=1)
+    max_runs: int = Field(
+        default_factory=default_max_runs,
+        ge=1,
+        description="runs served at once per replica; more wait, queued in arrival order "
+        "(default: 32 per core, at least 4, at most what half the memory holds at 8 MB each)",
+    )
     turn_timeout: float = Field(
         default=300.0, gt=0, description="seconds one model turn (with its tools) may take"
     )

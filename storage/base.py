@@ -8,7 +8,8 @@ pointer also records the session watermark (`session_seq`) it was committed with
 
 Longer than the other modules on purpose: the whole contract both backends implement (26
 abstract operations, each with the promise it keeps) reads best in one place (with the
-installations' and people's parts in `installations` and `people`).
+installations', people's and replicas' parts in `installations`, `people` and
+`replicas`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from storage.models import (
     utcnow,
 )
 from storage.people import PersonRecords
+from storage.replicas import ReplicaBeats
 
 # DynamoDB's limits shape what one atomic append may hold; both backends honour them so
 # that the contract (and its tests) are the same.
@@ -136,7 +138,7 @@ class Commit:
             raise ValueError(f"one commit consumes at most {CONSUME_LIMIT} inbox entries")
 
 
-class Store(InstallationRecords, PersonRecords, ContentBlobs, ABC):
+class Store(InstallationRecords, PersonRecords, ContentBlobs, ReplicaBeats, ABC):
     """Durable conversation state (and the application's installations, see
     `installations`; what it keeps of people, see `people`). Blocking calls: run them off
     the event loop. Bytes referred to by digest (files people shared) are kept by

@@ -68,6 +68,17 @@ class Deployment:
         self.processes.append(process)
         return await wait_healthy(self.url, process, self.log)
 
+    async def start_replica(self, log: Path, *, other_host: bool = False) -> Replica:
+        """Another replica on a port of its own (`other_host`: as if it ran on another
+        machine, see `bench.other_host`), sharing the storage and the stand-ins."""
+        port = free_port()
+        module = "bench.other_host" if other_host else "bot"
+        process = _start({**self.env, "PORT": str(port)}, log, module)
+        self.processes.append(process)
+        replica = Replica(process, f"http://127.0.0.1:{port}", log)
+        await wait_healthy(replica.url, process, log)
+        return replica
+
     @property
     def current(self) -> subprocess.Popen[bytes]:
         return self.processes[-1]
@@ -133,10 +144,31 @@ class Deployment:
                     process.kill()
 
 
-def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+@dataclass
+class Replica:
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    async def post(self, body: str, content_type: str = "application/json") -> int:
+        headers = {"Content-Type": content_type, **signed_headers(body)}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{self.url}/slack/events", data=body.encode(), headers=headers) as answer,
+        ):
+            return answer.status
+
+    async def mention(self, api: SlackWebApi, user: str, text: str) -> Message:
+        question = api.add_user_message(CHANNEL, user, f"<@{api.bot_user}> {text}")
+        event = requests.app_mention(user=user, text=question.text, ts=question.ts, channel=CHANNEL)
+        assert await self.post(requests.event_callback(TEAM, event)) == 200
+        return question
+
+
+def _start(env: dict[str, str], log: Path, module: str = "bot") -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out
+            [sys.executable, "-m", module, "serve"], env=env, stdout=out, stderr=out
         )
 
 

@@ -5,7 +5,8 @@ arrives word by word (`response.output_text.delta`), `delta_delay` seconds apart
 request listed in `midway` stops halfway through its text until its event is set (a model
 that is mid-answer when the process dies). With `respond`, requests past the script are
 answered by it, from what they carry; `RespondingResponses` answers every request that way
-(for runs on many threads at once, in an order nobody scripted)."""
+(for runs on many threads at once, in an order nobody scripted). A `failures` 429 says
+`Retry-After: 1`, as the service's rate limit does."""
 
 from __future__ import annotations
 
@@ -180,7 +181,12 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             failure = script.failure()
             if failure is not None:  # a transient fault of the service
-                self._json(failure, {"error": {"message": "try again", "type": "server_error"}})
+                retry_after = {"Retry-After": "1"} if failure == 429 else {}
+                self._json(
+                    failure,
+                    {"error": {"message": "try again", "type": "server_error"}},
+                    retry_after,
+                )
                 return
             try:
                 headers = {name.lower(): value for name, value in self.headers.items()}
@@ -196,9 +202,13 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 return  # the client gave up on the answer (a turn abandoned on a stop)
 
-        def _json(self, code: int, document: dict[str, Any]) -> None:
+        def _json(
+            self, code: int, document: dict[str, Any], headers: dict[str, str] | None = None
+        ) -> None:
             data = json.dumps(document).encode()
             self.send_response(code)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

@@ -26,6 +26,10 @@ class Step(StrEnum):
 
 
 class Progress(Protocol):
+    async def queued(self, key: ConversationKey, requester: str | None) -> None:
+        """The thread waits for a run slot (`admission`); `begin` follows, here or on
+        another replica."""
+
     async def begin(self, key: ConversationKey, requester: str | None) -> None:
         """A run starts (or resumes) working in this thread."""
 
@@ -41,6 +45,9 @@ class Progress(Protocol):
 
 class Quiet:
     """No surface to show progress on."""
+
+    async def queued(self, key: ConversationKey, requester: str | None) -> None:
+        return
 
     async def begin(self, key: ConversationKey, requester: str | None) -> None:
         return

@@ -1,60 +1,96 @@
-"""Recovery: resume the conversations whose holder died, each once across replicas."""
+"""Recovery: resume the conversations whose holder died, each once across replicas.
+
+A holder is dead when its lease expired, when it is a process of this host that no longer
+runs (`holder.provably_dead`), or when its replica stopped beating (`storage.replicas`:
+another host's replica is taken over a few seconds after it died, not a lease later). The
+taker bumps the fence, so the silent holder's late writes are refused. Threads with no
+holder (waiting for a slot, or given up by a shutdown) wait for a slot here like any other
+(`admission`), in the order the index lists them: least recently active first."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from bot import metrics
 from bot.runtime.holder import new_owner, provably_dead
 from bot.runtime.outcomes import Outcome
+from bot.runtime.progress import shown
 from bot.runtime.serving import Serving
 from storage import Conversation, LeaseBusy, NotFound, Status
+from storage.replicas import silent
 
 if TYPE_CHECKING:
     from bot.runtime.runtime import ConversationRuntime
 
 log = logging.getLogger(__name__)
+SILENCE = timedelta(seconds=4)  # a replica whose last beat is older is taken for dead
 
 
 async def recover_conversations(rt: ConversationRuntime, *, limit: int) -> list[Outcome]:
     """Resume conversations whose holder died (status `running`, lease expired, absent,
-    or held by a process on this host that no longer runs), each once across replicas,
-    with bounded concurrency; failed deliveries wait for their backoff."""
+    held by a process on this host that no longer runs, or by a replica that stopped
+    beating), each once across replicas, with bounded concurrency; failed deliveries wait
+    for their backoff."""
     if rt.draining:
         return []
     running = await rt.io(rt.store.list_by_status, Status.RUNNING, limit=limit)
     now = rt.store.clock()
     cutoff = rt.store.takeover_cutoff(now)
     gate = asyncio.Semaphore(rt.settings.recovery_concurrency)
+    held = any(r.lease_expires_at and r.lease_expires_at >= cutoff for r in running)
+    beats = await rt.io(rt.store.beats) if held else {}  # one read, for every thread held
 
     async def recover_one(record: Conversation) -> list[Outcome]:
         if record.delivery_retry_at is not None and record.delivery_retry_at > now:
             return []
         dead: str | None = None
+        why = ""
         if record.lease_owner and record.lease_expires_at and record.lease_expires_at >= cutoff:
-            if not provably_dead(record.lease_owner):
+            if provably_dead(record.lease_owner):
+                why = "its process is gone"
+            elif silent(record.lease_owner, beats, now - SILENCE):
+                why = "its replica stopped beating"
+            else:
                 return []  # a live holder serves it
             dead = record.lease_owner
-        async with gate:
-            if rt.draining:
+        key, person = record.key, record.run_by
+        if rt.admission.waits(key):
+            return []  # it waits for a slot here already
+        slot = rt.admission.try_take(person)
+        if slot is None:
+            await shown(lambda: rt.progress.queued(key, person))
+            slot = await rt.admission.take(key, person)
+            if slot is None:
                 return []
-            try:
-                lease, fresh = await rt.io(
-                    rt.store.acquire,
-                    record.key,
-                    new_owner(rt.process),
-                    create=False,
-                    takeover_from=dead,
-                )
-            except (LeaseBusy, NotFound):
-                return []  # another replica has it, or it is gone
-            if fresh.status is not Status.RUNNING:
-                await rt.io(rt.store.release, lease, touch=False)
-                return []  # finished meanwhile by another replica
-            if dead:
-                log.info("%s: took over from %s (its process is gone)", record.key, dead)
-            return await rt._serve(Serving(rt, lease, fresh, recovering=True))
+        with slot:
+            async with gate:
+                if rt.draining:
+                    return []
+                try:
+                    lease, fresh = await rt.io(
+                        rt.store.acquire,
+                        key,
+                        new_owner(rt.process),
+                        create=False,
+                        takeover_from=dead,
+                    )
+                except (LeaseBusy, NotFound):
+                    return []  # another replica has it, or it is gone
+                if fresh.status is not Status.RUNNING:
+                    await rt.io(rt.store.release, lease, touch=False)
+                    return []  # finished meanwhile by another replica
+                if dead:
+                    log.info("%s: took over from %s (%s)", key, dead, why)
+                    metrics.TAKEOVERS.labels(why.split()[1]).inc()
+                unheld = record.lease_owner is None
+                serving = Serving(rt, lease, fresh, recovering=True, unheld=unheld)
+                outcomes = await rt._serve(serving)
+        if serving.yielded:
+            outcomes += await rt.serve_when_admitted(key, person)
+        return outcomes
 
     results = await asyncio.gather(*(recover_one(r) for r in running))
     return [outcome for outcomes in results for outcome in outcomes]

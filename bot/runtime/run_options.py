@@ -7,12 +7,15 @@ together in whatever receives the traces (see `bot.tracing`)."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from agents import ModelRetrySettings, ModelSettings, RunConfig, retry_policies
 from agents.models.openai_provider import OpenAIProvider
 from agents.retry import ModelRetryBackoffSettings
+from agents.run_config import CallModelData, ModelInputData
 
 from bot.runtime.attachments import SharedFiles
+from bot.runtime.rate_gate import GatedProvider, RateGate
 from bot.settings import RuntimeSettings
 from storage import ConversationKey
 
@@ -21,10 +24,11 @@ RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 MAX_RETRY_DELAY = 15.0
 
 
-def model_retry(settings: RuntimeSettings) -> ModelSettings:
+def model_retry(settings: RuntimeSettings, gate: RateGate | None = None) -> ModelSettings:
     """Transient model errors (connection errors, timeouts, 429 and 5xx, or what the provider
     says may be retried) are retried with backoff before a run is reported as failed; what
-    the provider says must not be replayed is not."""
+    the provider says must not be replayed is not. A 429 closes the replica's `gate`."""
+    observe = [gate.observe] if gate is not None else []
     return ModelSettings(
         retry=ModelRetrySettings(
             max_retries=settings.model_retries,
@@ -35,6 +39,7 @@ def model_retry(settings: RuntimeSettings) -> ModelSettings:
                 jitter=True,
             ),
             policy=retry_policies.any(
+                *observe,
                 retry_policies.provider_suggested(),
                 retry_policies.network_error(),
                 retry_policies.retry_after(),
@@ -44,16 +49,28 @@ def model_retry(settings: RuntimeSettings) -> ModelSettings:
     )
 
 
-def base_run_config(settings: RuntimeSettings, files: SharedFiles) -> RunConfig:
+def base_run_config(
+    settings: RuntimeSettings, files: SharedFiles, gate: RateGate | None = None
+) -> RunConfig:
     # A provider of our own reads OPENAI_API_KEY / OPENAI_BASE_URL when first used.
     return RunConfig(
         model=settings.model,
-        model_provider=OpenAIProvider(),
-        model_settings=model_retry(settings),
+        model_provider=OpenAIProvider() if gate is None else GatedProvider(gate),
+        model_settings=model_retry(settings, gate),
         tracing_disabled=not settings.tracing,
         workflow_name=WORKFLOW,
-        call_model_input_filter=files.resolve,
+        call_model_input_filter=files.resolve if gate is None else _gated(gate, files),
     )
+
+
+def _gated(gate: RateGate, files: SharedFiles) -> Any:
+    """Each model request first waits while the replica backs off a 429 (`rate_gate`)."""
+
+    async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
+        await gate.wait()
+        return await files.resolve(data)
+
+    return call_model_input_filter
 
 
 def trace_metadata(key: ConversationKey, started_by: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ when that holder is provably dead on this host, else when its lease expires."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -23,7 +24,9 @@ from agents import Agent
 from agents.memory import SessionSettings
 from agents.run_state import CURRENT_SCHEMA_VERSION
 
+from bot import metrics
 from bot.runtime.ack_first import KeepsFirst
+from bot.runtime.admission import Admission
 from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource, SharedFile
@@ -45,8 +48,9 @@ from bot.runtime.outcomes import (
     StatusReply,
 )
 from bot.runtime.people import People
-from bot.runtime.progress import Progress, Quiet
+from bot.runtime.progress import Progress, Quiet, shown
 from bot.runtime.queries import Queries
+from bot.runtime.rate_gate import RateGate
 from bot.runtime.recovery import recover_conversations
 from bot.runtime.replies import is_stop_word
 from bot.runtime.run_options import base_run_config
@@ -62,6 +66,7 @@ from storage import (
     ConversationKey,
     Lease,
     LeaseBusy,
+    LeaseLost,
     NotFound,
     PersonKey,
     Status,
@@ -82,6 +87,7 @@ STOPPABLE = (Status.RUNNING, Status.AWAITING_APPROVAL, Status.INTERRUPTED)
 NOT_YOURS_TO_STOP = "Only the person who started this run, an approver or an admin can stop it."
 EXPIRED_STOP = "Nothing is running there: this conversation's saved state expired (see the thread)."
 CONTINUE_WAIT_STEPS = 300  # tenths of a second
+REQUESTERS_KEPT = 10_000  # who sent the message kept last, per thread, until it is served
 
 
 class Kept(StrEnum):
@@ -152,7 +158,11 @@ class ConversationRuntime(Queries, People):
         # Threads taken by the write that kept their message, for `serve` to use at once.
         self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
         self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
-        self.run_config = base_run_config(self.settings, self.files)
+        # At most `max_runs` threads served at once; the rest wait without their leases.
+        self.admission = Admission(self.settings.max_runs)
+        self.rate_gate = RateGate()  # a 429 from the model service holds every run back
+        self._requesters: dict[ConversationKey, str] = {}  # whose slot a serve takes
+        self.run_config = base_run_config(self.settings, self.files, self.rate_gate)
         self.session_settings = SessionSettings(limit=self.settings.history_items)
 
     @property
@@ -199,6 +209,10 @@ class ConversationRuntime(Queries, People):
         kept = await self._keep(key, event_id, payload, create=create, user=user, take=take)
         if kept is Kept.NOT_TAKEN:
             self.not_taken.add(key, message)
+        elif kept is Kept.KEPT:
+            if len(self._requesters) >= REQUESTERS_KEPT:  # kept here, served elsewhere
+                self._requesters.pop(next(iter(self._requesters)))
+            self._requesters[key] = user
         return kept
 
     async def _ask_stop(self, key: ConversationKey, user: str) -> Kept | None:
@@ -281,22 +295,73 @@ class ConversationRuntime(Queries, People):
         holder's thread is picked up by `recover`)."""
         await self.keeps.settled()  # the burst's other messages are acknowledged first
         taken = self._taken.pop(key, None)
+        person = self._requesters.pop(key, None)
         if self.draining:
             if taken is not None:  # give it up at once: the next process serves it
                 await self.io(self.store.release, taken[0], status=Status.RUNNING, touch=False)
             return []  # kept already; the next process serves it
-        if taken is not None and taken[0].expires_at > self.store.clock():
-            lease, record = taken
-        else:
-            try:
-                lease, record = await self.io(
-                    self.store.acquire, key, new_owner(self.process), create=False
-                )
-            except LeaseBusy:
-                return [Notice(key=key, kind=NoticeKind.QUEUED, text="Queued: I'll answer next.")]
-            except NotFound:
-                return []
-        return await self._serve(Serving(self, lease, record))
+        slot = self.admission.try_take(person)
+        if slot is None:  # every slot is taken: the thread waits, without its lease
+            metrics.QUEUED.inc()
+            if taken is not None:
+                await self._give_up(taken[0])
+            return await self.serve_when_admitted(key, person)
+        with slot:
+            if taken is not None and taken[0].expires_at > self.store.clock():
+                lease, record = taken
+            else:
+                try:
+                    lease, record = await self.io(
+                        self.store.acquire, key, new_owner(self.process), create=False
+                    )
+                except LeaseBusy:
+                    text = "Queued: I'll answer next."
+                    return [Notice(key=key, kind=NoticeKind.QUEUED, text=text)]
+                except NotFound:
+                    return []
+            serving = Serving(self, lease, record)
+            outcomes = await self._serve(serving)
+        if serving.yielded:  # it gave its slot to others waiting: back in line
+            outcomes += await self.serve_when_admitted(key, person)
+        return outcomes
+
+    async def _give_up(self, lease: Lease) -> None:
+        """Release a thread taken by its keep, as `running` with its inbox untouched: it
+        waits durably, found by any replica's recovery (see `admission`)."""
+        with contextlib.suppress(LeaseLost):  # another replica took it meanwhile
+            await self.io(self.store.release, lease, status=Status.RUNNING, touch=False)
+
+    async def serve_when_admitted(self, key: ConversationKey, person: str | None) -> list[Outcome]:
+        """Wait for a slot (the thread says it is queued meanwhile), then serve the thread
+        if it still has work and nobody else took it; again while it yields its slot."""
+        outcomes: list[Outcome] = []
+        while True:
+            if not self.admission.waits(key):
+                await shown(lambda: self.progress.queued(key, person))
+            slot = await self.admission.take(key, person)
+            if slot is None:  # it waits here already, or the replica is stopping
+                return outcomes
+            with slot:
+                serving = await self._admitted(key)
+                if serving is None:
+                    return outcomes
+                outcomes += await self._serve(serving)
+            if not serving.yielded:
+                return outcomes
+
+    async def _admitted(self, key: ConversationKey) -> Serving | None:
+        if self.draining:
+            return None
+        try:
+            lease, record = await self.io(
+                self.store.acquire, key, new_owner(self.process), create=False
+            )
+        except (LeaseBusy, NotFound):
+            return None  # another replica with room serves it (or it is gone)
+        if record.status is not Status.RUNNING:  # served meanwhile by another replica
+            await self.io(self.store.release, lease, touch=False)
+            return None
+        return Serving(self, lease, record)
 
     async def handle_message(
         self, key: ConversationKey, *, event_id: str, user: str, text: str, ts: str | None = None
@@ -527,6 +592,7 @@ class ConversationRuntime(Queries, People):
         `grace` seconds (they then give their threads up as `running`); cancel what is left
         (a tool cut short stays `started`: its outcome is unknown, never "failed")."""
         self.draining = True
+        self.admission.close()  # threads waiting for a slot wait in storage instead
         await self.not_taken.flush()
         pending = set(self._serving) | self._emitting
         if pending:

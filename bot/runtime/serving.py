@@ -106,6 +106,7 @@ class Serving:
         *,
         recovering: bool = False,
         remind: bool = False,
+        unheld: bool = False,
     ) -> None:
         self.rt = runtime
         self.io = runtime.io
@@ -118,6 +119,10 @@ class Serving:
         self.outcomes: list[Outcome] = []
         self.final_status: Status = Status.IDLE
         self.recovering = recovering
+        # Found with no holder (it waited for a slot, or a shutdown gave it up): messages
+        # that never started a run are not announced as an interruption.
+        self.unheld = unheld
+        self.yielded = False  # gave its slot to threads waiting (more arrived meanwhile)
         self.remind = remind
         self.outbox = Outbox(runtime.sink, self.store.clock)
         self.active = False  # something was committed: the release counts as activity
@@ -210,10 +215,25 @@ class Serving:
                 )
                 return
             except InboxChanged:
+                if self.rt.admission.others_waiting and status is Status.IDLE:  # one run each
+                    await self._yield_slot()
+                    return
                 fresh = await self.io(self.store.get, self.key)
                 if fresh is None:
                     return
                 self.record = fresh
+
+    async def _yield_slot(self) -> None:
+        """Messages arrived during the run while other threads wait for a slot: the thread
+        goes back in line, given up as `running` with its new messages in the inbox."""
+        await self.io(
+            self.store.release,
+            self.lease,
+            status=Status.RUNNING,
+            delivery=self.outbox.mark(),
+            touch=self.active,
+        )
+        self.yielded = True
 
     async def _release_quietly(self) -> None:
         """Cancelled (shutdown past its grace): give the thread up at once, as `running`, so
@@ -285,7 +305,8 @@ class Serving:
             self.decided = dict(current.decided)
         # A crash is announced; a delivery retried after its backoff just arrives.
         redelivery = self.outbox.pending and self.record.delivery_attempts > 0
-        if self.recovering and (runnable or entries.ids or self.outbox.pending) and not redelivery:
+        waited = entries.ids and not self.unheld  # kept while a holder had the thread
+        if self.recovering and (runnable or waited or self.outbox.pending) and not redelivery:
             self.recovering = False
             await self.emit_now(
                 Notice(

@@ -31,7 +31,13 @@ from bot.slackapp.live_thread import ERRORS, LiveThread, error_of
 from bot.slackapp.markdown import MARKDOWN_LIMIT, MarkdownEscaper
 from bot.slackapp.marks import PREVIEW, mark
 from bot.slackapp.sessions import TITLE_LIMIT, AgentSessions
-from bot.slackapp.status_line import STATUS_RENEWAL, STOP_OFFER_AFTER, THINKING, StatusLine
+from bot.slackapp.status_line import (
+    QUEUED,
+    STATUS_RENEWAL,
+    STOP_OFFER_AFTER,
+    THINKING,
+    StatusLine,
+)
 from storage import ConversationKey
 
 log = logging.getLogger(__name__)
@@ -66,6 +72,7 @@ class LiveThreads:
         self.threads: dict[ConversationKey, LiveThread] = {}
         self.no_stream: set[ConversationKey] = set()  # Slack refused streaming there
         self.titles: dict[ConversationKey, str] = {}  # first requests of new conversations
+        self.queued_here: dict[ConversationKey, None] = {}  # said queued, not begun here
 
     def name(self, key: ConversationKey, request: str) -> None:
         """The conversation's first request, its title when its run begins (`begin`)."""
@@ -77,6 +84,22 @@ class LiveThreads:
 
     # -- Progress -----------------------------------------------------------------------
 
+    async def queued(self, key: ConversationKey, requester: str | None) -> None:
+        """The thread waits for a run slot: its status line says so (whoever begins its
+        run next, here or on another replica, sets its own status over it)."""
+        if key in self.threads:
+            return  # a run of this thread shows its own work here
+        try:
+            client = await self.clients.for_key(key)
+        except TeamNotInstalled:
+            return
+        thread = LiveThread(key, requester, client)
+        await self.status_line.show(thread, QUEUED)
+        if thread.status or thread.reacted:
+            if len(self.queued_here) >= TITLES_KEPT:  # begun on another replica
+                self.queued_here.pop(next(iter(self.queued_here)))
+            self.queued_here[key] = None
+
     async def begin(self, key: ConversationKey, requester: str | None) -> None:
         if key in self.threads:  # a run that did not say it ended: its work is over
             await self.end(key)
@@ -86,8 +109,12 @@ class LiveThreads:
         except TeamNotInstalled:
             return  # nothing to show it to: every other call finds no thread
         thread = self.threads[key] = LiveThread(key, requester, client)
+        was_queued = self.queued_here.pop(key, False) is None
         if not await self.sessions.open(thread, title):
             await self.status_line.show(thread, THINKING)
+        elif was_queued:  # the session shows the work: the queued status goes
+            thread.status = QUEUED
+            await self.status_line.clear(thread)
             if title and key.channel.startswith("D"):  # an assistant thread, the older way
                 await self._set_title(thread, title)
         native = thread.session and self.sessions.native_stop(key)

@@ -27,6 +27,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from bot import metrics
 from bot.runtime import ConversationRuntime
+from bot.runtime.heartbeat import keep_beating
 from bot.runtime.warm_up import warm_up
 from bot.slackapp.app import build_app, web_api_session, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients
@@ -189,6 +190,8 @@ async def _serve(
             loop.add_signal_handler(sig, stop.set)
     # A third of the lease: a dead replica's threads resume about a lease after it died.
     sweep = asyncio.create_task(recovery_sweep(runtime, runtime.lease_seconds / 3))
+    # Another replica's threads are taken over seconds after it stops beating (`heartbeat`).
+    beating = asyncio.create_task(keep_beating(runtime))
     socket_handler = None
     if settings.socket_mode:
         socket_handler = AsyncSocketModeHandler(app, settings.app_token)
@@ -202,6 +205,9 @@ async def _serve(
         with contextlib.suppress(asyncio.CancelledError):
             await sweep
         await runtime.drain(grace)
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
         await poster.close()
         await home.close()
         if socket_handler is not None:

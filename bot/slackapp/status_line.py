@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 STATUS_RENEWAL = 90.0  # seconds; Slack clears a status after about 2 minutes
 STOP_OFFER_AFTER = 3.0  # seconds a run works before its requester is offered Stop
 THINKING = "is thinking…"
+QUEUED = "is queued: busy with other conversations, answering soon…"
 LOADING = ["Thinking…", "Reading the conversation…", "Working it out…"]
 
 

@@ -171,6 +171,13 @@ def state_key(state: str) -> dict[str, Value]:
     return {"pk": s(f"STATE#{state}"), "sk": s("STATE")}
 
 
+REPLICAS = "REPLICAS"  # the partition of replicas' heartbeats (see `replicas`)
+
+
+def replica_key(replica: str) -> dict[str, Value]:
+    return {"pk": s(REPLICAS), "sk": s(replica)}
+
+
 def team_prefix(team: str | None, enterprise: str | None) -> str:
     """What the `conv_key` of a team's conversations starts with (see `ConversationKey`)."""
     return ":".join(part for part in (enterprise, team) if part) + ":"

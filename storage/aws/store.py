@@ -4,13 +4,13 @@ region and endpoints (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDP
 The store only wires its parts and translates errors (`errors.translated`): the record and
 its inbox (`records`), the atomic write (`commits`), session items (`history`), ledgers
 (`ledger`), operational queries (`queries`), verdicts on answers (`feedback`), installation
-documents and one-time states (`installations`), S3 (`blobs`); request pieces are built in
-`expressions`, keys laid out in `layout`."""
+documents and one-time states (`installations`), replicas' heartbeats (`replicas`), S3
+(`blobs`); request pieces are built in `expressions`, keys laid out in `layout`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -27,6 +27,7 @@ from storage.aws.migrate import Migrated, migrate
 from storage.aws.people import People
 from storage.aws.queries import Queries
 from storage.aws.records import Records
+from storage.aws.replicas import Replicas
 from storage.aws.tables import Tables
 from storage.base import INDEXED, Commit, Committed, Kept, SessionPage, Store
 from storage.models import (
@@ -81,6 +82,7 @@ class AwsStore(Store):
         self.feedback = Feedback(self.tables)
         self.installations = Installations(self.tables)
         self.people = People(self.tables)
+        self.replicas = Replicas(self.tables)
 
     def close(self) -> None:
         self.queries.close()
@@ -273,6 +275,16 @@ class AwsStore(Store):
     @translated
     def _change_person(self, key: PersonKey, change: Change) -> Person | None:
         return self.people.change(key, change)
+
+    # -- replicas -----------------------------------------------------------------------
+
+    @translated
+    def beat(self, replica: str) -> None:
+        self.replicas.beat(replica)
+
+    @translated
+    def beats(self) -> dict[str, datetime]:
+        return self.replicas.beats()
 
     # -- installations ------------------------------------------------------------------
 

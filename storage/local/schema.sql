@@ -60,3 +60,7 @@ CREATE TABLE IF NOT EXISTS people (
     version INTEGER NOT NULL,
     expires_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS replicas (
+    replica TEXT PRIMARY KEY,
+    beat_at REAL NOT NULL
+);

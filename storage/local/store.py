@@ -1,7 +1,7 @@
 """sqlite3 backend (the default): leases, the atomic write, session items, the inbox, blobs
 and housekeeping here; the database and the record's rows in `database`, ledgers in
 `ledger`, operational queries in `queries`, installations in `installations`, verdicts in
-`feedback`."""
+`feedback`, replicas' heartbeats in `replicas`."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from storage.local.installations import Installations
 from storage.local.ledger import Ledgers
 from storage.local.people import People
 from storage.local.queries import Queries
+from storage.local.replicas import Replicas
 from storage.models import (
     Conversation,
     ConversationKey,
@@ -45,7 +46,7 @@ from storage.models import (
 CONTENT_GRACE = timedelta(days=1)  # content outlives the history rows that refer to it
 
 
-class LocalStore(Ledgers, Queries, Installations, People, Feedback):
+class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
     # -- leases -------------------------------------------------------------------------
 
     @translated

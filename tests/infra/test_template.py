@@ -199,6 +199,8 @@ def workload(store: Store) -> set[str]:
     store.delete_installation("E1:TI")
     store.issue_state("s1", timedelta(minutes=10))
     store.consume_state("s1")
+    store.beat("host|boot|1|2")
+    store.beats()
     store.delete_checkpoint(done.checkpoint)
     later = store.clock() + store.state_ttl + timedelta(days=1)
     store.clock = lambda: later
@@ -210,6 +212,8 @@ def workload(store: Store) -> set[str]:
     store.put_content(b"a shared file")  # shared again: kept once
     store.get_content(digest)
     return {
+        "beat",
+        "beats",
         "put_content",
         "get_content",
         "enqueue",

@@ -4,6 +4,7 @@ server, and durable storage; with a restart between the pause and the approval."
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, Decided
 from bot.settings import RuntimeSettings
 from testkit.responses import ScriptedResponses, message, responses_server, tool_call
 from testkit.runtime import KEY
+from testkit.services import wait_until
 from tests.conftest import Backend
 
 
@@ -88,3 +90,28 @@ async def test_transient_model_errors_are_retried_before_the_run_fails(
         outcomes = await runtime.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
     assert [getattr(o, "text", None) for o in outcomes] == ["Fine after all."]
     assert script.failed == [503, 503, 503] and len(script.requests) == 1
+
+
+async def test_a_429_holds_back_the_replicas_other_runs_once(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model service answers one run 429 (Retry-After: 1): that run retries after it,
+    and a second run starting meanwhile waits at the replica's gate instead of meeting a
+    429 of its own: one 429 for the replica, both answered."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    monkeypatch.setenv("BOT_MODEL", "gpt-scripted")
+    script = ScriptedResponses([[message("First.")], [message("Second.")]], failures=[429])
+    with responses_server(script) as base_url:
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+        settings = RuntimeSettings(model_retry_delay=0.01)
+        runtime = ConversationRuntime(backend.open(), load_agent(settings.agent), settings)
+        first = asyncio.create_task(
+            runtime.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
+        )
+        await asyncio.to_thread(wait_until, lambda: runtime.rate_gate.closed_times, 30)
+        other = KEY.model_copy(update={"thread_ts": "1700000200.000200"})
+        second = await runtime.handle_message(other, event_id="Ev2", user="U2", text="hello")
+        answers = [getattr(o, "text", None) for o in [*await first, *second]]
+    assert sorted(a for a in answers if a) == ["First.", "Second."]
+    assert script.failed == [429] and runtime.rate_gate.closed_times == 1
+    assert runtime.rate_gate.waited == 1  # the second run waited at the gate

@@ -22,6 +22,9 @@ class Recorder:
     def __init__(self) -> None:
         self.shown: list[tuple[str, ...]] = []
 
+    async def queued(self, key: ConversationKey, requester: str | None) -> None:
+        self.shown.append(("queued", str(requester)))
+
     async def begin(self, key: ConversationKey, requester: str | None) -> None:
         self.shown.append(("begin", str(requester)))
 

@@ -1,0 +1,54 @@
+"""This replica's heartbeat (`storage.replicas`): one small write every `BEAT` seconds, and
+one read of every replica's beat. A replica seen silent for the first time (its last beat
+older than `recovery.SILENCE`) starts a recovery sweep at once, which takes its threads over
+(fenced) instead of waiting for their leases to expire: another host's threads resume a few
+seconds after it died."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from bot import metrics
+from bot.runtime.recovery import SILENCE
+
+if TYPE_CHECKING:
+    from bot.runtime.runtime import ConversationRuntime
+
+log = logging.getLogger(__name__)
+BEAT = 1.0  # seconds between beats (SILENCE is four of them)
+
+
+async def keep_beating(rt: ConversationRuntime, interval: float = BEAT) -> None:
+    """Beat until cancelled (after the drain: a stopping replica's threads are released,
+    not taken over)."""
+    silent: set[str] = set()  # replicas already swept for
+    sweeps: set[asyncio.Task[Any]] = set()
+    while True:
+        try:
+            await rt.io(rt.store.beat, rt.process)
+            beats = await rt.io(rt.store.beats)
+        except Exception:  # a storage blip: the next beat comes well within SILENCE
+            log.warning("heartbeat failed; beating again in %ss", interval, exc_info=True)
+            await asyncio.sleep(interval)
+            continue
+        since = rt.store.clock() - SILENCE
+        gone = {name for name, at in beats.items() if at < since and name != rt.process}
+        if gone - silent and not rt.draining:
+            news = sorted(gone - silent)
+            log.info("replicas stopped beating: %s; taking their threads over", news)
+            task = asyncio.create_task(_sweep(rt))
+            sweeps.add(task)
+            task.add_done_callback(sweeps.discard)
+        silent = gone
+        await asyncio.sleep(interval)
+
+
+async def _sweep(rt: ConversationRuntime) -> None:
+    try:
+        outcomes = await rt.recover()
+        if outcomes:
+            metrics.RESUMES.labels("takeover").inc(len({o.key for o in outcomes}))
+    except Exception:
+        log.exception("taking over a silent replica's threads failed")

@@ -10,6 +10,9 @@ Faults, chosen per request (the first live fault that matches applies):
   drop_before  close the connection without answering; the upstream never sees the request
   drop_after   forward, then close the connection: the write landed, the client saw an error
   delay        add latency, then forward
+  conflict     DynamoDB only: 400 TransactionCanceledException, the first item's reason
+               TransactionConflict (another write touched it meanwhile), as DynamoDB
+               answers a transaction that met a concurrent write; nothing landed
 
 each for the next `times` matching requests, for `seconds`, with a `probability`, optionally
 only for one operation (the DynamoDB `X-Amz-Target` action, e.g. `TransactWriteItems`, or an S3
@@ -49,7 +52,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 Service = Literal["dynamodb", "s3"]
-Action = Literal["throttle", "error500", "error503", "drop_before", "drop_after", "delay"]
+Action = Literal[
+    "throttle", "error500", "error503", "drop_before", "drop_after", "delay", "conflict"
+]
 ACTIONS: tuple[Action, ...] = (
     "throttle",
     "error500",
@@ -57,6 +62,7 @@ ACTIONS: tuple[Action, ...] = (
     "drop_before",
     "drop_after",
     "delay",
+    "conflict",
 )
 CONTROL = "/_faultproxy"
 # Not forwarded either way: connection-level headers, and lengths aiohttp sets itself.
@@ -86,6 +92,12 @@ _DYNAMODB_ERRORS: dict[str, tuple[int, str, str]] = {
         503,
         "com.amazon.coral.availability#ServiceUnavailableException",
         "Service unavailable",
+    ),
+    "conflict": (
+        400,
+        "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+        "Transaction cancelled, please refer cancellation reasons for specific reasons "
+        "[TransactionConflict, None]",
     ),
 }
 _S3_ERRORS: dict[str, tuple[int, str, str]] = {
@@ -203,6 +215,8 @@ class FaultProxy:
             raise ValueError(f"unknown fault action {action!r} (one of {', '.join(ACTIONS)})")
         if action == "delay" and latency <= 0:
             raise ValueError("a delay fault needs latency > 0")
+        if action == "conflict" and self.service != "dynamodb":
+            raise ValueError("a conflict fault is DynamoDB's (a cancelled transaction)")
         fault = Fault(
             action=action,
             times=times,
@@ -392,7 +406,13 @@ class FaultProxy:
         request_id = uuid.uuid4().hex.upper()[:20]
         if self.service == "dynamodb":
             status, kind, message = _DYNAMODB_ERRORS[action]
-            body = json.dumps({"__type": kind, "message": message}).encode()
+            document: dict[str, Any] = {"__type": kind, "message": message}
+            if action == "conflict":
+                document["CancellationReasons"] = [
+                    {"Code": "TransactionConflict", "Message": "Transaction is ongoing"},
+                    {"Code": "None"},
+                ]
+            body = json.dumps(document).encode()
             return web.Response(
                 status=status,
                 body=body,

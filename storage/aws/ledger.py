@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from storage.aws import tools as ledger_rows
-from storage.aws.errors import code, first_failed
+from storage.aws.errors import code, first_failed, is_transient
 from storage.aws.expressions import Item, Update, n, s
 from storage.aws.layout import conv_pk, epoch_seconds, meta_key, tool_sk
 from storage.aws.tables import Tables
@@ -111,8 +111,8 @@ class Ledger:
                 TransactItems=actions, ClientRequestToken=uuid.uuid4().hex
             )
         except ClientError as exc:
-            if code(exc) != "TransactionCanceledException":
-                raise
+            if code(exc) != "TransactionCanceledException" or is_transient(exc):
+                raise  # a conflict or throttling cancelled it: nothing landed, try again
             if first_failed(exc):
                 if self._complete_orphan(lease, update, key):
                     return False
@@ -148,7 +148,9 @@ class Ledger:
                 TransactItems=actions, ClientRequestToken=uuid.uuid4().hex
             )
         except ClientError as exc:
-            if code(exc) != "TransactionCanceledException":
+            if code(exc) != "TransactionCanceledException" or is_transient(exc):
+                # A conflict (another write to the record at that moment) or throttling
+                # cancelled it: nothing landed and the call's attempts are not spent.
                 raise
             if first_failed(exc):
                 raise LeaseLost(str(lease.key), lease.fence) from exc

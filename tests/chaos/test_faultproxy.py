@@ -244,3 +244,37 @@ def test_application_store_through_the_proxy(
     assert store.read_items(key).items == ['"a"']
     assert dynamodb_proxy.faulted["TransactWriteItems:throttle"] == 1 + 6
     store.close()
+
+
+def test_a_keyed_call_started_again_through_a_transaction_conflict(
+    aws_services: dict[str, str], dynamodb_proxy: FaultProxy
+) -> None:
+    """A transaction cancelled by a conflict (another write to the conversation's record at
+    that moment) landed nothing: starting a keyed call again is then a failure to retry,
+    not "its attempts are spent" (which would report it as outcome unknown after one
+    attempt). The same for its completion."""
+    suffix = uuid.uuid4().hex[:10]
+    create_resources(f"fpc-{suffix}", f"fpc-{suffix}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AWS_ENDPOINT_URL_DYNAMODB", dynamodb_proxy.url)
+        store = AwsStore(f"fpc-{suffix}", f"fpc-{suffix}", lease_duration=timedelta(seconds=30))
+    key = ConversationKey(team="T1", channel="C1", thread_ts="1.2")
+    lease, _ = store.acquire(key, "me")
+    store.begin_tool_call(lease, "call-1", "charge", "{}")
+    with (
+        dynamodb_proxy.fault("conflict", times=1, operation="TransactWriteItems"),
+        pytest.raises(StorageUnavailable, match="TransactionConflict"),
+    ):
+        store.retry_tool_call(lease, "call-1", max_attempts=3)
+    assert dynamodb_proxy.faulted["TransactWriteItems:conflict"] == 1
+    again = store.retry_tool_call(lease, "call-1", max_attempts=3)
+    assert again is not None and again.attempts == 2
+    with (
+        dynamodb_proxy.fault("conflict", times=1, operation="TransactWriteItems"),
+        pytest.raises(StorageUnavailable, match="TransactionConflict"),
+    ):
+        store.complete_tool_call(lease, "call-1", "charged")
+    assert store.complete_tool_call(lease, "call-1", "charged") is True
+    done = store.get_tool_call(key, "call-1")
+    assert done is not None and done.output == "charged"
+    store.close()

@@ -193,12 +193,15 @@ def _runtime(
 
     from bot.agent_loader import AgentLoadError
     from bot.runtime.guard import UnguardedTool
+    from bot.suggestions import SuggestionsError, load_suggestions
     from bot.tracing import TracingConfigError
     from bot.wiring import build_runtime
 
     try:
-        return build_runtime(store, runtime_settings, agent)
-    except (AgentLoadError, TracingConfigError, UnguardedTool, UserError) as exc:
+        runtime = build_runtime(store, runtime_settings, agent)
+        load_suggestions(runtime_settings.agent)  # the container's prompts, checked at start
+        return runtime
+    except (AgentLoadError, SuggestionsError, TracingConfigError, UnguardedTool, UserError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return None
 
@@ -291,7 +294,7 @@ def _init_storage(settings: StorageSettings) -> int:
 
 def _migrate(settings: StorageSettings) -> int:
     if settings.backend != "aws":
-        print("nothing to migrate: the local backend's layout did not change")
+        print("nothing to migrate: the local backend migrates itself when it opens")
         return 0
     from storage.aws import AwsStore
 
@@ -301,7 +304,8 @@ def _migrate(settings: StorageSettings) -> int:
     print(
         f"migrated {done.records} conversations: {done.indexed} indexed, {done.counted} "
         f"counted, {done.messages_moved} queued messages moved into their records, "
-        f"{done.placed} paused ones listed by channel"
+        f"{done.placed} paused ones listed by channel, {done.waiting} awaiting approval "
+        "listed for their run's starter"
     )
     return 0
 

@@ -160,6 +160,14 @@ def who_is_asking(ctx: RunContextWrapper[RequestContext]) -> str:
     return f"You are <@{asked.user}>, asking in <#{asked.channel}> (thread {asked.thread_ts})."
 
 
+# What the agent's container offers whoever opens it (see `bot.suggestions`).
+greeting = "Hi! I can tell the time anywhere and file tickets for the team (with approval)."
+suggested_prompts = [
+    ("Time in Tokyo", "What time is it in Tokyo?"),
+    ("File a ticket", "File a ticket: the printer on floor 3 is jammed."),
+]
+
+
 def build_agent() -> Agent[Any]:
     """The OpenAI Responses model by default; the offline demo model when BOT_DEMO_MODEL=1
     (local mode without OPENAI_API_KEY)."""

@@ -38,6 +38,7 @@ from storage.models import (
     ToolCallStatus,
     Verdict,
 )
+from storage.people import Person, PersonKey
 
 if TYPE_CHECKING:
     from storage.session import ConversationSession
@@ -78,6 +79,8 @@ __all__ = [
     "LeaseKeeper",
     "LeaseLost",
     "NotFound",
+    "Person",
+    "PersonKey",
     "SessionConflict",
     "SessionItemError",
     "SessionPage",

@@ -6,8 +6,9 @@ The runtime's session stages what the SDK appends during a turn and hands it to 
 so a crash can never leave a turn's items without its checkpoint, or the reverse. Each
 pointer also records the session watermark (`session_seq`) it was committed with.
 
-Longer than the other modules on purpose: the whole contract both backends implement (24
-abstract operations, each with the promise it keeps) reads best in one place.
+Longer than the other modules on purpose: the whole contract both backends implement (26
+abstract operations, each with the promise it keeps) reads best in one place (with the
+installations' and people's parts in `installations` and `people`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from storage.models import (
     Verdict,
     utcnow,
 )
+from storage.people import PersonRecords
 
 # DynamoDB's limits shape what one atomic append may hold; both backends honour them so
 # that the contract (and its tests) are the same.
@@ -59,6 +61,7 @@ INDEXED = tuple(status for status in Status if status is not Status.IDLE)
 # The statuses `list_paused_in` finds: threads a person can resume.
 PAUSED_IN_CHANNEL = (Status.AWAITING_APPROVAL, Status.INTERRUPTED)
 PAUSED_PAGES = 4  # `list_paused_in` examines at most this many times its `limit`
+WAITING_PAGES = 4  # `list_waiting_in` examines at most this many times its `limit`
 
 
 class _Keep:
@@ -119,7 +122,9 @@ class Commit:
     delivered: bool = False  # every outcome of the (resulting) checkpoint was delivered
     delivery: DeliveryMark | None = None  # where delivery stands (overrides `delivered`)
     inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
-    run_by: str | None = None  # who started the run this write belongs to (None: unchanged)
+    # Who started the run this write belongs to (None: unchanged). A write that sets the
+    # status to awaiting approval lists the conversation for them (`list_waiting_on`).
+    run_by: str | None = None
     clear_expiry: bool = False  # the thread was told its state expired (`expired_from`)
     clear_stop: bool = False  # a stop request was applied (`stop_by` goes)
     # Makes a retried write idempotent (DynamoDB's ClientRequestToken): a retry of a write
@@ -131,10 +136,11 @@ class Commit:
             raise ValueError(f"one commit consumes at most {CONSUME_LIMIT} inbox entries")
 
 
-class Store(InstallationRecords, ContentBlobs, ABC):
+class Store(InstallationRecords, PersonRecords, ContentBlobs, ABC):
     """Durable conversation state (and the application's installations, see
-    `installations`). Blocking calls: run them off the event loop. Bytes referred to by
-    digest (files people shared) are kept by `put_content` / `get_content`."""
+    `installations`; what it keeps of people, see `people`). Blocking calls: run them off
+    the event loop. Bytes referred to by digest (files people shared) are kept by
+    `put_content` / `get_content`."""
 
     def __init__(
         self,
@@ -213,11 +219,12 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         delivered: bool = False,
         delivery: DeliveryMark | None = None,
         touch: bool = True,
+        run_by: str | None = None,
     ) -> Committed:
         """Give the lease up, optionally setting the status. Raises `LeaseLost`; with
         `inbox_seen`, raises `InboxChanged` (and keeps the lease) if messages arrived;
         `delivered` records that the current checkpoint's outcomes reached the user,
-        `delivery` where their delivery stands instead."""
+        `delivery` where their delivery stands instead; `run_by` as in `Commit`."""
         return self.apply(
             Commit(
                 key=lease.key,
@@ -228,11 +235,12 @@ class Store(InstallationRecords, ContentBlobs, ABC):
                 delivered=delivered,
                 delivery=delivery,
                 touch=touch,
+                run_by=run_by,
             )
         )
 
-    def set_status(self, lease: Lease, status: Status) -> Committed:
-        return self.apply(Commit(key=lease.key, lease=lease, status=status))
+    def set_status(self, lease: Lease, status: Status, *, run_by: str | None = None) -> Committed:
+        return self.apply(Commit(key=lease.key, lease=lease, status=status, run_by=run_by))
 
     # -- checkpoints --------------------------------------------------------------------
 
@@ -508,6 +516,27 @@ class Store(InstallationRecords, ContentBlobs, ABC):
         most `PAUSED_PAGES` queries of `limit` index entries each). So with `participant`,
         a thread of theirs behind that many newer paused threads of others in the channel
         is not listed."""
+
+    @abstractmethod
+    def list_waiting_on(
+        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
+    ) -> list[Conversation]:
+        """Conversations of one workspace awaiting approval that wait on `user`: the write
+        that set the status named them as the run's starter (`Commit.run_by`; a write that
+        names nobody leaves the listing as it was, and any other status takes the
+        conversation out). The most recently waiting first, at most `limit`; never expired
+        ones, nor values that could not be parts of a key. Bounded cost: one query of that
+        person's entries in an index of waiting conversations, whatever the store holds."""
+
+    @abstractmethod
+    def list_waiting_in(
+        self, team: str, *, enterprise: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """Every conversation of one workspace awaiting approval and listed for someone
+        (see `list_waiting_on`): for those who may decide any of them. At most `limit`, the
+        most recently waiting first among those examined: at most `limit * WAITING_PAGES`
+        index entries of that workspace (aws: at most `WAITING_PAGES` queries), so in a
+        workspace with more waiting than that, some are not listed."""
 
     # -- feedback on answers ------------------------------------------------------------
 

@@ -86,6 +86,11 @@ class ConversationKey(BaseModel):
         """The thread's channel, as `place_of` names it."""
         return str(self).rsplit(":", 1)[0]
 
+    @property
+    def workspace(self) -> str:
+        """The thread's workspace, as `workspace_of` names it."""
+        return f"{self.enterprise}:{self.team}" if self.enterprise else self.team
+
 
 _KEY_PART = re.compile(r"[^:/\s]+")  # what ConversationKey allows in a team, channel, enterprise
 
@@ -98,6 +103,21 @@ def place_of(team: str, channel: str, enterprise: str | None = None) -> str | No
     if not all(_KEY_PART.fullmatch(part) for part in parts):
         return None
     return ":".join(parts)
+
+
+def workspace_of(team: str, enterprise: str | None = None) -> str | None:
+    """One workspace, as keys name it: `[enterprise:]team`. None when these could not be
+    parts of a key (as with `place_of`)."""
+    parts = (enterprise, team) if enterprise else (team,)
+    if not all(_KEY_PART.fullmatch(part) for part in parts):
+        return None
+    return ":".join(parts)
+
+
+def waitable(user: str | None) -> bool:
+    """A person an approval may be listed for: an id that can be part of an index key (the
+    approval index's sort key is `<user>#<since>`, so no `#` either)."""
+    return user is not None and _KEY_PART.fullmatch(user) is not None and "#" not in user
 
 
 class CheckpointPointer(BaseModel):
@@ -207,6 +227,14 @@ class Conversation(BaseModel):
     )
     run_by: str | None = Field(
         default=None, description="who started the run in progress (or the last one)"
+    )
+    waiting_on: str | None = Field(
+        default=None,
+        description="while awaiting approval: the person it waits on (its run's starter, as "
+        "the write that set the status named them); the approval index lists it for them",
+    )
+    waiting_since: datetime | None = Field(
+        default=None, description="when it began waiting on `waiting_on`"
     )
     expired_from: Expiry | None = Field(
         default=None,

@@ -42,3 +42,11 @@ def build_agent() -> Agent[Any]:
         instructions="Move money when asked.",
         tools=[transfer, retry_safe(balance)],
     )
+
+
+# What the agent's container offers (bot.suggestions): the tests check these are the ones shown.
+greeting = "Hello! I move money, with your approval."
+suggested_prompts = [
+    ("Pay Bob", "transfer 5 to bob"),
+    {"title": "Bob's balance", "message": "what is bob's balance?"},
+]

@@ -138,7 +138,7 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
                 f"thread. {who_may_decide(serving, envelope)} can decide.",
             )
         )
-    serving.final_status = Status.AWAITING_APPROVAL
+    serving.await_decision(envelope.started_by)
 
 
 async def _decided(

@@ -238,7 +238,7 @@ async def drive(
             if humans:
                 for call in humans:
                     await scope.show(call.call_id, call.tool_name, Step.WAITING)
-                serving.final_status = Status.AWAITING_APPROVAL
+                serving.await_decision(started_by)
                 return
             if finished:
                 if not held:

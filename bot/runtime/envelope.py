@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from bot.runtime.context_source import SharedFile
 from bot.runtime.outcomes import PendingCall
+from bot.runtime.viewing import Viewing
 
 ENVELOPE_FORMAT = 1
 
@@ -23,10 +24,17 @@ class HeldMessage(BaseModel):
     text: str
     ts: str | None = None
     files: list[SharedFile] = Field(default_factory=list)
+    viewing: Viewing | None = None
 
     @classmethod
     def of(cls, message: UserMessage) -> HeldMessage:
-        return cls(user=message.user, text=message.text, ts=message.ts, files=message.files)
+        return cls(
+            user=message.user,
+            text=message.text,
+            ts=message.ts,
+            files=message.files,
+            viewing=message.viewing,
+        )
 
 
 class AwaitingCall(PendingCall):
@@ -87,6 +95,9 @@ class UserMessage(BaseModel):
         default=False,
         description="it called the bot (a mention or a DM), rather than replying in a thread "
         "the bot is part of: after an expiry, it starts a fresh conversation",
+    )
+    viewing: Viewing | None = Field(
+        default=None, description="what its author was viewing as they wrote (`viewing`)"
     )
 
 

@@ -2,7 +2,8 @@
 message reads alike wherever it waited (the inbox, or held in a checkpoint while a run
 worked): attributed to its author (`attribution`), with its shared files (`attachments`),
 and, for a conversation's first run started inside an existing thread, the thread's earlier
-messages ahead of it (`thread_context`).
+messages ahead of it (`thread_context`); with what its author was viewing in the chat
+surface as they wrote, when the surface said (`viewing`).
 
 Nothing here is stored by itself: the items become the run's input, which the SDK puts in
 the session and the runtime commits with the run's first turn. Until then a crash only
@@ -20,6 +21,7 @@ from bot.runtime.context_source import display_names
 from bot.runtime.envelope import HeldMessage
 from bot.runtime.outcomes import Notice, NoticeKind
 from bot.runtime.thread_context import earlier_context
+from bot.runtime.viewing import describe
 
 if TYPE_CHECKING:
     from bot.runtime.serving import Serving
@@ -38,6 +40,8 @@ async def render(serving: Serving, messages: list[HeldMessage]) -> list[TRespons
     skipped: list[tuple[str, str]] = []
     for message in messages:
         text = attributed(message.user, names.get(message.user), message.text)
+        if message.viewing is not None:
+            text = f"{text}\n{describe(message.viewing)}"
         item: dict[str, Any]
         if not message.files:
             item = {"role": "user", "content": text}

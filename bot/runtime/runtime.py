@@ -44,6 +44,7 @@ from bot.runtime.outcomes import (
     Refused,
     StatusReply,
 )
+from bot.runtime.people import People
 from bot.runtime.progress import Progress, Quiet
 from bot.runtime.queries import Queries
 from bot.runtime.recovery import recover_conversations
@@ -52,6 +53,8 @@ from bot.runtime.run_options import base_run_config
 from bot.runtime.serving import Serving
 from bot.runtime.stewardship import discard_conversation, discard_team
 from bot.runtime.text import clean_text
+from bot.runtime.viewing import Viewing
+from bot.runtime.waiting import Waiting, waiting_for
 from bot.settings import RuntimeSettings
 from storage import (
     CheckpointMeta,
@@ -60,6 +63,7 @@ from storage import (
     Lease,
     LeaseBusy,
     NotFound,
+    PersonKey,
     Status,
     Store,
 )
@@ -94,6 +98,7 @@ class Stopping:
     accepted: bool
     text: str
     refused: bool = False  # the person may not stop this run (nothing was asked)
+    serve: bool = False  # the write took the thread: serve it next (`keep_stop`)
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ class StaleFilter:
     older_than: timedelta
 
 
-class ConversationRuntime(Queries):
+class ConversationRuntime(Queries, People):
     def __init__(
         self,
         store: Store,
@@ -171,17 +176,24 @@ class ConversationRuntime(Queries):
         create: bool = True,
         take: bool = False,
         files: Sequence[SharedFile] = (),
+        viewing: Viewing | None = None,
     ) -> Kept:
         """Keep a user's message durably in its thread's inbox (deduplicated by event id).
         Without `create`, only a thread the bot is already part of takes it. With `take`,
         the same write takes the thread when it is free, for `serve` to go on with. `files`
-        describe what was shared with it (read later, when the model is given it)."""
+        describe what was shared with it (read later, when the model is given it);
+        `viewing`, what its author was looking at (given to the model with it)."""
         if is_stop_word(text) and not files:
             stopping = await self._ask_stop(key, user)
             if stopping is not None:
                 return stopping
         message = UserMessage(
-            user=user, text=clean_text(text), ts=ts, files=list(files), addressed=create
+            user=user,
+            text=clean_text(text),
+            ts=ts,
+            files=list(files),
+            addressed=create,
+            viewing=viewing,
         )
         payload = message.model_dump_json()
         kept = await self._keep(key, event_id, payload, create=create, user=user, take=take)
@@ -252,6 +264,16 @@ class ConversationRuntime(Queries):
         """The conversation's state expired, and `user` may act on it."""
         gone = await self.io(self.store.expired_record, key)
         return gone is not None and self.may_act(gone, user)
+
+    def opens_conversation(self, key: ConversationKey) -> bool:
+        """The message just kept took the thread, and nothing has happened in its
+        conversation yet: it is the conversation's first request."""
+        taken = self._taken.get(key)
+        return taken is not None and taken[1].next_seq == 0 and taken[1].checkpoint is None
+
+    async def waiting_for(self, person: PersonKey) -> list[Waiting]:
+        """The approvals `person` may decide (see `waiting`)."""
+        return await waiting_for(self, person)
 
     async def serve(self, key: ConversationKey) -> list[Outcome]:
         """Serve the thread if it is free (or taken for us when its message was kept); if
@@ -350,16 +372,27 @@ class ConversationRuntime(Queries):
         """Ask the run in progress to stop (the Stop control): honoured for the person who
         started the run, approvers and admins (see `stopping`). `reply_to` answers the
         person later, when it had already finished."""
+        stopping = await self.keep_stop(key, user, reply_to=reply_to)
+        if stopping.serve:
+            await self.serve(key)
+        return stopping
+
+    async def keep_stop(
+        self, key: ConversationKey, user: str, *, reply_to: str | None = None
+    ) -> Stopping:
+        """`request_stop`'s durable half, for a caller that acknowledges a request in
+        between: the stop is kept (or refused) when this returns; `Stopping.serve` says the
+        write took the thread (a paused run, or an expired thread to be told), for the caller
+        to `serve` next."""
         record = await self.io(self.store.get, key)
         if record is None:
             if await self._expired_for(key, user):
-                if await self._keep_probe(key, user, "stop", take=True) is Kept.KEPT:
-                    await self.serve(key)  # the thread is told
-                return Stopping(False, EXPIRED_STOP)
+                kept = await self._keep_probe(key, user, "stop", take=True)
+                return Stopping(False, EXPIRED_STOP, serve=kept is Kept.KEPT)
             return Stopping(False, "There is nothing of yours running there.")
         stopping = await self._stop(record, user, reply_to=reply_to)
-        if stopping.accepted and key in self._taken:
-            await self.serve(key)  # the run was paused: stop it now
+        if stopping.accepted and key in self._taken:  # the run was paused: stop it now
+            return Stopping(True, stopping.text, serve=True)
         return stopping
 
     async def _stop(

@@ -131,6 +131,13 @@ class Serving:
         self.showing = False  # progress was shown for this thread: end it when done
         self.notes: list[Outcome] = []  # for the thread, with the next commit (`model_input`)
         self.stopped_by = ""  # who stopped a run of this serve (a later stop is told so)
+        self.waiting_on: str | None = None  # the person a decision waits on (see below)
+
+    def await_decision(self, started_by: str) -> None:
+        """The run waits for a decision: released as awaiting approval, listed for the
+        person who started it (`Store.list_waiting_on`)."""
+        self.final_status = Status.AWAITING_APPROVAL
+        self.waiting_on = started_by or None
 
     @property
     def lease(self) -> Lease:
@@ -189,14 +196,17 @@ class Serving:
             await self.outbox.deliver()
             await self.end_showing()
             left = self.stopped or self.outbox.pending
+            status = Status.RUNNING if left else self.final_status
+            waiting = status is Status.AWAITING_APPROVAL
             try:
                 await self.io(
                     self.store.release,
                     self.lease,
-                    status=Status.RUNNING if left else self.final_status,
+                    status=status,
                     inbox_seen=None if self.stopped else self.record.inbox_seq,
                     delivery=self.outbox.mark(),
                     touch=self.active,
+                    run_by=self.waiting_on if waiting else None,
                 )
                 return
             except InboxChanged:

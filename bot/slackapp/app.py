@@ -26,10 +26,14 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.runtime import ConversationRuntime
 from bot.slackapp.clients import OneWorkspace, for_bolt
+from bot.slackapp.container import ContainerListeners
+from bot.slackapp.home import HomeTab
 from bot.slackapp.listeners import Listeners
+from bot.slackapp.live import LiveThreads
 from bot.slackapp.oauth import Installs
 from bot.slackapp.settings import SlackSettings
 from bot.slackapp.uninstall import Uninstalls
+from bot.suggestions import load_suggestions
 from storage import StorageError
 
 log = logging.getLogger(__name__)
@@ -115,8 +119,13 @@ def build_app(
     workspace_url: str = "https://slack.com/",
     identity: AsyncSlackResponse | None = None,
     installs: Installs | None = None,
+    *,
+    live: LiveThreads | None = None,
+    home: HomeTab | None = None,
 ) -> AsyncApp:
-    """`installs` for many workspaces; otherwise `identity` is the bot token's auth.test."""
+    """`installs` for many workspaces; otherwise `identity` is the bot token's auth.test.
+    `live` shows the runs' work (it titles new conversations' sessions); `home` is the App
+    Home tab (made here when not given)."""
     bolt_log = logging.getLogger("slack_bolt.AsyncApp")
     bolt_log.addFilter(_CLIENT_TOKEN_WARNING)
     bolt_log.addFilter(_UNHANDLED_REQUEST_LINE)
@@ -134,10 +143,16 @@ def build_app(
         # then works in a lazy function after it (see `listeners`).
         process_before_response=True,
     )
-    Listeners(runtime, settings, admins, workspace_url).register(app)
+    clients = installs.clients if installs else OneWorkspace(client)
+    many = settings.many_workspaces
+    home = home or HomeTab(runtime, clients, admins, many_workspaces=many)
+    Listeners(runtime, settings, admins, workspace_url, live=live, home=home).register(app)
+    suggestions = load_suggestions(runtime.settings.agent)
+    ContainerListeners(runtime, home, suggestions, live, many_workspaces=many).register(app)
+    home.register(app)
     Uninstalls(
         runtime,
-        installs.clients if installs else OneWorkspace(client),
+        clients,
         installs.installations if installs else None,
         many_workspaces=installs is not None,
     ).register(app)

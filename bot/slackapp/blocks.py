@@ -17,12 +17,12 @@ RESUME = "resume_thread"
 ARGUMENTS_LIMIT = 2500
 
 
-def readable_arguments(arguments: str) -> str:
+def readable_arguments(arguments: str, limit: int = ARGUMENTS_LIMIT) -> str:
     try:
         rendered = json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
     except ValueError:
         rendered = arguments
-    return code_block(rendered, ARGUMENTS_LIMIT)
+    return code_block(rendered, limit)
 
 
 def button_value(key: ConversationKey, call_id: str, version: int) -> str:
@@ -45,7 +45,6 @@ def mentions(users: list[str]) -> str:
 
 
 def approval_blocks(request: ApprovalRequest, call: PendingCall) -> list[dict[str, Any]]:
-    value = button_value(request.key, call.call_id, request.checkpoint_version)
     deciders = mentions([request.requested_by, *request.approvers])
     return [
         {
@@ -68,27 +67,34 @@ def approval_blocks(request: ApprovalRequest, call: PendingCall) -> list[dict[st
                 }
             ],
         },
-        {
-            "type": "actions",
-            "block_id": f"approval:{call.call_id}"[:255],
-            "elements": [
-                {
-                    "type": "button",
-                    "action_id": APPROVE,
-                    "style": "primary",
-                    "text": {"type": "plain_text", "text": "Approve"},
-                    "value": value,
-                },
-                {
-                    "type": "button",
-                    "action_id": REJECT,
-                    "style": "danger",
-                    "text": {"type": "plain_text", "text": "Reject"},
-                    "value": value,
-                },
-            ],
-        },
+        decision_buttons(request.key, call.call_id, request.checkpoint_version),
     ]
+
+
+def decision_buttons(key: ConversationKey, call_id: str, version: int) -> dict[str, Any]:
+    """Approve and Reject for one call, wherever they are shown (the thread's request, the
+    Home tab): the same action ids and values, so a click means the same from anywhere."""
+    value = button_value(key, call_id, version)
+    return {
+        "type": "actions",
+        "block_id": f"approval:{call_id}"[:255],
+        "elements": [
+            {
+                "type": "button",
+                "action_id": APPROVE,
+                "style": "primary",
+                "text": {"type": "plain_text", "text": "Approve"},
+                "value": value,
+            },
+            {
+                "type": "button",
+                "action_id": REJECT,
+                "style": "danger",
+                "text": {"type": "plain_text", "text": "Reject"},
+                "value": value,
+            },
+        ],
+    }
 
 
 def closed_blocks(tool_name: str, arguments: str, verdict: str) -> list[dict[str, Any]]:

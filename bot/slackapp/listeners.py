@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
 from bot.admin import AdminCommands
@@ -22,12 +24,16 @@ from bot.permalink import PermalinkError, linker, parse_permalink
 from bot.runtime import ConversationRuntime, Kept, Refused, StatusReply
 from bot.runtime.expiry import EXPIRED
 from bot.runtime.runtime import NEUTRAL
+from bot.runtime.viewing import Viewing
 from bot.slackapp.agent_blocks import FEEDBACK, STOP, parse_feedback
 from bot.slackapp.blocks import APPROVE, REJECT, RESUME, parse_button_value, paused_list_blocks
 from bot.slackapp.conversation_source import shared_files
+from bot.slackapp.home import ON_HOME, HomeTab
+from bot.slackapp.live import LiveThreads
 from bot.slackapp.settings import SlackSettings
 from bot.slackapp.teams import conversation_enterprise, workspace_url
-from storage import ConversationKey
+from bot.slackapp.viewing_events import from_entities
+from storage import ConversationKey, PersonKey
 
 log = logging.getLogger(__name__)
 MENTION = re.compile(r"<@[A-Z0-9]+>")
@@ -51,11 +57,16 @@ class Listeners:
         settings: SlackSettings,
         admins: frozenset[str],
         workspace_url: str = "https://slack.com/",
+        *,
+        live: LiveThreads | None = None,
+        home: HomeTab | None = None,
     ) -> None:
         self.runtime = runtime
         self.settings = settings
         self.admins = admins
         self.workspace_url = workspace_url  # thread links where a request names none
+        self.live = live  # titles the sessions of new conversations
+        self.home = home  # answers clicks made on the Home tab
 
     def register(self, app: AsyncApp) -> None:
         app.event("app_mention")(ack=self.keep_mention, lazy=[self.serve_message])
@@ -114,6 +125,7 @@ class Listeners:
             team=team, channel=channel, thread_ts=thread_ts, enterprise=self._enterprise(context)
         )
         text = MENTION.sub("", raw_text).strip()
+        direct = event.get("channel_type") == "im" and SLACK_ID.fullmatch(user) is not None
         # One message, one id: a retried delivery and the app_mention + message pair Slack
         # sends for a mention in a thread are the same message.
         kept = await self.runtime.keep_message(
@@ -125,15 +137,33 @@ class Listeners:
             create=create,
             take=True,  # the same write takes the thread when free: served without a read
             files=shared_files(event),
+            viewing=await self._viewing(event, key, user) if direct else None,
         )
         context["kept"] = kept.value
         context["kept_key"] = str(key)
         context["kept_ts"] = ts
+        if kept is Kept.KEPT and create and self.runtime.opens_conversation(key):
+            context["opened_by"] = user if SLACK_ID.fullmatch(user) else None
+            if self.live is not None:
+                self.live.name(key, text)  # the session's title: its first request
+
+    async def _viewing(
+        self, event: dict[str, Any], key: ConversationKey, user: str
+    ) -> Viewing | None:
+        """What the author of a message in the agent's container views: as the message
+        says (the current experience may fold it in), else as they were last seen."""
+        now = datetime.now(UTC)
+        told = from_entities(event.get("app_context"), now)
+        if told is not None:
+            return told
+        return await self.runtime.viewing_for(PersonKey.of(key, user), key.thread_ts)
 
     async def serve_message(self, context: AsyncBoltContext) -> None:
         if context.get("kept") != Kept.KEPT.value:
             return
         key = ConversationKey.parse(context["kept_key"])
+        if context.get("opened_by"):  # one of their recent conversations (Home lists them)
+            await self.runtime.note_conversation(PersonKey.of(key, context["opened_by"]), key)
         with metrics.LATENCY.labels("message").time():
             await self.runtime.serve(key)  # progress shows in the thread (see `live`)
 
@@ -144,6 +174,8 @@ class Listeners:
     ) -> None:
         await ack()
         metrics.EVENTS.labels("decision").inc()
+        container = body.get("container") or {}
+        context["from_home"] = container.get("type") == "view"
         try:
             action = body["actions"][0]
             user = str(body["user"]["id"])
@@ -151,7 +183,6 @@ class Listeners:
         except (ValueError, KeyError, TypeError, IndexError, ValidationError):
             context["refusal"] = "That button is not one of mine."
             return
-        container = body.get("container") or {}
         clicked = f"{container.get('channel_id', key.channel)}:{container.get('message_ts', '')}"
         click_id = body.get("trigger_id") or action.get("action_ts") or ""
         kept = await self.runtime.keep_decision(
@@ -162,23 +193,42 @@ class Listeners:
             user=user,
             checkpoint_version=version,
             request_message=clicked if container.get("message_ts") else None,
-            reply_to=body.get("response_url"),
+            # A click on the Home tab has no response_url: it is answered on the tab.
+            reply_to=body.get("response_url") or (ON_HOME if context["from_home"] else None),
             take=True,
         )
         context["kept"] = kept.value
         context["kept_key"] = str(key)
 
-    async def serve_decision(self, context: AsyncBoltContext, respond: Respond) -> None:
+    async def serve_decision(
+        self,
+        body: dict[str, Any],
+        context: AsyncBoltContext,
+        respond: Respond | None,
+        client: AsyncWebClient,
+    ) -> None:
         refusal = context.get("refusal")
         if context.get("kept") == Kept.NOT_OURS.value:
             refusal = EXPIRED
-        if refusal:
+        user = str((body.get("user") or {}).get("id", ""))
+        if refusal and context.get("from_home"):
+            await self._home_note(context, client, user, refusal)
+            return
+        if refusal and respond is not None:
             await respond(text=refusal, response_type="ephemeral", replace_original=False)
             return
         if context.get("kept") == Kept.KEPT.value:
-            # Refusals and late clicks are answered through the click's response_url by
-            # whichever replica serves the thread.
+            # Refusals and late clicks are answered through the click's response_url (or
+            # on the Home tab it came from) by whichever replica serves the thread.
             await self.runtime.serve(ConversationKey.parse(context["kept_key"]))
+
+    async def _home_note(
+        self, context: AsyncBoltContext, client: AsyncWebClient, user: str, note: str
+    ) -> None:
+        """The Home tab a click came from, published again: what stands now, and why."""
+        person = self.home.person(context, user) if self.home is not None else None
+        if self.home is not None and person is not None:
+            await self.home.publish(person, client, note)
 
     # -- feedback and Stop ---------------------------------------------------------------
 

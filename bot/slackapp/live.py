@@ -1,7 +1,9 @@
 """What a run is doing, shown in its Slack thread while it works (the runtime's `Progress`):
-a status line (`assistant.threads.setStatus`, renewed before Slack's 2-minute timeout), the
-reply streamed as the model writes it (`chat.startStream` / `appendStream` / `stopStream`)
-with tool calls as task updates, and a Stop control for whoever asked.
+Slack's agent session (`sessions`: processing, suspended while a call waits for a person,
+closed when done, with Slack's own stop control), or where Slack refuses sessions a status
+line and the bot's own Stop control (`status_line`); and the reply streamed as the model
+writes it (`chat.startStream` / `appendStream` / `stopStream`, with slack_sdk's chunk
+models) with tool calls as task updates.
 
 All of it is a preview, held in this process only: nothing here is stored, and a failure
 here never touches the run. The committed outbox stays the source of truth: when the answer
@@ -17,26 +19,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from slack_sdk.errors import SlackApiError
+from slack_sdk.models.messages.chunk import Chunk, MarkdownTextChunk, TaskUpdateChunk
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.runtime.progress import Step
-from bot.slackapp.agent_blocks import stop_blocks
 from bot.slackapp.clients import SlackClients, TeamNotInstalled, as_clients
+from bot.slackapp.live_thread import ERRORS, LiveThread, error_of
 from bot.slackapp.markdown import MARKDOWN_LIMIT, MarkdownEscaper
 from bot.slackapp.marks import PREVIEW, mark
+from bot.slackapp.sessions import TITLE_LIMIT, AgentSessions
+from bot.slackapp.status_line import STATUS_RENEWAL, STOP_OFFER_AFTER, THINKING, StatusLine
 from storage import ConversationKey
 
 log = logging.getLogger(__name__)
-STATUS_RENEWAL = 90.0  # seconds; Slack clears a status after about 2 minutes
 APPEND_INTERVAL = 0.6  # seconds between appends: chat.appendStream is rate tier 4 (100/min)
-STOP_OFFER_AFTER = 3.0  # seconds a run works before its requester is offered Stop
-THINKING = "is thinking…"
-LOADING = ["Thinking…", "Reading the conversation…", "Working it out…"]
 TASK_STATUS = {
     Step.RUNNING: "in_progress",
     Step.DONE: "complete",
@@ -46,42 +45,7 @@ TASK_STATUS = {
 }
 TASK_DETAILS = {Step.WAITING: "Waiting for approval", Step.UNKNOWN: "Outcome unknown"}
 CUT_SHORT = "_This reply was cut short; see below._"
-ERRORS = (SlackApiError, aiohttp.ClientError, TimeoutError, OSError)
-
-
-def _error(exc: BaseException) -> str:
-    if isinstance(exc, SlackApiError):
-        return str(exc.response.get("error") or exc.response.status_code)
-    return type(exc).__name__
-
-
-@dataclass
-class Stream:
-    """One streamed reply in a thread."""
-
-    ts: str | None = None
-    text: str = ""  # safe Markdown not sent yet
-    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # updates not sent yet
-    sent: int = 0  # characters of Markdown sent
-    tail: str = ""  # what the model wrote since its last tool call: the answer, if it ends
-    whole: bool = True  # every character the model wrote is in the stream
-    broken: bool = False  # Slack refused or ended it: nothing more goes in
-    done: bool = False  # closed (as the answer, or as a preview)
-    overtaken: bool = False  # something was posted below it: the answer goes below that
-    escaper: MarkdownEscaper = field(default_factory=MarkdownEscaper)
-
-
-class LiveThread:
-    def __init__(self, key: ConversationKey, requester: str | None, client: AsyncWebClient) -> None:
-        self.key = key
-        self.client = client  # the workspace's
-        self.requester = requester
-        self.stream = Stream()
-        self.lock = asyncio.Lock()  # one Slack call at a time per thread, in order
-        self.status = ""
-        self.reacted = False
-        self.flusher: asyncio.Task[None] | None = None
-        self.timers: list[asyncio.Task[None]] = []
+TITLES_KEPT = 1_000  # first requests waiting for their run to begin here
 
 
 class LiveThreads:
@@ -97,26 +61,37 @@ class LiveThreads:
     ) -> None:
         self.clients = as_clients(client)
         self.append_interval = append_interval
-        self.status_renewal = status_renewal
-        self.stop_offer_after = stop_offer_after
+        self.sessions = AgentSessions()
+        self.status_line = StatusLine(renewal=status_renewal, stop_offer_after=stop_offer_after)
         self.threads: dict[ConversationKey, LiveThread] = {}
         self.no_stream: set[ConversationKey] = set()  # Slack refused streaming there
-        self.no_status: set[str] = set()  # teams where Slack refused a status
+        self.titles: dict[ConversationKey, str] = {}  # first requests of new conversations
+
+    def name(self, key: ConversationKey, request: str) -> None:
+        """The conversation's first request, its title when its run begins (`begin`)."""
+        title = " ".join(request.split())[:TITLE_LIMIT]
+        if title:
+            if len(self.titles) >= TITLES_KEPT:  # runs another replica took: never begun here
+                self.titles.pop(next(iter(self.titles)))
+            self.titles[key] = title
 
     # -- Progress -----------------------------------------------------------------------
 
     async def begin(self, key: ConversationKey, requester: str | None) -> None:
         if key in self.threads:  # a run that did not say it ended: its work is over
             await self.end(key)
+        title = self.titles.pop(key, None)
         try:
             client = await self.clients.for_key(key)
         except TeamNotInstalled:
             return  # nothing to show it to: every other call finds no thread
         thread = self.threads[key] = LiveThread(key, requester, client)
-        await self._set_status(thread, THINKING)
-        thread.timers.append(asyncio.create_task(self._renew(thread)))
-        if requester and self.stop_offer_after is not None:
-            thread.timers.append(asyncio.create_task(self._offer_stop(thread)))
+        if not await self.sessions.open(thread, title):
+            await self.status_line.show(thread, THINKING)
+            if title and key.channel.startswith("D"):  # an assistant thread, the older way
+                await self._set_title(thread, title)
+        native = thread.session and self.sessions.native_stop(key)
+        self.status_line.start(thread, offer_stop=not native)
 
     async def text(self, key: ConversationKey, delta: str) -> None:
         thread = self.threads.get(key)
@@ -145,21 +120,17 @@ class LiveThreads:
         stream.text += stream.escaper.flush()
         stream.escaper = MarkdownEscaper()  # the model's next response starts afresh
         stream.tail = ""
-        if state is Step.RUNNING:
-            await self._set_status(thread, f"is using {tool}…")
-        elif state is Step.WAITING:
-            await self._set_status(thread, "is waiting for approval…")
+        thread.waiting = thread.waiting or state is Step.WAITING
+        if not thread.session:  # a session shows it is working; a status line says how
+            if state is Step.RUNNING:
+                await self.status_line.show(thread, f"is using {tool}…")
+            elif state is Step.WAITING:
+                await self.status_line.show(thread, "is waiting for approval…")
         if key in self.no_stream or stream.broken:
             return
-        update: dict[str, Any] = {
-            "type": "task_update",
-            "id": call_id,
-            "title": tool,
-            "status": TASK_STATUS[state],
-        }
-        if state in TASK_DETAILS:
-            update["details"] = TASK_DETAILS[state]
-        stream.tasks[call_id] = update
+        stream.tasks[call_id] = TaskUpdateChunk(
+            id=call_id, title=tool, status=TASK_STATUS[state], details=TASK_DETAILS.get(state)
+        )
         async with thread.lock:
             await self._flush(thread)
 
@@ -172,10 +143,27 @@ class LiveThreads:
                 timer.cancel()
         async with thread.lock:
             await self._close_preview(thread)
-            if thread.status:
-                await self._set_status(thread, "")
-            if thread.reacted:
-                await self._react(thread, add=False)
+            await self.sessions.settle(thread)
+            await self.status_line.clear(thread)
+
+    async def close_session(self, key: ConversationKey) -> None:
+        """Slack's stop was pressed where nothing runs (a session left `processing` by a
+        run that is over, in a process that is gone): the session is closed."""
+        if key in self.threads:
+            return  # the run here ends it
+        try:
+            client = await self.clients.for_key(key)
+        except TeamNotInstalled:
+            return
+        await self.sessions.close(LiveThread(key, None, client))
+
+    async def _set_title(self, thread: LiveThread, title: str) -> None:
+        try:
+            await thread.client.assistant_threads_setTitle(
+                channel_id=thread.key.channel, thread_ts=thread.key.thread_ts, title=title
+            )
+        except ERRORS as exc:
+            log.debug("%s: no title: %s", thread.key, error_of(exc))
 
     # -- the answer ---------------------------------------------------------------------
 
@@ -218,7 +206,7 @@ class LiveThreads:
                     thread.stream.done = True
                     return False
                 except ERRORS as exc:  # then it holds the answer where it is
-                    log.info("%s: could not remove the stream: %s", key, _error(exc))
+                    log.info("%s: could not remove the stream: %s", key, error_of(exc))
         async with thread.lock:
             stream = thread.stream
             assert stream.ts is not None
@@ -232,7 +220,7 @@ class LiveThreads:
                     stream.done = True
                     return True
                 except SlackApiError as exc:
-                    log.info("%s: closing the stream failed (%s); replacing it", key, _error(exc))
+                    log.info("%s: closing the stream failed (%s); replacing it", key, error_of(exc))
             with contextlib.suppress(*ERRORS):
                 await self._stop_stream(thread)
             await thread.client.chat_update(
@@ -258,7 +246,8 @@ class LiveThreads:
         if stream.done or stream.broken or not (stream.text or stream.tasks):
             return
         text, tasks = stream.text, list(stream.tasks.values())
-        chunks = ([{"type": "markdown_text", "text": text}] if text else []) + tasks
+        chunks: list[Chunk] = [MarkdownTextChunk(text=text)] if text else []
+        chunks += tasks
         try:
             if stream.ts is None:
                 started = await thread.client.chat_startStream(
@@ -275,7 +264,7 @@ class LiveThreads:
                     channel=key.channel, ts=stream.ts, chunks=chunks
                 )
         except ERRORS as exc:
-            log.info("%s: streaming stopped (%s); the answer will be posted", key, _error(exc))
+            log.info("%s: streaming stopped (%s); the answer will be posted", key, error_of(exc))
             stream.broken, stream.whole = True, False
             if stream.ts is None:
                 self.no_stream.add(key)  # this thread gets plain posts from now on
@@ -283,16 +272,16 @@ class LiveThreads:
         stream.sent += len(text)
         stream.text = stream.text[len(text) :]  # what arrived meanwhile stays
         for sent in tasks:
-            if stream.tasks.get(sent["id"]) is sent:  # not updated meanwhile
-                del stream.tasks[sent["id"]]
+            if stream.tasks.get(sent.id) is sent:  # not updated meanwhile
+                del stream.tasks[sent.id]
 
     async def _stop_stream(self, thread: LiveThread, **final: Any) -> None:
         stream = thread.stream
         assert stream.ts is not None
-        chunks: list[dict[str, Any]] = []
+        chunks: list[Chunk] = []
         text = stream.text if not stream.broken else ""
         if text:
-            chunks.append({"type": "markdown_text", "text": text})
+            chunks.append(MarkdownTextChunk(text=text))
         chunks += list(stream.tasks.values())
         await thread.client.chat_stopStream(
             channel=thread.key.channel, ts=stream.ts, chunks=chunks or None, **final
@@ -325,68 +314,4 @@ class LiveThreads:
                     metadata=mark(PREVIEW),
                 )
         except ERRORS as exc:
-            log.warning("%s: could not close the streamed reply: %s", thread.key, _error(exc))
-
-    # -- status, reactions, Stop --------------------------------------------------------
-
-    async def _set_status(self, thread: LiveThread, status: str) -> None:
-        key = thread.key
-        if key.team in self.no_status:
-            if status and not thread.reacted:
-                await self._react(thread, add=True)
-            return
-        try:
-            await thread.client.assistant_threads_setStatus(
-                channel_id=key.channel,
-                thread_ts=key.thread_ts,
-                status=status,
-                loading_messages=LOADING if status == THINKING else None,
-            )
-            thread.status = status
-        except SlackApiError as exc:
-            log.info("%s: no status (%s); reactions instead", key, _error(exc))
-            self.no_status.add(key.team)
-            if status:
-                await self._react(thread, add=True)
-        except ERRORS as exc:
-            log.debug("%s: status not set: %s", key, _error(exc))
-
-    async def _renew(self, thread: LiveThread) -> None:
-        """Slack drops a status after about 2 minutes: say it again while the run works."""
-        while True:
-            await asyncio.sleep(self.status_renewal)
-            if thread.status:
-                async with thread.lock:
-                    await self._set_status(thread, thread.status)
-
-    async def _react(self, thread: LiveThread, *, add: bool) -> None:
-        key = thread.key
-        try:
-            if add:
-                await thread.client.reactions_add(
-                    channel=key.channel, timestamp=key.thread_ts, name="eyes"
-                )
-            else:
-                await thread.client.reactions_remove(
-                    channel=key.channel, timestamp=key.thread_ts, name="eyes"
-                )
-            thread.reacted = add
-        except ERRORS as exc:
-            log.debug("%s: reaction: %s", key, _error(exc))
-
-    async def _offer_stop(self, thread: LiveThread) -> None:
-        """A run still working after a few seconds: its requester gets a Stop control."""
-        assert self.stop_offer_after is not None and thread.requester
-        await asyncio.sleep(self.stop_offer_after)
-        if self.threads.get(thread.key) is not thread:
-            return
-        try:
-            await thread.client.chat_postEphemeral(
-                channel=thread.key.channel,
-                user=thread.requester,
-                thread_ts=thread.key.thread_ts,
-                text="Working on it. Use Stop to end the run.",
-                blocks=stop_blocks(thread.key),
-            )
-        except ERRORS as exc:
-            log.debug("%s: no Stop control: %s", thread.key, _error(exc))
+            log.warning("%s: could not close the streamed reply: %s", thread.key, error_of(exc))

@@ -17,6 +17,7 @@ failure, and nothing is sent."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -41,6 +42,7 @@ from bot.slackapp.agent_blocks import feedback_blocks, markdown_block
 from bot.slackapp.blocks import approval_blocks, decided_blocks, set_aside_blocks
 from bot.slackapp.clients import NOT_INSTALLED, SlackClients, TeamNotInstalled, as_clients
 from bot.slackapp.duplicates import RECHECK_SECONDS, DuplicateCheck
+from bot.slackapp.home import ON_HOME
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.markdown import safe_markdown, split_markdown
 from bot.slackapp.marks import mark
@@ -117,9 +119,13 @@ class SlackPoster:
         live: LiveThreads | None = None,
         *,
         recheck_after: float = RECHECK_SECONDS,
+        after_decision: Callable[[Decided], None] | None = None,
+        on_home: Callable[[Refused], None] | None = None,
     ) -> None:
         self.clients = as_clients(client)
         self.live = live
+        self.after_decision = after_decision  # e.g. the Home tabs it changes, refreshed
+        self.on_home = on_home  # answers a refused click made on the Home tab
         self.readback = Readback(self.clients)
         self.duplicates = DuplicateCheck(self.readback, recheck_after)
 
@@ -174,6 +180,8 @@ class SlackPoster:
             reason = f": {escape(outcome.reason)}" if outcome.reason else ""
             text = f"`{escape(outcome.tool_name)}` {verdict} by <@{outcome.user}>{reason}"
             await self._post(outcome, ref, 0, text=truncate(text, MESSAGE_LIMIT))
+            if self.after_decision is not None:
+                self.after_decision(outcome)
         elif isinstance(outcome, Refused | StatusReply):
             await self._answer_privately(outcome)
         # Duplicate and Discarded answer one request: the caller shows them.
@@ -284,7 +292,12 @@ class SlackPoster:
             log.warning("%s: updating the request %s failed: %s", outcome.key, card, exc)
 
     async def _answer_privately(self, outcome: Refused | StatusReply) -> None:
-        """An answer to one person's request: through its response_url, else ephemeral."""
+        """An answer to one person's request: through its response_url (on the Home tab,
+        for a click made there), else ephemeral."""
+        if outcome.reply_to == ON_HOME:
+            if self.on_home is not None and isinstance(outcome, Refused):
+                self.on_home(outcome)
+            return
         if outcome.reply_to:
             response = await AsyncWebhookClient(outcome.reply_to).send(
                 text=outcome.text, response_type="ephemeral", replace_original=False

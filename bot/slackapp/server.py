@@ -32,6 +32,7 @@ from bot.slackapp.app import build_app, web_api_session, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients
 from bot.slackapp.conversation_source import SlackSource
 from bot.slackapp.gate import Refused, slack_request
+from bot.slackapp.home import HomeTab
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.oauth import install_routes, installs
 from bot.slackapp.poster import SlackPoster
@@ -138,7 +139,14 @@ async def _serve(
     clients: SlackClients = many.clients if many else OneWorkspace(client)
     live = LiveThreads(clients)
     runtime.progress = live
-    poster = SlackPoster(clients, live, recheck_after=settings.duplicate_check_seconds)
+    home = HomeTab(runtime, clients, admins or runtime.settings.admins, many_workspaces=bool(many))
+    poster = SlackPoster(
+        clients,
+        live,
+        recheck_after=settings.duplicate_check_seconds,
+        after_decision=home.after_decision,
+        on_home=home.tell,
+    )
     runtime.on_outcome = poster
     # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
     # Slack's and the storage's first connections. Many workspaces have no one token.
@@ -156,6 +164,8 @@ async def _serve(
         workspace_url,
         identity,
         installs=many,
+        live=live,
+        home=home,
     )
     web_app = web.Application()
     if not settings.socket_mode:
@@ -193,6 +203,7 @@ async def _serve(
             await sweep
         await runtime.drain(grace)
         await poster.close()
+        await home.close()
         if socket_handler is not None:
             await socket_handler.close_async()  # type: ignore[no-untyped-call]
         await runner.cleanup()

@@ -1,6 +1,7 @@
 """The bodies Slack sends to an app: events as JSON, slash commands form-encoded, button
-clicks as `payload=<json>`; signed like Slack signs them; and the events inside them
-(mentions, channel and thread messages, direct messages). Shared by local mode's stand-in
+clicks as `payload=<json>` (on a message, or on the Home tab's view); signed like Slack signs
+them; and the events inside them (mentions, channel and thread messages, direct messages,
+the agent's container and sessions). Shared by local mode's stand-in
 and the tests, so both speak to the bot exactly alike."""
 
 from __future__ import annotations
@@ -75,6 +76,67 @@ def direct_message(
 ) -> dict[str, Any]:
     """A message to the app in a direct message channel (`D...`)."""
     return message(user=user, text=text, ts=ts, channel=channel, team=team, channel_type="im")
+
+
+def app_home_opened(*, user: str, channel: str, tab: str) -> dict[str, Any]:
+    """A person opens the app: its Messages tab (`messages`: the agent's DM, in the agent
+    experience) or its Home tab (`home`)."""
+    stamp = f"{time.time():.6f}"
+    return {
+        "type": "app_home_opened",
+        "user": user,
+        "channel": channel,
+        "tab": tab,
+        "event_ts": stamp,
+    }
+
+
+def app_context_changed(
+    *, user: str, channel: str, entities: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What a person views beside the agent's container changed (`entities`, most relevant
+    first, e.g. `{"type": "slack#/types/channel_id", "value": "C1", "team_id": "T1"}`)."""
+    return {
+        "type": "app_context_changed",
+        "user": user,
+        "channel": channel,
+        "context": {"entities": entities} if entities else {},
+        "event_ts": f"{time.time():.6f}",
+    }
+
+
+def assistant_thread(
+    kind: str, *, user: str, channel: str, thread_ts: str, viewing: str | None = None
+) -> dict[str, Any]:
+    """The older assistant experience's `assistant_thread_started` or
+    `assistant_thread_context_changed` (`kind`): a thread of the assistant's DM, opened
+    beside channel `viewing`."""
+    context: dict[str, Any] = {"channel_id": viewing} if viewing else {}
+    return {
+        "type": kind,
+        "assistant_thread": {
+            "user_id": user,
+            "context": context,
+            "channel_id": channel,
+            "thread_ts": thread_ts,
+        },
+        "event_ts": f"{time.time():.6f}",
+    }
+
+
+def agent_session_stopped(
+    *, user: str, channel: str, thread_ts: str, streams: list[str]
+) -> dict[str, Any]:
+    """Someone pressed Slack's own stop on the thread's agent session (`streams`: the
+    streaming messages Slack ended)."""
+    return {
+        "type": "agent_session_stopped",
+        "channel": channel,
+        "thread_ts": thread_ts,
+        "user": user,
+        "streaming_message_ts": streams,
+        "event_ts": f"{time.time():.6f}",
+    }
 
 
 def event_callback(
@@ -168,6 +230,43 @@ def block_actions(
         payload["enterprise"] = {"id": enterprise, "name": enterprise}
         payload["is_enterprise_install"] = org_wide
         payload["user"]["team_id"] = team
+    return urlencode({"payload": json.dumps(payload)})
+
+
+def view_actions(
+    *,
+    team: str,
+    user: str,
+    view: dict[str, Any],
+    action_id: str,
+    value: str,
+    block_id: str = "b",
+    enterprise: str | None = None,
+    org_wide: bool = False,
+) -> str:
+    """A click on a button of a view (the Home tab), form-encoded: its container is the
+    view; there is no message, no channel and no response_url."""
+    payload: dict[str, Any] = {
+        "type": "block_actions",
+        "team": {"id": team},
+        "user": {"id": user, "team_id": team},
+        "api_app_id": APP_ID,
+        "trigger_id": uuid.uuid4().hex,
+        "container": {"type": "view", "view_id": view.get("id", "V0HOME")},
+        "view": {"id": view.get("id", "V0HOME"), "type": "home", "blocks": view["blocks"]},
+        "actions": [
+            {
+                "action_id": action_id,
+                "block_id": block_id,
+                "type": "button",
+                "value": value,
+                "action_ts": str(time.time()),
+            }
+        ],
+    }
+    if enterprise:
+        payload["enterprise"] = {"id": enterprise, "name": enterprise}
+        payload["is_enterprise_install"] = org_wide
     return urlencode({"payload": json.dumps(payload)})
 
 

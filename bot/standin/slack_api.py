@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.standin.container import ContainerMethods
 from bot.standin.oauth import Grant, OAuthApp, OAuthMethods, Team, basic_auth
 from bot.standin.people_files import PeopleAndFiles
 from bot.standin.records import Call, Message, StatusChange, json_list, json_object
@@ -34,11 +35,12 @@ TEAM = "T0LOCAL"
 _PEER: contextvars.ContextVar[str | None] = contextvars.ContextVar("peer", default=None)
 
 
-class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
+class SlackWebApi(AgentMethods, ContainerMethods, OAuthMethods, PeopleAndFiles):
     def __init__(
         self, team: str = TEAM, bot_user: str = BOT_USER, *, token: str | None = None
     ) -> None:
         PeopleAndFiles.__init__(self)
+        ContainerMethods.__init__(self)
         self.team = team
         self.token = token
         self.teams: dict[str, Team] = {team: Team(team, "Local")}
@@ -55,7 +57,9 @@ class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
         self.socket_url: str | None = None
         self.rate_limited: dict[str, int] = {}  # method -> how many more 429s to answer
         self.failures: dict[str, list[str | int]] = {}  # method -> next answers: status/error
-        self.channel_errors: dict[str, str] = {}  # channel -> error for chat.* and assistant.*
+        self.channel_errors: dict[
+            str, str
+        ] = {}  # channel -> error for chat.*, assistant.*, agents.*
         self.method_errors: dict[str, str] = {}  # method -> error for every call (a feature off)
         self.holds: dict[str, asyncio.Event] = {}  # method -> its next call waits for it
         self._landing: set[asyncio.Task[dict[str, Any]]] = set()  # held calls, applied later
@@ -165,7 +169,7 @@ class SlackWebApi(AgentMethods, OAuthMethods, PeopleAndFiles):
         if method in self.method_errors:
             return self.method_errors[method]
         channel = args.get("channel") or args.get("channel_id")
-        if method.startswith(("chat.", "assistant.")) and channel in self.channel_errors:
+        if method.startswith(("chat.", "assistant.", "agents.")) and channel in self.channel_errors:
             return self.channel_errors[str(channel)]
         return None
 

@@ -137,6 +137,9 @@ class Workspace:
     ) -> None:
         self.bot_token = f"xoxb-local-{secrets.token_hex(12)}"
         self.api = SlackWebApi(token=self.bot_token)
+        # The page shows a status line and the bot's Stop control, not agent sessions (yet):
+        # a workspace that refuses sessions, so the bot shows its work the way the page does.
+        self.api.sessions_refused = "not_allowed_token_type"
         # One workspace (a bot token), or two installed through the OAuth flow (`oauth`).
         self.places = Places(
             self.api,

@@ -144,7 +144,7 @@ class Commits:
             update.set_if_missing("expires_at", n(epoch_seconds(self.t.record_ttl(now))))
             update.set_if_missing("generation", n(generation))
         if commit.status is not None:
-            self.t.set_status(update, commit.key, commit.status)
+            self.t.set_status(update, commit.key, commit.status, run_by=commit.run_by, now=now)
         if commit.release:
             update.remove("lease_owner")
             update.remove("lease_expires_ms")

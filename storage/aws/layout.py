@@ -11,6 +11,7 @@
     pk = EVENT#<event id>               sk = EVENT                      a claimed event (global)
     pk = INSTALL#<install id>           sk = INSTALL                    an installation document
     pk = STATE#<state>                  sk = STATE                      a one-time state
+    pk = PERSON#<[ent:]team:user>       sk = PERSON                     a person's record
 
 Queued messages live in the record itself (`in:<entry id>` attributes) with their event claims,
 so that keeping a message, taking the thread and reading what is queued is one write that
@@ -44,6 +45,16 @@ Index `by_place` (sparse): hash `place_key` = the key without its thread_ts
 awaiting approval or interrupted are in it (`Tables.set_status` sets and removes the
 attribute), so one channel's paused threads are one query, newest first.
 
+Index `by_waiting` (sparse): hash `waiting_ws` = the key's workspace (`[enterprise:]team`,
+see `workspace_of`), range `waiting_sk` = `<user>#<waiting since, ms:013d>`; only
+conversations awaiting approval that wait on someone are in it (`Tables.set_status`), so the
+approvals waiting on one person are one query (`begins_with` their id), and a workspace's
+all of them one partition. It carries the checkpoint pointer too: the calls that wait are
+read from it without reading the record.
+
+Person records (`storage.people`): pk = `PERSON#<[enterprise:]team:user>`, sk = `PERSON`,
+the record's document in `doc`, its `version` (each write's condition) and `expires_at`.
+
 `gen` is the record's generation (its creation time in ms, 13 digits): a record that TTL
 removed and that is created again starts a new generation, so none of the old rows (which
 expire on their own) are seen or collided with. Records written before generations existed
@@ -74,6 +85,7 @@ from storage.models import (
 
 STATUS_INDEX = "by_status_shard"
 PLACE_INDEX = "by_place"
+WAITING_INDEX = "by_waiting"
 META = "META"
 ITEM_PREFIX = "ITEM#"
 TOOL_PREFIX = "TOOL#"
@@ -110,6 +122,18 @@ INDEX_ATTRIBUTES = (
 )
 # The place index carries the same, and who took part (whom `/resume` lists a thread to).
 PLACE_ATTRIBUTES = (*INDEX_ATTRIBUTES, "participants")
+# The approval index: the same, its activity, who started the run, and the checkpoint
+# pointer (where the calls that wait are).
+WAITING_ATTRIBUTES = (*PLACE_ATTRIBUTES, "last_activity_ms", "run_by", "checkpoint")
+
+
+def waiting_sk(user: str, since: datetime) -> str:
+    """The approval index's sort key: the person, then when the wait began."""
+    return f"{user}#{ms(since):013d}"
+
+
+def person_key(key: str) -> dict[str, Value]:
+    return {"pk": s(f"PERSON#{key}"), "sk": s("PERSON")}
 
 
 def conv_pk(key: ConversationKey) -> str:
@@ -258,12 +282,22 @@ def record_from_item(item: Item, *, with_inbox: bool = False) -> Conversation:
         counted=_text(item, "counted"),
         stop_by=_text(item, "stop_by"),
         run_by=_text(item, "run_by"),
+        **_waiting(item),
         expired_from=Expiry.model_validate_json(gone_state) if gone_state else None,
         feedback=FeedbackTally(
             good=max(_number(item, "fb_good"), 0), bad=max(_number(item, "fb_bad"), 0)
         ),
         inbox=_inbox(item) if with_inbox else None,
     )
+
+
+def _waiting(item: Item) -> dict[str, object]:
+    """Whom it waits on and since when, from the approval index's sort key."""
+    sort_key = _text(item, "waiting_sk")
+    if not sort_key or "#" not in sort_key:
+        return {}
+    user, _, since = sort_key.rpartition("#")
+    return {"waiting_on": user, "waiting_since": from_ms(since)}
 
 
 def _inbox(item: Item) -> list[InboxEntry] | None:

@@ -4,8 +4,10 @@ It scans the conversation records once (a Scan is fine for a migration, never fo
 and, for each: puts it in the sharded status index (`status_key`), counts it in the sharded
 counters (`counted`), and moves messages still queued in `INBOX#` rows into the record
 (first release); puts a paused one in the place index (`place_key`, releases before
-`by_place`). Idempotent: a record already migrated is left alone. Run it with traffic
-drained (the place index alone is safe to backfill under traffic: see `_place`)."""
+`by_place`), and one awaiting approval in the approval index for its run's starter
+(`waiting_ws`, releases before `by_waiting`). Idempotent: a record already migrated is left
+alone. Run it with traffic drained (the place and approval indexes alone are safe to
+backfill under traffic: see `_place`, `_waiting`)."""
 
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ from storage.aws.layout import (
     counter_key,
     record_from_item,
     status_key,
+    waiting_sk,
 )
 from storage.aws.records import INLINE_ENTRY_LIMIT
 from storage.aws.tables import Tables
-from storage.models import ConversationKey, Status
+from storage.models import ConversationKey, Status, waitable
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -45,6 +48,7 @@ class Migrated:
     counted: int = 0
     messages_moved: int = 0
     placed: int = 0
+    waiting: int = 0
 
 
 def migrate(tables: Tables) -> Migrated:
@@ -60,6 +64,7 @@ def migrate(tables: Tables) -> Migrated:
             done.records += 1
             _migrate_record(tables, item, done)
             _place(tables, item, done)
+            _waiting(tables, item, done)
     return done
 
 
@@ -86,6 +91,34 @@ def _place(tables: Tables, item: Item, done: Migrated) -> None:
             raise
         return  # its status changed, or a second run placed it
     done.placed += 1
+
+
+def _waiting(tables: Tables, item: Item, done: Migrated) -> None:
+    """A record awaiting approval written before the approval index: listed for its run's
+    starter, waiting since its last activity, on the condition that its status is still the
+    one read (a write since then set or removed the keys itself)."""
+    record = record_from_item(item)
+    if record.status is not Status.AWAITING_APPROVAL or "waiting_ws" in item:
+        return
+    if record.run_by is None or not waitable(record.run_by):
+        return
+    try:
+        tables.dynamodb.update_item(
+            TableName=tables.table,
+            Key={"pk": item["pk"], "sk": item["sk"]},
+            UpdateExpression="SET waiting_ws = :ws, waiting_sk = :sk",
+            ConditionExpression="conv_status = :status AND attribute_not_exists(waiting_ws)",
+            ExpressionAttributeValues={
+                ":ws": s(record.key.workspace),
+                ":sk": s(waiting_sk(record.run_by, record.last_activity_at)),
+                ":status": item["conv_status"],
+            },
+        )
+    except ClientError as exc:
+        if code(exc) != "ConditionalCheckFailedException":
+            raise
+        return
+    done.waiting += 1
 
 
 def _migrate_record(tables: Tables, item: Item, done: Migrated) -> None:

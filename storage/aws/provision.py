@@ -7,7 +7,14 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from storage.aws.layout import INDEX_ATTRIBUTES, PLACE_ATTRIBUTES, PLACE_INDEX, STATUS_INDEX
+from storage.aws.layout import (
+    INDEX_ATTRIBUTES,
+    PLACE_ATTRIBUTES,
+    PLACE_INDEX,
+    STATUS_INDEX,
+    WAITING_ATTRIBUTES,
+    WAITING_INDEX,
+)
 
 TTL_ATTRIBUTE = "expires_at"
 # The table as the code uses it; infra/template.yaml must declare the same (a test checks).
@@ -18,6 +25,8 @@ TABLE_DEFINITION: dict[str, Any] = {
         {"AttributeName": "status_key", "AttributeType": "S"},
         {"AttributeName": "last_activity_ms", "AttributeType": "N"},
         {"AttributeName": "place_key", "AttributeType": "S"},
+        {"AttributeName": "waiting_ws", "AttributeType": "S"},
+        {"AttributeName": "waiting_sk", "AttributeType": "S"},
     ],
     "KeySchema": [
         {"AttributeName": "pk", "KeyType": "HASH"},
@@ -46,6 +55,19 @@ TABLE_DEFINITION: dict[str, Any] = {
             "Projection": {
                 "ProjectionType": "INCLUDE",
                 "NonKeyAttributes": [a for a in PLACE_ATTRIBUTES if a not in ("pk", "sk")],
+            },
+        },
+        {
+            "IndexName": WAITING_INDEX,
+            "KeySchema": [
+                {"AttributeName": "waiting_ws", "KeyType": "HASH"},
+                {"AttributeName": "waiting_sk", "KeyType": "RANGE"},
+            ],
+            # The same, and what the Home tab shows of each: the calls that wait are read
+            # from the checkpoint the pointer names.
+            "Projection": {
+                "ProjectionType": "INCLUDE",
+                "NonKeyAttributes": [a for a in WAITING_ATTRIBUTES if a not in ("pk", "sk")],
             },
         },
     ],

@@ -1,7 +1,8 @@
 """Operational queries in a bounded number of requests at any table size: lists through the
 sharded status index (one query per shard, merged by activity), counts from the sharded
 counters (one query per shard), a channel's paused threads through the place index (a few
-pages of one partition)."""
+pages of one partition), the approvals waiting on a person or in a workspace through the
+approval index (one query of a person's entries; a few pages of a workspace's)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from storage.aws.layout import (
     PLACE_INDEX,
     PLACED,
     STATUS_INDEX,
+    WAITING_INDEX,
     day_of,
     ms,
     record_from_item,
@@ -23,8 +25,8 @@ from storage.aws.layout import (
     team_prefix,
 )
 from storage.aws.tables import Tables
-from storage.base import PAUSED_PAGES
-from storage.models import Conversation, Status, place_of
+from storage.base import PAUSED_PAGES, WAITING_PAGES
+from storage.models import Conversation, Status, place_of, waitable, workspace_of
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
@@ -173,6 +175,60 @@ class Queries:
                 break
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         return found[:limit]
+
+    def list_waiting_on(
+        self, team: str, user: str, enterprise: str | None, limit: int
+    ) -> list[Conversation]:
+        """One query of the person's entries in the approval index, newest first."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or not waitable(user) or limit < 1:
+            return []
+        query = self._waiting_query(workspace, limit, user)
+        query["ScanIndexForward"] = False
+        page = self.t.dynamodb.query(**query)
+        return [self._listed(item) for item in page["Items"] if self._waits(item)]
+
+    def list_waiting_in(self, team: str, enterprise: str | None, limit: int) -> list[Conversation]:
+        """The workspace's partition of the approval index, a page of `limit` entries at a
+        time, at most `WAITING_PAGES` pages; the most recently waiting of them first."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or limit < 1:
+            return []
+        query = self._waiting_query(workspace, limit)
+        found: list[Conversation] = []
+        for _ in range(WAITING_PAGES):
+            page = self.t.dynamodb.query(**query)
+            found += [self._listed(item) for item in page["Items"] if self._waits(item)]
+            if "LastEvaluatedKey" not in page:
+                break
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        found.sort(key=lambda r: r.waiting_since or r.last_activity_at, reverse=True)
+        return found[:limit]
+
+    def _waiting_query(
+        self, workspace: str, limit: int, user: str | None = None
+    ) -> QueryInputTypeDef:
+        """The workspace's entries of the approval index (one person's, with `user`)."""
+        since = ms(self.t.clock() - self.t.state_ttl)
+        condition = "waiting_ws = :ws"
+        values = {":ws": s(workspace), ":since": n(since)}
+        if user is not None:
+            condition += " AND begins_with(waiting_sk, :user)"
+            values[":user"] = s(f"{user}#")
+        return {
+            "TableName": self.t.table,
+            "IndexName": WAITING_INDEX,
+            "KeyConditionExpression": condition,
+            # Not those whose state expired (tombstones): a TTL after their last activity.
+            "FilterExpression": "last_activity_ms >= :since",
+            "ExpressionAttributeValues": values,
+            "Limit": limit,
+        }
+
+    def _waits(self, item: Item) -> bool:
+        """A replica of an earlier release moves the status without the approval index's
+        keys: the projected status has the last word."""
+        return Status(item["conv_status"]["S"]) is Status.AWAITING_APPROVAL
 
     def count_by_status(self) -> dict[Status, int]:
         """From the counters: conversations by the status they last settled in, whose state

@@ -24,6 +24,7 @@ from storage.aws.history import History
 from storage.aws.installations import Installations
 from storage.aws.ledger import Ledger
 from storage.aws.migrate import Migrated, migrate
+from storage.aws.people import People
 from storage.aws.queries import Queries
 from storage.aws.records import Records
 from storage.aws.tables import Tables
@@ -40,6 +41,7 @@ from storage.models import (
     ToolCallStatus,
     Verdict,
 )
+from storage.people import Change, Person, PersonKey
 
 CLIENT_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5},
@@ -78,6 +80,7 @@ class AwsStore(Store):
         self.queries = Queries(self.tables)
         self.feedback = Feedback(self.tables)
         self.installations = Installations(self.tables)
+        self.people = People(self.tables)
 
     def close(self) -> None:
         self.queries.close()
@@ -248,6 +251,28 @@ class AwsStore(Store):
         limit: int = 50,
     ) -> list[Conversation]:
         return self.queries.list_paused_in(team, channel, enterprise, participant, limit)
+
+    @translated
+    def list_waiting_on(
+        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
+    ) -> list[Conversation]:
+        return self.queries.list_waiting_on(team, user, enterprise, limit)
+
+    @translated
+    def list_waiting_in(
+        self, team: str, *, enterprise: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        return self.queries.list_waiting_in(team, enterprise, limit)
+
+    # -- people -------------------------------------------------------------------------
+
+    @translated
+    def get_person(self, key: PersonKey) -> Person | None:
+        return self.people.get(key)
+
+    @translated
+    def _change_person(self, key: PersonKey, change: Change) -> Person | None:
+        return self.people.change(key, change)
 
     # -- installations ------------------------------------------------------------------
 

@@ -17,8 +17,9 @@ from storage.aws.layout import (
     ms,
     shard_of,
     status_key,
+    waiting_sk,
 )
-from storage.models import ConversationKey, Status
+from storage.models import ConversationKey, Status, waitable
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -75,11 +76,26 @@ class Tables:
         update.set_if_missing(STATE_EXPIRES, n(epoch_seconds(self.expiry(now))))
         update.set_if_missing("expires_at", n(epoch_seconds(self.record_ttl(now))))
 
-    def set_status(self, update: Update, key: ConversationKey, status: Status) -> None:
-        """The status, its place in the sharded status index (idle is not indexed) and in
-        the place index (only while awaiting approval or interrupted). Every write of the
-        status goes through here, so the indexes follow it."""
+    def set_status(
+        self,
+        update: Update,
+        key: ConversationKey,
+        status: Status,
+        *,
+        run_by: str | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        """The status, its place in the sharded status index (idle is not indexed), in the
+        place index (only while awaiting approval or interrupted) and in the approval index
+        (awaiting approval, for `run_by`: a write that names nobody leaves it as it was).
+        Every write of the status goes through here, so the indexes follow it."""
         update.set("conv_status", s(status.value))
+        if status is not Status.AWAITING_APPROVAL:
+            update.remove("waiting_ws")
+            update.remove("waiting_sk")
+        elif run_by is not None and waitable(run_by):
+            update.set("waiting_ws", s(key.workspace))
+            update.set("waiting_sk", s(waiting_sk(run_by, now or self.clock())))
         if status in INDEXED:
             update.set("status_key", s(status_key(status, self.shard(key))))
         else:

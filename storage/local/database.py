@@ -29,7 +29,9 @@ from storage.models import (
     ConversationKey,
     InboxEntry,
     Lease,
+    Status,
     ToolCallRecord,
+    waitable,
 )
 
 P = ParamSpec("P")
@@ -69,6 +71,8 @@ class Database(Store):
         self.busy_timeout = 60.0  # seconds a write waits for another writer's lock
         schema = resources.files("storage.local").joinpath("schema.sql").read_text()
         self._connection().executescript(schema)
+        with self._write() as db:
+            _waiting_columns(db)
 
     # -- connection handling ------------------------------------------------------------
 
@@ -145,19 +149,77 @@ class Database(Store):
         return self.new_record(key, now)
 
     def _save(self, db: sqlite3.Connection, record: Conversation) -> None:
+        waiting = record.status is Status.AWAITING_APPROVAL and record.waiting_on is not None
+        since = record.waiting_since or record.last_activity_at
         db.execute(
-            "INSERT INTO conversations (key, status, last_activity_at, expires_at, record)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET status=excluded.status,"
+            "INSERT INTO conversations (key, status, last_activity_at, expires_at, record,"
+            " waiting_ws, waiting_user, waiting_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(key) DO UPDATE SET status=excluded.status,"
             " last_activity_at=excluded.last_activity_at, expires_at=excluded.expires_at,"
-            " record=excluded.record",
+            " record=excluded.record, waiting_ws=excluded.waiting_ws,"
+            " waiting_user=excluded.waiting_user, waiting_since=excluded.waiting_since",
             (
                 str(record.key),
                 record.status.value,
                 record.last_activity_at.timestamp(),
                 record.expires_at.timestamp(),
                 record.model_dump_json(),
+                record.key.workspace if waiting else None,
+                record.waiting_on if waiting else None,
+                since.timestamp() if waiting else None,
             ),
         )
+
+
+def status_change(status: Status, run_by: str | None, now: datetime) -> dict[str, object]:
+    """The fields a write that sets `status` changes: the approval listing follows it, as
+    the aws backend's index does (`Tables.set_status`)."""
+    update: dict[str, object] = {"status": status}
+    if status is not Status.AWAITING_APPROVAL:
+        update |= {"waiting_on": None, "waiting_since": None}
+    elif waitable(run_by):
+        update |= {"waiting_on": run_by, "waiting_since": now}
+    return update
+
+
+WAITING_COLUMNS = ("waiting_ws", "waiting_user", "waiting_since")
+
+
+def _waiting_columns(db: sqlite3.Connection) -> None:
+    """The approval listing's columns and their partial index (sparse, like the aws
+    backend's `by_waiting`): added to a database made before them, whose conversations
+    awaiting approval are listed for their run's starter from then on."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(conversations)")}
+    missing = [column for column in WAITING_COLUMNS if column not in present]
+    for column in missing:
+        kind = "REAL" if column == "waiting_since" else "TEXT"
+        db.execute(f"ALTER TABLE conversations ADD COLUMN {column} {kind}")
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS conversations_waiting ON conversations"
+        " (waiting_ws, waiting_user, waiting_since) WHERE waiting_ws IS NOT NULL"
+    )
+    if not missing:
+        return
+    rows = db.execute(
+        "SELECT record FROM conversations WHERE status = ?", (Status.AWAITING_APPROVAL.value,)
+    ).fetchall()
+    for (text,) in rows:
+        record = Conversation.model_validate_json(text)
+        if waitable(record.run_by):
+            waiting = record.model_copy(
+                update={"waiting_on": record.run_by, "waiting_since": record.last_activity_at}
+            )
+            db.execute(
+                "UPDATE conversations SET record = ?, waiting_ws = ?, waiting_user = ?,"
+                " waiting_since = ? WHERE key = ?",
+                (
+                    waiting.model_dump_json(),
+                    waiting.key.workspace,
+                    waiting.run_by,
+                    waiting.last_activity_at.timestamp(),
+                    str(waiting.key),
+                ),
+            )
 
 
 def _write_ahead_log(db: sqlite3.Connection, attempts: int = 100) -> None:

@@ -1,18 +1,20 @@
 """The local backend's operational queries: conversations by status, counts, a team's, a
-channel's paused threads."""
+channel's paused threads, the approvals waiting on a person or in a workspace."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
 
-from storage.base import INDEXED, PAUSED_IN_CHANNEL, PAUSED_PAGES
+from storage.base import INDEXED, PAUSED_IN_CHANNEL, PAUSED_PAGES, WAITING_PAGES
 from storage.local.database import Database, translated
 from storage.models import (
     Conversation,
     ConversationKey,
     Status,
     place_of,
+    waitable,
+    workspace_of,
 )
 
 # The partial index's condition, spelled out (sqlite uses a partial index only for a query
@@ -100,6 +102,43 @@ class Queries(Database):
             if not self._expired(record, now)
             and (participant is None or participant in record.participants)
         ][:limit]
+
+    @translated
+    def list_waiting_on(
+        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
+    ) -> list[Conversation]:
+        """Through the partial index `conversations_waiting`: that person's entries only."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or not waitable(user) or limit < 1:
+            return []
+        rows = self._connection().execute(
+            "SELECT record FROM conversations INDEXED BY conversations_waiting"
+            " WHERE waiting_ws = ? AND waiting_user = ? AND waiting_ws IS NOT NULL"
+            " AND expires_at >= ? ORDER BY waiting_since DESC LIMIT ?",
+            (workspace, user, self.clock().timestamp(), limit),
+        )
+        return [Conversation.model_validate_json(text) for (text,) in rows]
+
+    @translated
+    def list_waiting_in(
+        self, team: str, *, enterprise: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """That workspace's entries of `conversations_waiting`: at most `limit *
+        WAITING_PAGES` rows examined (the most recently waiting of them listed), as the aws
+        backend examines that many index entries."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or limit < 1:
+            return []
+        rows = self._connection().execute(
+            "SELECT record, expires_at FROM conversations INDEXED BY conversations_waiting"
+            " WHERE waiting_ws = ? AND waiting_ws IS NOT NULL"
+            " ORDER BY waiting_user, waiting_since LIMIT ?",
+            (workspace, limit * WAITING_PAGES),
+        )
+        now = self.clock().timestamp()
+        found = [Conversation.model_validate_json(text) for text, expires in rows if expires >= now]
+        found.sort(key=lambda r: r.waiting_since or r.last_activity_at, reverse=True)
+        return found[:limit]
 
 
 def _of_team(key: ConversationKey, team: str | None, enterprise: str | None) -> bool:

@@ -54,3 +54,9 @@ CREATE TABLE IF NOT EXISTS one_time_states (
     state TEXT PRIMARY KEY,
     expires_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS people (
+    key TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    expires_at REAL NOT NULL
+);

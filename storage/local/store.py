@@ -24,11 +24,13 @@ from storage.local.database import (
     read_inbox,
     read_record,
     read_tool,
+    status_change,
     translated,
 )
 from storage.local.feedback import Feedback
 from storage.local.installations import Installations
 from storage.local.ledger import Ledgers
+from storage.local.people import People
 from storage.local.queries import Queries
 from storage.models import (
     Conversation,
@@ -43,7 +45,7 @@ from storage.models import (
 CONTENT_GRACE = timedelta(days=1)  # content outlives the history rows that refer to it
 
 
-class LocalStore(Ledgers, Queries, Installations, Feedback):
+class LocalStore(Ledgers, Queries, Installations, People, Feedback):
     # -- leases -------------------------------------------------------------------------
 
     @translated
@@ -75,9 +77,9 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
                     "fence": record.fence + 1,
                     "lease_owner": owner,
                     "lease_expires_at": now + self.lease_duration,  # == Lease.expires_at
-                    "status": status or record.status,
                     "stop_by": None,
                     "updated_at": now,
+                    **(status_change(status, None, now) if status else {}),
                 }
             )
             self._save(db, record)
@@ -150,7 +152,7 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
                     else None
                 )
             if commit.status is not None:
-                update["status"] = commit.status
+                update |= status_change(commit.status, commit.run_by, now)
             if commit.run_by is not None:
                 update["run_by"] = commit.run_by
             if commit.clear_expiry:
@@ -284,7 +286,7 @@ class LocalStore(Ledgers, Queries, Installations, Feedback):
             participants = record.participants | ({participant} if participant else set())
             update: dict[str, Any] = {
                 "inbox_seq": record.inbox_seq + 1,
-                "status": Status.RUNNING,
+                **status_change(Status.RUNNING, None, now),
                 "participants": participants,
                 "updated_at": now,
                 "last_activity_at": now,

@@ -58,7 +58,7 @@ def test_cli_creates_aws_resources_idempotently(aws_services: dict[str, str]) ->
     assert "nothing" in second.stdout
     table = boto3.client("dynamodb").describe_table(TableName="cli-table")["Table"]
     indexes = {index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
-    assert indexes == {"by_status_shard", "by_place"}
+    assert indexes == {"by_status_shard", "by_place", "by_waiting"}
     ttl = boto3.client("dynamodb").describe_time_to_live(TableName="cli-table")
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
     status = subprocess.run(

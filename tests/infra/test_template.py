@@ -16,7 +16,7 @@ import boto3
 import pytest
 from cfnlint.decode import cfn_yaml
 
-from storage import CheckpointMeta, ConversationKey, Status, Store, Verdict
+from storage import CheckpointMeta, ConversationKey, PersonKey, Status, Store, Verdict
 from storage.aws import AwsStore
 from storage.aws.provision import TABLE_DEFINITION, TTL_ATTRIBUTE, create_resources
 from storage.base import Commit
@@ -166,6 +166,8 @@ def workload(store: Store) -> set[str]:
     store.begin_tool_call(lease, "c1", "send", "{}")
     store.complete_tool_call(lease, "c1", "z" * 400_000)
     store.get_tool_call(KEY, "c1")
+    store.begin_tool_call(lease, "c2", "charge", "{}")
+    store.retry_tool_call(lease, "c2", max_attempts=3)  # a keyed call started again
     store.set_status(lease, Status.RUNNING)
     store.keep(KEY, "Ev-stop", '{"kind":"stop","user":"U"}', create=False, stop_by="U")
     store.stop_requested(KEY)
@@ -182,6 +184,16 @@ def workload(store: Store) -> set[str]:
     store.keep(KEY, "Ev3", '{"user":"U","text":"more"}', owner="w2")
     store.list_by_team(KEY.team)
     store.list_paused_in(KEY.team, KEY.channel, participant="U")
+    lease, _ = store.acquire(KEY, "w3", force=True)
+    store.release(lease, status=Status.AWAITING_APPROVAL, run_by="U")
+    store.list_waiting_on(KEY.team, "U")
+    store.list_waiting_in(KEY.team)
+    person = PersonKey(team=KEY.team, user="U")
+    store.mark_greeted(person)
+    store.unmark_greeted(person)
+    store.note_viewing(person, '{"channel":"CI"}', store.clock())
+    store.note_conversation(person, KEY)
+    store.get_person(person)
     store.save_installation("E1:TI", '{"bot_token":"xoxb-1"}')
     store.find_installation("E1:TI")
     store.delete_installation("E1:TI")
@@ -214,6 +226,7 @@ def workload(store: Store) -> set[str]:
         "begin_tool_call",
         "complete_tool_call",
         "get_tool_call",
+        "retry_tool_call",
         "set_status",
         "stop_requested",
         "record_feedback",
@@ -229,6 +242,13 @@ def workload(store: Store) -> set[str]:
         "delete_checkpoint",
         "list_by_team",
         "list_paused_in",
+        "list_waiting_on",
+        "list_waiting_in",
+        "mark_greeted",
+        "unmark_greeted",
+        "note_viewing",
+        "note_conversation",
+        "get_person",
         "save_installation",
         "find_installation",
         "delete_installation",
@@ -328,7 +348,7 @@ def test_stack_deploys_and_storage_runs_on_it(moto_everything: str) -> None:
     assert outputs["StateTtl"] == "7d"
     table = boto3.client("dynamodb").describe_table(TableName=outputs["BotTable"])["Table"]
     indexes = {index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
-    assert indexes == {"by_status_shard", "by_place"}
+    assert indexes == {"by_status_shard", "by_place", "by_waiting"}
 
     store = AwsStore(outputs["BotTable"], outputs["BotBucket"])
     lease, _ = store.acquire(KEY, "smoke", status=Status.RUNNING)
@@ -346,6 +366,7 @@ def test_stack_deploys_and_storage_runs_on_it(moto_everything: str) -> None:
     assert store.read_items(KEY).items == ['{"role":"user","content":"hi"}']
     assert [r.key for r in store.list_by_status(Status.AWAITING_APPROVAL)] == [KEY]
     assert [r.key for r in store.list_paused_in(KEY.team, KEY.channel)] == [KEY]
+    assert store.list_waiting_on(KEY.team, "smoke") == []  # released naming nobody
 
 
 def test_stack_takes_a_longer_state_ttl(moto_everything: str) -> None:

@@ -1,11 +1,13 @@
-"""The agent experience through the real bolt app and the Web API stand-in: a status line
-while the run works, the answer streamed with its tool steps and closed as the recorded
-answer (marked, with feedback buttons), feedback kept, Stop; and the fallbacks where Slack
-refuses a stream or a status."""
+"""The agent experience through the real bolt app and the Web API stand-in: an agent session
+while the run works (processing, then closed; titled with the first request), the answer
+streamed with its tool steps and closed as the recorded answer (marked, with feedback
+buttons), feedback kept, Stop; and the fallbacks where Slack refuses sessions (the status
+line and the bot's own Stop control), a stream or a status."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -80,9 +82,40 @@ async def test_one_reply_shows_status_streams_steps_and_ends_with_feedback(bot: 
     assert [b["type"] for b in reply.blocks or []] == ["context_actions"]
     started = bot.api.called("chat.startStream")[0].args
     assert (started["recipient_team_id"], started["recipient_user_id"]) == (TEAM, ALICE)
+    session = bot.api.session(CHANNEL, top.ts)
+    assert session is not None and [s for _, s in session.statuses] == ["processing", "closed"]
+    assert (session.title, session.initiator) == ("why tides?", ALICE)
+    # The session shows the work: no status line, and no Stop control of the bot's own.
+    assert not bot.api.called("assistant.threads.setStatus")
+    assert not [m for m in bot.api.thread(CHANNEL, top.ts) if m.ephemeral_to]
+
+
+REFUSED = "not_allowed_token_type"
+
+
+def two_questions() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            [function_call("lookup", {"topic": "tides"}, call_id="call-lookup")],
+            [assistant_message(ANSWER)],
+            [assistant_message("The moon pulls.")],
+        ]
+    )
+
+
+@pytest.mark.parametrize("bot", [two_questions()], indirect=True)
+async def test_where_sessions_are_refused_the_status_line_shows_the_work(bot: Harness) -> None:
+    bot.api.method_errors["agents.sessions.setStatus"] = REFUSED
+    top = await bot.mention(ALICE, "why tides?")
+    await answered(bot, top.ts)
+    await bot.settled(top.ts, Status.IDLE)
     statuses = [change.status for change in bot.api.statuses[(CHANNEL, top.ts)]]
     assert statuses[0] == "is thinking…" and "is using lookup…" in statuses
     assert bot.api.status(CHANNEL, top.ts) is None  # cleared once the run ended
+    second = await bot.mention(BOB, "and the moon?")
+    await answered(bot, second.ts)
+    # Decided once for the workspace: the second run does not ask again.
+    assert len(bot.api.called(f"agents.sessions.setStatus:{REFUSED}")) == 1
 
 
 async def test_feedback_is_kept_per_conversation_and_counted(bot: Harness) -> None:
@@ -104,6 +137,8 @@ async def test_feedback_is_kept_per_conversation_and_counted(bot: Harness) -> No
 
 @pytest.mark.parametrize("bot", [slow_model()], indirect=True)
 async def test_the_stop_control_stops_a_run_within_seconds(bot: Harness) -> None:
+    """Where sessions are refused, the bot's own Stop control (Slack's own is not there)."""
+    bot.api.method_errors["agents.sessions.setStatus"] = "method_not_supported_for_channel_type"
     top = await bot.mention(ALICE, "write me an essay")
     offers: list[Message] = await bot.api.wait_for(
         lambda: [
@@ -132,9 +167,72 @@ async def test_the_stop_control_stops_a_run_within_seconds(bot: Harness) -> None
 
 
 @pytest.mark.parametrize("bot", [slow_model()], indirect=True)
+async def test_slacks_stop_ends_a_run_and_closes_its_session(bot: Harness) -> None:
+    """Slack's own stop control (`agent_session_stopped`) is the durable stop: refused for
+    someone who took no part, honoured for the run's starter; the session is closed."""
+    top = await bot.mention(ALICE, "write me an essay")
+    await bot.api.wait_for(lambda: bot.api.session(CHANNEL, top.ts))
+    streams = bot.api.stop_session(CHANNEL, top.ts)
+    stopped_by_bob = session_stopped(top.ts, BOB, streams)
+    assert await bot.send_event(stopped_by_bob) == 200
+    [no] = await bot.api.wait_for(
+        lambda: [m for m in bot.api.thread(CHANNEL, top.ts) if m.ephemeral_to == BOB]
+    )
+    assert "Only the person who started this run" in no.text
+    assert await bot.send_event(session_stopped(top.ts, ALICE, streams)) == 200
+    stopped: list[Message] = await bot.api.wait_for(
+        lambda: [m for m in bot.api.bot_replies(CHANNEL, top.ts) if kind(m) == "Notice"],
+        within=10,
+    )
+    assert f"Stopped by <@{ALICE}>" in stopped[0].text
+    await bot.settled(top.ts, Status.IDLE)
+    session = bot.api.session(CHANNEL, top.ts)
+    assert session is not None and session.status == "closed"
+    assert not [m for m in bot.api.bot_replies(CHANNEL, top.ts) if kind(m) == "Answer"]
+
+
+def session_stopped(thread_ts: str, user: str, streams: list[str]) -> dict[str, Any]:
+    return {
+        "type": "agent_session_stopped",
+        "channel": CHANNEL,
+        "thread_ts": thread_ts,
+        "user": user,
+        "streaming_message_ts": streams,
+        "event_ts": f"{time.time():.6f}",
+    }
+
+
+async def test_slacks_stop_where_nothing_runs_closes_the_session(bot: Harness) -> None:
+    top = await bot.mention(ALICE, "why tides?")
+    await answered(bot, top.ts)
+    await bot.settled(top.ts, Status.IDLE)
+    session = bot.api.session(CHANNEL, top.ts)
+    assert session is not None
+    session.statuses.append((time.time(), "processing"))  # left so by a process now gone
+    assert await bot.send_event(session_stopped(top.ts, ALICE, [])) == 200
+    await bot.api.wait_for(lambda: session.status == "closed")
+
+
+@pytest.mark.parametrize("bot", [slow_model()], indirect=True)
+async def test_without_the_stop_event_the_bot_offers_its_own_stop(bot: Harness) -> None:
+    """Slack warns that the app does not get its stop's event: the bot's Stop control is
+    offered beside the session."""
+    bot.api.session_stop_subscribed = False
+    top = await bot.mention(ALICE, "write me an essay")
+    offers = await bot.api.wait_for(
+        lambda: [m for m in bot.api.thread(CHANNEL, top.ts) if m.ephemeral_to == ALICE],
+        within=15,
+    )
+    assert "Stop" in str(offers[0].blocks)
+    status, _ = await bot.press(offers[0], STOP, ALICE)
+    assert status == 200
+    await bot.settled(top.ts, Status.IDLE)
+
+
+@pytest.mark.parametrize("bot", [slow_model()], indirect=True)
 async def test_the_reply_stop_stops_a_run(bot: Harness) -> None:
     top = await bot.mention(ALICE, "write me an essay")
-    await bot.api.wait_for(lambda: bot.api.called("assistant.threads.setStatus"))
+    await bot.api.wait_for(lambda: bot.api.called("agents.sessions.setStatus"))
     await bot.reply(ALICE, "stop", top.ts)
     stopped: list[Message] = await bot.api.wait_for(
         lambda: [m for m in bot.api.bot_replies(CHANNEL, top.ts) if kind(m) == "Notice"],
@@ -156,7 +254,8 @@ async def test_where_streaming_is_refused_the_answer_is_posted(bot: Harness) -> 
 
 
 async def test_where_status_is_refused_a_reaction_shows_the_work(bot: Harness) -> None:
-    bot.api.failures["assistant.threads.setStatus"] = ["not_allowed_token_type"]
+    bot.api.method_errors["agents.sessions.setStatus"] = REFUSED
+    bot.api.failures["assistant.threads.setStatus"] = [REFUSED]
     top = await bot.mention(ALICE, "why tides?")
     await answered(bot, top.ts)
     await bot.api.wait_for(lambda: bot.api.called("reactions.remove"))

@@ -22,6 +22,10 @@ METHOD_SCOPES = {
     "chat_appendStream": "chat:write",
     "chat_stopStream": "chat:write",
     "assistant_threads_setStatus": "assistant:write",
+    "assistant_threads_setSuggestedPrompts": "assistant:write",
+    "assistant_threads_setTitle": "assistant:write",
+    "agents_sessions_setStatus": "chat:write",  # for an app declared as an agent
+    "views_publish": None,  # the app's own Home tab: no scope
     "reactions_add": "reactions:write",
     "reactions_remove": "reactions:write",
     "conversations_replies": "channels:history",  # and groups:, im:, mpim:history by type
@@ -35,6 +39,11 @@ EVENT_SCOPES = {
     "message.groups": "groups:history",
     "message.im": "im:history",
     "message.mpim": "mpim:history",
+    "app_home_opened": None,
+    "app_context_changed": "assistant:write",  # the agent experience's
+    "agent_session_stopped": None,  # sessions need chat:write, which the bot has
+    "assistant_thread_started": "assistant:write",
+    "assistant_thread_context_changed": "assistant:write",
     "app_uninstalled": None,  # no scope: sent to every app
     "tokens_revoked": None,
 }
@@ -65,9 +74,8 @@ def test_scopes_match_the_methods_and_events() -> None:
 
 
 def test_events_are_the_ones_listened_to() -> None:
-    source = "".join(
-        (ROOT / "bot" / "slackapp" / name).read_text() for name in ("listeners.py", "uninstall.py")
-    )
+    names = ("listeners.py", "container.py", "home.py", "uninstall.py")
+    source = "".join((ROOT / "bot" / "slackapp" / name).read_text() for name in names)
     listened = set(re.findall(r'app\.event\("([a-z_]+)"\)', source))
     events = MANIFEST["settings"]["event_subscriptions"]["bot_events"]
     assert {e.split(".")[0] for e in events} == listened
@@ -87,3 +95,12 @@ def test_commands_and_urls() -> None:
     assert all(url.endswith("/slack/events") for url in urls)
     assert MANIFEST["oauth_config"]["redirect_urls"] == ["https://YOUR-HOST/slack/oauth_redirect"]
     assert MANIFEST["settings"]["interactivity"]["is_enabled"] is True
+
+
+def test_the_agent_container_and_home_are_declared() -> None:
+    features = MANIFEST["features"]
+    assert "agent_view" in features and "assistant_view" not in features
+    assert features["agent_view"]["agent_description"]
+    assert features["app_home"]["home_tab_enabled"] is True
+    assert features["app_home"]["messages_tab_enabled"] is True
+    assert MANIFEST["settings"]["org_deploy_enabled"] is True

@@ -30,15 +30,13 @@ async def test_a_message_acked_then_killed_is_answered_after_restart(
     backend: Backend, tmp_path: Path
 ) -> None:
     """Slack got its 200, then the process died while it was still busy with the message
-    (Slack answers its status line with 429s): the message was kept before the ack."""
+    (Slack answers its session status with 429s): the message was kept before the ack."""
     script = ScriptedResponses([[message("Here is your answer.")]])
     async with deployment(backend, tmp_path, script, BOT_LEASE_SECONDS="2") as bot:
         await bot.start()
-        bot.api.rate_limited["assistant.threads.setStatus"] = 3  # Retry-After: 1, three times
+        bot.api.rate_limited["agents.sessions.setStatus"] = 3  # Retry-After: 1, three times
         question = await bot.mention("UALICE", "what time is it?")
-        await asyncio.to_thread(
-            wait_until, lambda: bot.api.called("assistant.threads.setStatus:429")
-        )
+        await asyncio.to_thread(wait_until, lambda: bot.api.called("agents.sessions.setStatus:429"))
         assert await bot.signal(signal.SIGKILL) == -signal.SIGKILL
         assert bot.api.bot_replies(CHANNEL, question.ts) == []
         await bot.start()

@@ -1,5 +1,6 @@
 """`python -m bot admin migrate` gives paused conversations written before the place index
-their `place_key`, once: `/resume`'s list finds them afterwards (aws backend)."""
+their `place_key`, once: `/resume`'s list finds them afterwards; and those awaiting approval
+written before the approval index their keys there, for their run's starter (aws backend)."""
 
 from __future__ import annotations
 
@@ -48,14 +49,19 @@ def test_migrate_backfills_the_place_index_once(
     for status, key in KEYS.items():
         written_by_an_earlier_release(aws_store, key, status)
     assert aws_store.list_paused_in("T1", "C1") == []
+    assert aws_store.list_waiting_on("T1", "U1") == []  # released naming nobody
 
     assert main(["admin", "migrate"]) == 0
-    assert "2 paused ones listed by channel" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 paused ones listed by channel" in out
+    assert "1 awaiting approval listed for their run's starter" in out
+    [waiting] = aws_store.list_waiting_on("T1", "U1")
+    assert waiting.key == KEYS[Status.AWAITING_APPROVAL] and waiting.waiting_on == "U1"
     listed = aws_store.list_paused_in("T1", "C1", participant="U1")
     assert [r.key for r in listed] == [KEYS[Status.AWAITING_APPROVAL], KEYS[Status.INTERRUPTED]]
     idle = aws_store.dynamodb.get_item(TableName=aws_store.table, Key=meta_key(KEYS[Status.IDLE]))
     assert "place_key" not in idle["Item"]  # only paused records are placed
 
     again = aws_store.migrate()  # idempotent: nothing left to place
-    assert (again.records, again.placed) == (len(KEYS), 0)
+    assert (again.records, again.placed, again.waiting) == (len(KEYS), 0, 0)
     assert len(aws_store.list_paused_in("T1", "C1")) == 2

@@ -1,0 +1,183 @@
+"""The App Home tab: published for a person when they open it (`app_home_opened`, tab
+`home`), and again when a decision changes what it shows (the decider's and the run
+starter's; others see it the next time they open it). Its Approve and Reject buttons are the
+thread's own (same action ids and values: the listeners of `listeners` decide them), its
+Discard buttons (admins) go through a confirmation dialog.
+
+Bounded cost per publish: the person's approvals from the listing (one index query; a few
+capped pages for approvers) and one checkpoint read per conversation listed (`waiting`), one
+read of their person record and of each of their recent conversations, and for admins the
+counts and one bounded list of stale conversations. A failure to publish is logged; it never
+touches a run or a decision."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from datetime import timedelta
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot import metrics
+from bot.permalink import linker
+from bot.runtime import ConversationRuntime, Decided, Discarded, Refused
+from bot.runtime.waiting import Waiting
+from bot.slackapp.clients import SlackClients, TeamNotInstalled
+from bot.slackapp.home_blocks import DISCARD, AdminPart, home_view
+from bot.slackapp.live_thread import ERRORS, error_of
+from bot.slackapp.teams import SLACK_ID, conversation_enterprise, workspace_url
+from storage import ConversationKey, PersonKey, StorageError
+
+log = logging.getLogger(__name__)
+STALE_AFTER = timedelta(days=1)  # as `/agent-admin list stale`
+STALE_READ = 50  # stale conversations read (of every workspace), of which this one's shown
+STALE_SHOWN = 10
+DEFAULT_URL = "https://slack.com/"
+ON_HOME = "home:"  # the reply_to of a click on the Home tab (which has no response_url)
+
+
+class HomeTab:
+    def __init__(
+        self,
+        runtime: ConversationRuntime,
+        clients: SlackClients,
+        admins: frozenset[str],
+        *,
+        many_workspaces: bool,
+    ) -> None:
+        self.runtime = runtime
+        self.clients = clients
+        self.admins = admins
+        self.many_workspaces = many_workspaces
+        self.urls: dict[str, str] = {}  # workspace -> its URL, learnt from its requests
+        self._later: set[asyncio.Task[None]] = set()
+
+    def register(self, app: AsyncApp) -> None:
+        app.action(DISCARD)(ack=self.ack_at_once, lazy=[self.discard])
+
+    async def ack_at_once(self, ack: Any) -> None:
+        await ack()
+
+    def person(self, context: AsyncBoltContext, user: str) -> PersonKey | None:
+        """The person a request comes from, in its workspace (as conversation keys name
+        it); None when its ids are not Slack's."""
+        team = context.team_id or ""
+        enterprise = conversation_enterprise(context, many_workspaces=self.many_workspaces)
+        if not (SLACK_ID.fullmatch(str(team)) and SLACK_ID.fullmatch(user)):
+            return None
+        url = workspace_url(context, "")
+        if url:
+            self.urls[f"{enterprise}:{team}" if enterprise else str(team)] = url
+        return PersonKey(team=team, user=user, enterprise=enterprise)
+
+    # -- publishing ---------------------------------------------------------------------
+
+    async def publish(
+        self, person: PersonKey, client: AsyncWebClient, note: str | None = None
+    ) -> None:
+        metrics.EVENTS.labels("home_published").inc()
+        try:
+            view = await self._view(person, note)
+            await client.views_publish(user_id=person.user, view=view)
+        except (*ERRORS, StorageError) as exc:
+            log.warning("%s: the Home tab was not published: %s", person, error_of(exc))
+
+    async def _view(self, person: PersonKey, note: str | None) -> dict[str, Any]:
+        rt = self.runtime
+        waiting, recent = await asyncio.gather(
+            self._waiting(person), rt.recent_conversations(person)
+        )
+        if waiting is None:
+            waiting, note = [], note or "The approvals waiting on you could not be listed."
+        admin = None
+        if person.user in self.admins:
+            stale = await rt.stale(STALE_AFTER, limit=STALE_READ)
+            mine = [r for r in stale if PersonKey.of(r.key, person.user) == person]
+            admin = AdminPart(await rt.counts(), mine[:STALE_SHOWN])
+        workspace = f"{person.enterprise}:{person.team}" if person.enterprise else person.team
+        link = linker(self.urls.get(workspace, DEFAULT_URL))
+        return home_view(waiting, recent, link, admin, note)
+
+    async def _waiting(self, person: PersonKey) -> list[Waiting] | None:
+        """None when they cannot be listed (e.g. a table still without the approval index,
+        an upgrade half done): the rest of the tab is published."""
+        try:
+            return await self.runtime.waiting_for(person)
+        except Exception:
+            log.exception("%s: the approvals waiting on them could not be listed", person)
+            return None
+
+    def after_decision(self, decided: Decided) -> None:
+        """A decision was recorded (from the thread or from Home): the decider's Home and
+        the run starter's are published again, in the background (delivery goes on)."""
+        self._soon(self._after_decision(decided))
+
+    def tell(self, refused: Refused) -> None:
+        """A click on the Home tab was refused (late, stale, not theirs to decide): the tab
+        is published again, saying why, by whichever replica served the thread."""
+        if refused.user:
+            person = PersonKey.of(refused.key, refused.user)
+            self._soon(self._tell(person, refused.key, refused.text))
+
+    async def _tell(self, person: PersonKey, key: ConversationKey, note: str) -> None:
+        try:
+            client = await self.clients.for_key(key)
+        except (TeamNotInstalled, StorageError) as exc:
+            log.info("%s: Home not told: %r", key, exc)
+            return
+        await self.publish(person, client, note)
+
+    def _soon(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def _after_decision(self, decided: Decided) -> None:
+        key = decided.key
+        try:
+            client = await self.clients.for_key(key)
+            record = await self.runtime.conversation(key)
+        except (TeamNotInstalled, StorageError) as exc:
+            log.info("%s: Home not refreshed: %r", key, exc)
+            return
+        people = {decided.user} | ({record.run_by} if record and record.run_by else set())
+        for user in sorted(people):
+            await self.publish(PersonKey.of(key, user), client)
+
+    # -- Discard (admins) ---------------------------------------------------------------
+
+    async def discard(
+        self, body: dict[str, Any], context: AsyncBoltContext, client: AsyncWebClient
+    ) -> None:
+        metrics.EVENTS.labels("home_discard").inc()
+        user = str((body.get("user") or {}).get("id", ""))
+        person = self.person(context, user)
+        if person is None:
+            return
+        if user not in self.admins:
+            log.warning("refused a Discard from non-admin %s", user)
+            await self.publish(person, client, "Only bot admins may discard; nothing changed.")
+            return
+        try:
+            key = ConversationKey.parse(str(body["actions"][0]["value"]))
+        except (KeyError, IndexError, TypeError, ValueError):
+            await self.publish(person, client, "That button is not one of mine.")
+            return
+        if PersonKey.of(key, user) != person:  # Home lists this workspace's only
+            await self.publish(person, client, "That conversation is not of this workspace.")
+            return
+        outcomes = await self.runtime.discard(key, by=user)
+        note = next(
+            (o.text for o in outcomes if isinstance(o, Refused)),
+            "Discarded; the thread was told."
+            if any(isinstance(o, Discarded) for o in outcomes)
+            else None,
+        )
+        await self.publish(person, client, note)
+
+    async def close(self) -> None:
+        if self._later:
+            await asyncio.wait(self._later, timeout=5)

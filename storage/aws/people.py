@@ -1,0 +1,71 @@
+"""Person records (see `storage.people`) as items of the conversations' table (`layout`):
+read consistently, changed, written back on the condition that the version read is still
+the item's (or that there was none), again from a fresh read on a conflict."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from botocore.exceptions import ClientError
+
+from storage.aws.errors import code
+from storage.aws.expressions import Item, n, s
+from storage.aws.layout import epoch_seconds, person_key
+from storage.aws.tables import Tables
+from storage.errors import StorageUnavailable
+from storage.people import CHANGE_ATTEMPTS, PERSON_TTL, Change, Person, PersonKey, blank, changed
+
+
+class People:
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+
+    def get(self, key: PersonKey) -> Person | None:
+        item = self._read(key)
+        if item is None or self._forgotten(item):
+            return None
+        return Person.from_document(key, item["doc"]["S"], int(item["version"]["N"]))
+
+    def change(self, key: PersonKey, change: Change) -> Person | None:
+        for _ in range(CHANGE_ATTEMPTS):
+            now = self.t.clock()
+            item = self._read(key)
+            version = int(item["version"]["N"]) if item else 0
+            if item is None or self._forgotten(item):  # forgotten: starts afresh
+                person = blank(key, now).model_copy(update={"version": version})
+            else:
+                person = Person.from_document(key, item["doc"]["S"], version)
+            new = changed(person, change, now)
+            if new is None:
+                return None
+            written = person_key(str(key)) | {
+                "doc": s(new.document()),
+                "version": n(new.version),
+                "expires_at": n(epoch_seconds(now + PERSON_TTL)),
+            }
+            try:
+                self.t.dynamodb.put_item(
+                    TableName=self.t.table,
+                    Item=written,
+                    ConditionExpression="attribute_not_exists(pk) OR version = :read",
+                    ExpressionAttributeValues={":read": n(version)},
+                )
+            except ClientError as exc:
+                if code(exc) != "ConditionalCheckFailedException":
+                    raise
+                time.sleep(random.uniform(0.005, 0.05))  # someone wrote meanwhile: again
+                continue
+            return new
+        raise StorageUnavailable(f"{key}: the person's record kept changing under the write")
+
+    def _read(self, key: PersonKey) -> Item | None:
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table, Key=person_key(str(key)), ConsistentRead=True
+        )
+        item: Item | None = found.get("Item")
+        return item
+
+    def _forgotten(self, item: Item) -> bool:
+        """Past its TTL (which deletes late): absent."""
+        return int(item["expires_at"]["N"]) < epoch_seconds(self.t.clock())

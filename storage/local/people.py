@@ -1,0 +1,43 @@
+"""The local backend's person records (see `storage.people`): a row each, changed inside
+one write transaction (the database's write lock makes the read, change, write atomic)."""
+
+from __future__ import annotations
+
+from storage.local.database import Database, translated
+from storage.people import PERSON_TTL, Change, Person, PersonKey, blank, changed
+
+
+class People(Database):
+    @translated
+    def get_person(self, key: PersonKey) -> Person | None:
+        row = (
+            self._connection()
+            .execute(
+                "SELECT record, version FROM people WHERE key = ? AND expires_at >= ?",
+                (str(key), self.clock().timestamp()),
+            )
+            .fetchone()
+        )
+        return Person.from_document(key, row[0], row[1]) if row else None
+
+    @translated
+    def _change_person(self, key: PersonKey, change: Change) -> Person | None:
+        now = self.clock()
+        with self._write() as db:
+            row = db.execute(
+                "SELECT record, version, expires_at FROM people WHERE key = ?", (str(key),)
+            ).fetchone()
+            if row is None or row[2] < now.timestamp():  # forgotten: starts afresh
+                person = blank(key, now).model_copy(update={"version": row[1] if row else 0})
+            else:
+                person = Person.from_document(key, row[0], row[1])
+            new = changed(person, change, now)
+            if new is None:
+                return None
+            db.execute(
+                "INSERT INTO people (key, record, version, expires_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET record=excluded.record,"
+                " version=excluded.version, expires_at=excluded.expires_at",
+                (str(key), new.document(), new.version, (now + PERSON_TTL).timestamp()),
+            )
+        return new

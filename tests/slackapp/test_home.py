@@ -1,0 +1,173 @@
+"""The App Home tab through the real bolt app and the Web API stand-in: each person sees the
+approvals they may decide (their own runs'; an approver, the workspace's) with the thread
+card's own buttons, and their recent conversations; a decision from Home is the thread's
+decision (Reject runs nothing, a late click is answered on the tab) and the tab is published
+again; an admin sees the counts and stale conversations, and Discard (behind a confirmation)
+discards one, refused to anyone else."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from bot.runtime import ConversationRuntime
+from bot.settings import RuntimeSettings
+from bot.slackapp.blocks import APPROVE, REJECT
+from bot.slackapp.home_blocks import DISCARD
+from bot.standin import requests
+from bot.standin.slack_api import Message
+from storage import Status, Store
+from testkit.runtime import SideEffects, build_agent
+from testkit.slack import CHANNEL, TEAM, Harness, slack_bot
+
+ALICE, BOB, APPROVER, ADMIN, STRANGER = "UALICE", "UBOB", "UAPPROVER", "UADMIN", "USTRANGER"
+
+
+def two_emails() -> ScriptedModel:
+    def email(call_id: str) -> list[Any]:
+        return [
+            function_call("send_email", {"to": "ana@example.com", "body": "hi"}, call_id=call_id)
+        ]
+
+    return ScriptedModel(
+        [
+            email("call-a"),
+            email("call-b"),
+            [assistant_message("B done.")],  # Bob's is decided first
+            [assistant_message("A done.")],
+        ]
+    )
+
+
+@pytest.fixture
+async def bot(local_store: Store, effects: SideEffects) -> AsyncIterator[Harness]:
+    settings = RuntimeSettings(approvers=frozenset({APPROVER}), admins=frozenset({ADMIN}))
+    runtime = ConversationRuntime(local_store, build_agent(two_emails(), effects), settings)
+    async with slack_bot(local_store, runtime, admins=frozenset({ADMIN})) as harness:
+        yield harness
+
+
+async def waiting_card(bot: Harness, user: str, text: str) -> tuple[Message, Message]:
+    top = await bot.mention(user, text)
+    [card] = await bot.api.wait_for(
+        lambda: [m for m in bot.api.bot_replies(CHANNEL, top.ts) if m.blocks], within=15
+    )
+    await bot.settled(top.ts, Status.AWAITING_APPROVAL)
+    return top, card
+
+
+async def open_home(bot: Harness, user: str) -> dict[str, Any]:
+    published = len(bot.api.views.get(user, []))
+    event = requests.app_home_opened(user=user, channel=f"D0{user}", tab="home")
+    assert await bot.send_event(event) == 200
+    view: dict[str, Any] = await bot.api.wait_for(
+        lambda: len(bot.api.views.get(user, [])) > published and bot.api.home(user)
+    )
+    return view
+
+
+def elements(blocks: list[dict[str, Any]] | None, action_id: str) -> list[dict[str, Any]]:
+    found = []
+    for block in blocks or []:
+        for element in [*block.get("elements", []), block.get("accessory") or {}]:
+            if element.get("action_id") == action_id:
+                found.append(element)
+    return found
+
+
+async def click(bot: Harness, user: str, view: dict[str, Any], element: dict[str, Any]) -> None:
+    body = requests.view_actions(
+        team=TEAM, user=user, view=view, action_id=element["action_id"], value=element["value"]
+    )
+    assert (await bot.post(body, requests.FORM)).status == 200
+
+
+async def test_each_person_sees_what_they_may_decide_and_decides_it_there(
+    bot: Harness, effects: SideEffects
+) -> None:
+    a_top, a_card = await waiting_card(bot, ALICE, "email ana")
+    b_top, b_card = await waiting_card(bot, BOB, "email ana too")
+    card_value = {
+        top.ts: elements(card.blocks, APPROVE)[0]["value"]
+        for top, card in (
+            (a_top, a_card),
+            (b_top, b_card),
+        )
+    }
+    alice = await open_home(bot, ALICE)
+    assert [e["value"] for e in elements(alice["blocks"], APPROVE)] == [card_value[a_top.ts]]
+    assert f"|Thread {a_top.ts}>" in json.dumps(alice)  # her recent conversation, and link
+    bob = await open_home(bot, BOB)
+    assert [e["value"] for e in elements(bob["blocks"], REJECT)] == [card_value[b_top.ts]]
+    approver = await open_home(bot, APPROVER)  # the workspace's, newest first
+    assert [e["value"] for e in elements(approver["blocks"], APPROVE)] == [
+        card_value[b_top.ts],
+        card_value[a_top.ts],
+    ]
+    stranger = await open_home(bot, STRANGER)
+    assert elements(stranger["blocks"], APPROVE) == []
+    assert "Nothing is waiting on you." in json.dumps(stranger)
+    assert "Admin" not in json.dumps(stranger)
+
+    published = len(bot.api.views[BOB])
+    await click(bot, BOB, bob, elements(bob["blocks"], REJECT)[0])
+    await bot.api.wait_for(
+        lambda: "B done." in [m.text for m in bot.api.bot_replies(CHANNEL, b_top.ts)]
+    )
+    refreshed = await bot.api.wait_for(
+        lambda: len(bot.api.views[BOB]) > published and bot.api.home(BOB)
+    )
+    assert elements(refreshed["blocks"], REJECT) == []
+    assert effects.calls("send_email") == []  # rejected from Home: not run
+
+    await click(bot, APPROVER, approver, elements(approver["blocks"], APPROVE)[1])  # Alice's
+    await bot.api.wait_for(
+        lambda: "A done." in [m.text for m in bot.api.bot_replies(CHANNEL, a_top.ts)]
+    )
+    # A late click from Alice's stale tab: answered on the tab, nothing runs again.
+    published = len(bot.api.views[ALICE])
+    await click(bot, ALICE, alice, elements(alice["blocks"], APPROVE)[0])
+    late = await bot.api.wait_for(
+        lambda: len(bot.api.views[ALICE]) > published and bot.api.home(ALICE)
+    )
+    assert elements(late["blocks"], APPROVE) == []
+    assert f"That call was already approved by <@{APPROVER}>." in json.dumps(late)
+    assert len(effects.calls("send_email")) == 1
+
+
+async def test_an_admin_sees_counts_and_discards_a_stale_one_behind_a_confirmation(
+    bot: Harness, local_store: Store
+) -> None:
+    top, _ = await waiting_card(bot, ALICE, "email ana")
+    later = local_store.clock() + timedelta(days=2)
+    local_store.clock = lambda: later  # idle for two days: stale
+    home = await open_home(bot, ADMIN)
+    text = json.dumps(home)
+    assert "awaiting approval: 1" in text
+    [discard] = elements(home["blocks"], DISCARD)
+    assert (
+        discard["value"] == str(bot.key(top.ts))
+        and discard["confirm"]["confirm"]["text"] == "Discard"
+    )
+
+    await click(bot, ALICE, home, discard)  # not an admin: nothing changes
+    refused = await bot.api.wait_for(lambda: bot.api.home(ALICE))
+    assert "Only bot admins may discard" in json.dumps(refused)
+    record = bot.record(top.ts)
+    assert record is not None and record.status is Status.AWAITING_APPROVAL
+
+    published = len(bot.api.views[ADMIN])
+    await click(bot, ADMIN, home, discard)
+    after = await bot.api.wait_for(
+        lambda: len(bot.api.views[ADMIN]) > published and bot.api.home(ADMIN)
+    )
+    assert elements(after["blocks"], DISCARD) == []
+    assert "Discarded; the thread was told." in json.dumps(after)
+    record = bot.record(top.ts)
+    assert record is not None and record.status is Status.DISCARDED
+    assert any(":wastebasket:" in m.text for m in bot.api.bot_replies(CHANNEL, top.ts))

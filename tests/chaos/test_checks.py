@@ -580,15 +580,14 @@ async def test_a_guardrail_trip_reads_as_its_notice_not_a_failure() -> None:
     asked = [message(text=f"{SECRET} kiwi5")]
     tripped = Notice(key=KEY, kind=NoticeKind.GUARDRAIL, text="A check stopped this request.")
     told = thread(posts=[await notice_post(tripped, at=5)])
-    quiet = {"interrupting_faults": False, "model_faults": False}
-    assert kinds(RunFacts([told], asked, {}, [], NOW, **quiet)) == []
+    assert kinds(RunFacts([told], asked, {}, [], NOW, False, False)) == []
     failed = Notice(key=KEY, kind=NoticeKind.RUN_FAILED, text="The run stopped. Use /resume.")
     as_failure = thread(posts=[await notice_post(failed, at=5)])
-    assert kinds(RunFacts([as_failure], asked, {}, [], NOW, **quiet)) == [
+    assert kinds(RunFacts([as_failure], asked, {}, [], NOW, False, False)) == [
         "guardrail_read_as_failure"
     ]
     # A model fault could fail the run that held it: the failure notice explains it.
     assert kinds(RunFacts([as_failure], asked, {}, [], NOW, interrupting_faults=False)) == []
-    assert kinds(RunFacts([thread(posts=[])], asked, {}, [], NOW, **quiet)) == [
+    assert kinds(RunFacts([thread(posts=[])], asked, {}, [], NOW, False, False)) == [
         "message_unanswered"
     ]

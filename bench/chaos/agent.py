@@ -39,6 +39,7 @@ from agents import (
 from agents.mcp import MCPServerStdio, create_static_tool_filter
 from agents.tool_context import ToolContext
 
+from bench.chaos.model import THREAD_CONTEXT, content_text
 from bot.agent_api import RequestContext, idempotent, retry_safe
 from testkit.keyed_service import call as call_keyed_service
 
@@ -131,17 +132,24 @@ async def file_claim(ctx: ToolContext[Any], amount: int, to: str) -> str:
 def no_secrets(
     ctx: RunContextWrapper[Any], agent: Agent[Any], given: Any
 ) -> GuardrailFunctionOutput:
-    """Trips on the newest messages only (those after the last answer or call): a message
-    of the history, kept by a run the guardrail did not check, must not trip every run."""
+    """Trips on the newest messages only (those after the last answer or call: a message of
+    the history, kept by a run the guardrail did not check, must not trip every run), and
+    not on the thread's earlier messages the bot gives a conversation that starts in a
+    thread (what people said there, not requests)."""
     items = [given] if isinstance(given, str) else list(given)
-    newest: list[Any] = []
+    newest: list[str] = []
     for item in reversed(items):
-        if isinstance(item, dict) and item.get("role") not in (None, "user"):
+        if not isinstance(item, dict):
+            newest.append(str(item))
+            continue
+        if item.get("role") != "user" or item.get("type") not in (None, "message"):
             break
-        if isinstance(item, dict) and item.get("type") not in (None, "message"):
-            break
-        newest.append(item)
-    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=SECRET in str(newest))
+        text = content_text(item.get("content"))
+        if not text.startswith(THREAD_CONTEXT):
+            newest.append(text)
+    return GuardrailFunctionOutput(
+        output_info=None, tripwire_triggered=any(SECRET in text for text in newest)
+    )
 
 
 def payments_server() -> MCPServerStdio:

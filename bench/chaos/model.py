@@ -37,6 +37,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 TAG = re.compile(r"#([a-z0-9]+)")
+THREAD_CONTEXT = "Earlier messages in this Slack thread"  # how the bot's thread context starts
 HANDOFF = "transfer_to_payments"  # the handoff() tool to the payments agent
 PONDER = re.compile(r"\(ponder (\d+(?:\.\d+)?)s\)")
 REQUESTS = (
@@ -364,7 +365,7 @@ def _brief(item: dict[str, Any]) -> str:
 def _thread_context(item: dict[str, Any]) -> bool:
     """The thread's earlier messages, read for a conversation that starts inside a thread:
     what people said there, not messages given to this conversation."""
-    return content_text(item.get("content")).startswith("Earlier messages in this Slack thread")
+    return content_text(item.get("content")).startswith(THREAD_CONTEXT)
 
 
 def _tag_of_call(call_id: str) -> str:

@@ -729,12 +729,35 @@ def _after_stopped(
             if index == thread.index and given > stop_at
         ]
         until = min(starts, default=float("inf"))
+        # Messages held for the stopped run are served after it, by a run of their own:
+        # what that run posts asks about calls made after the notice, or quotes a tag the
+        # model got after it.
+        made_before = {
+            c
+            for c, made in facts.calls.items()
+            if thread_of_tag(made.tag) == thread.index and made.at < at
+        }
+        next_request = min(
+            (
+                p.at
+                for p in thread.posts
+                if p.at > at
+                and p.what.kind is PostKind.APPROVAL_REQUEST
+                and not set(p.what.call_ids) <= made_before
+            ),
+            default=float("inf"),
+        )
         for post in thread.posts:
-            if at < post.at < until and post.what.kind in (
-                PostKind.ANSWER,
-                PostKind.APPROVAL_REQUEST,
-                PostKind.DECISION,
-            ):
+            if not at < post.at < until:
+                continue
+            if post.what.kind is PostKind.ANSWER:
+                tags = TAG.findall(post.text)
+                went_on = bool(tags) and all(facts.given.get(t, at) < at for t in tags)
+            elif post.what.kind is PostKind.APPROVAL_REQUEST:
+                went_on = bool(post.what.call_ids) and set(post.what.call_ids) <= made_before
+            else:
+                went_on = post.what.kind is PostKind.DECISION and post.at < next_request
+            if went_on:
                 out.append(
                     (
                         "stopped_run_went_on",

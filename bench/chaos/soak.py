@@ -40,6 +40,7 @@ class SoakOptions:
     lease_seconds: float = 2.0
     transfer_delay: float = 0.8
     verbose: bool = True
+    until: float | None = None  # epoch seconds: start no run after it (a time-boxed soak)
 
 
 @dataclass
@@ -138,6 +139,9 @@ async def _soak_backend(
 
     try:
         for number in range(options.runs):
+            if options.until is not None and time.time() >= options.until:
+                print(f"[chaos] {backend.name}: time is up after {number} runs", flush=True)
+                break
             seed = options.seed + number
             plan = make_plan(
                 seed, backend.name, replicas=options.replicas, families=options.families

@@ -394,6 +394,7 @@ async def stopped_notice(at: float, by: str = "UBOB", closed: ClosedCalls | None
 def with_stops(thread_facts: ThreadFacts, *stops: StopFacts, effects: int = 1) -> RunFacts:
     found = facts([thread_facts], effects=effects)
     found.stops = list(stops)
+    found.given = {"s1t0m0": 1.5}  # the model got the request before the stop
     return found
 
 
@@ -438,6 +439,27 @@ async def test_nothing_of_a_stopped_run_comes_after_its_notice() -> None:
     later.acked_at = 4.5  # a new message: its run may answer the old one's tag too
     found.messages = [message(), later]
     assert "stopped_run_went_on" not in kinds(found)
+    # A message held for the stopped run (acked before the stop) is served after it, by a
+    # run of its own: its approval request asks about a call made after the notice.
+    held = SentMessage("s1t0m1", 0, "transfer 7 to ana #s1t0m1", "UBOB", 2.8, acked=True)
+    held.acked_at = 2.9
+    asked = CallMade("call_s1t0m1_2", "transfer", "s1t0m1", {}, at=4.2)
+    buttons = await posted(
+        ApprovalRequest(
+            key=KEY,
+            calls=[PendingCall(call_id=asked.call_id, tool_name="transfer", arguments="{}")],
+            checkpoint_version=3,
+            requested_by="UBOB",
+        )
+    )
+    request = BotPost(at=4.3, text="Approval needed: transfer", what=classify_post(buttons[0]))
+    decision = post("`transfer` approved by <@UBOB>", at=4.8)
+    found = with_stops(clean(posts=[notice, request, decision]), stop())
+    found.messages = [message(), held]
+    found.calls[asked.call_id] = asked
+    assert "stopped_run_went_on" not in kinds(found)
+    asked.at = 3.5  # asked by the stopped run: its approval request came after the notice
+    assert "stopped_run_went_on" in kinds(found)
     # The transfer asked before the notice took effect after it.
     effect = clean(posts=[notice])
     found = with_stops(effect, stop())

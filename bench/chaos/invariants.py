@@ -89,7 +89,9 @@ CLOSING_NOTICES = EXPLAINING_NOTICES | {"stopped"}
 # only the messages they name or count.
 # (A `state_expired` notice is either the expiry's, or a checkpoint older than the TTL that
 # fails closed, as before: that one explains everything before it.)
-MESSAGE_EXPLAINING = EXPLAINING_NOTICES
+# (A guardrail's notice explains the messages its tripped turn took: all those before it
+# that no answer quotes.)
+MESSAGE_EXPLAINING = EXPLAINING_NOTICES | {"guardrail"}
 NAMING_NOTICES = frozenset({"expiry", "not_taken"})
 EXPIRY_TEXT = "saved state expired:"  # the expiry notice's, not the fail-closed one's
 NAMED_COUNT = (  # how many messages a naming notice says it is about
@@ -218,6 +220,7 @@ class RunFacts:
     interrupting_faults: bool = True  # a process or storage fault struck in this run
     model_faults: bool = True  # a model fault struck in this run
     state_ttl: float | None = None  # the replicas' BOT_STATE_TTL, when short (expiry runs)
+    longest_outage: float = 0.0  # s: the longest stretch with no replica serving
     given: dict[str, float] = field(default_factory=dict)  # tag -> when the model got it
     stops: list[StopFacts] = field(default_factory=list)
     # A stop word given to the model as a message: (user, thread index, when).
@@ -237,6 +240,7 @@ def check(facts: RunFacts) -> list[Violation]:
         found += [
             Violation(kind, where, detail)
             for kind, detail in _thread(thread, messages, facts.given, stopped_from(facts, thread))
+            if kind != "message_unanswered" or not expired_unserved(facts, thread)
         ]
         found += [
             Violation(kind, where, detail)
@@ -288,8 +292,6 @@ def _thread(
             later = [told_kind(n) for n in notices if n.at >= message.sent_at]
             if any(kind in MESSAGE_EXPLAINING for kind in later):
                 continue
-            if SECRET in message.text and "guardrail" in later:
-                continue  # the guardrail stopped it, and the thread says so
             if any(message.acked_at <= stop for stop in (stopped or {}).values()):
                 continue  # a stop sent after it ended its run (what came after is served)
             if awaiting and "message_kept" in later:
@@ -594,6 +596,18 @@ def thread_of_tag(tag: str) -> int | None:
     """Tags are `s<seed>t<thread>m<message>`."""
     match = THREAD_TAG.match(tag)
     return int(match.group(1)) if match else None
+
+
+def expired_unserved(facts: RunFacts, thread: ThreadFacts) -> bool:
+    """The thread's state expired in an expiry run where no replica served for about its
+    TTL (a restart on a loaded machine): nobody could answer what it held, and the bot
+    tells a thread of its expiry only when someone acts there afterwards."""
+    return (
+        facts.state_ttl is not None
+        and facts.longest_outage >= facts.state_ttl - ACTIVITY_SLACK
+        and thread.record is None
+        and thread.tombstone is not None
+    )
 
 
 def stopped_from(facts: RunFacts, thread: ThreadFacts) -> dict[float, float]:

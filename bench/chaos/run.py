@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from bench.chaos.classify import approval_buttons, classify_post
 from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.invariants import (
@@ -124,6 +126,7 @@ class Run:
         self.threads = [ThreadState(t) for t in plan.threads]
         self.sent: list[SentMessage] = []
         self.stops: list[tuple[StopFacts, str | None]] = []  # and the button's token
+        self.longest_outage = 0.0  # seconds with no replica serving, at most
         self.deciding = 0
         self.stop_deciding = asyncio.Event()
         self.deliveries: list[asyncio.Task[None]] = []
@@ -161,6 +164,7 @@ class Run:
             if t.plan.discard_after_approval is not None
         ]
         faults = asyncio.create_task(self.injector.run(plan.faults, self.started))
+        outages = asyncio.create_task(self._watch_outages(stop_deciding))
         error = None
         quiet = False
         quiet_seconds = 0.0
@@ -175,15 +179,16 @@ class Run:
             quiet = await self._wait_quiet(10) and quiet
             quiet_seconds = time.monotonic() - began
             self.note("quiet" if quiet else "not_quiet", seconds=round(quiet_seconds, 2))
+            self.note("longest_outage", seconds=round(self.longest_outage, 2))
         except Exception as exc:
             error = repr(exc)
             self.note("harness_error", error=error)
         finally:
             stop_deciding.set()
             self.model.watchers.remove(self._watch_model)
-            for task in [*actors, *deciders, faults]:
+            for task in [*actors, *deciders, faults, outages]:
                 task.cancel()
-            for task in [*actors, *deciders, faults, *self.deliveries]:
+            for task in [*actors, *deciders, faults, outages, *self.deliveries]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         violations: list[Violation] = []
@@ -528,6 +533,35 @@ class Run:
         finally:
             self.deciding -= 1
 
+    # -- outages -------------------------------------------------------------------------
+
+    async def _watch_outages(self, quit: asyncio.Event) -> None:
+        """The longest stretch with no replica serving (each probed every half second: its
+        process up, neither stopped nor shutting down, its health answered within a
+        second). On this busy machine a restart can take longer than an expiry run's TTL."""
+        down_since: float | None = None
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as http:
+            while not quit.is_set():
+                now = time.monotonic()
+                if await self._serving(http):
+                    down_since = None
+                else:
+                    down_since = now if down_since is None else down_since
+                    self.longest_outage = max(self.longest_outage, now - down_since)
+                await asyncio.sleep(0.5)
+
+    async def _serving(self, http: aiohttp.ClientSession) -> bool:
+        for replica in self.cluster.replicas[: self.cluster.wanted]:
+            if not replica.alive or replica.stopped or replica.terminating or replica.killed:
+                continue
+            try:
+                async with http.get(f"{replica.url}/healthz") as response:
+                    if response.status == 200:
+                        return True
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+        return False
+
     # -- fault targets -------------------------------------------------------------------
 
     async def next_ack(self, within: float) -> str | None:
@@ -704,6 +738,7 @@ class Run:
             ),
             model_faults=any(kind.startswith("model:") for kind in self.plan.fault_kinds),
             state_ttl=self.plan.state_ttl,
+            longest_outage=self.longest_outage,
             given={
                 tag: at
                 for tag, at in self.model.given.items()

@@ -613,3 +613,27 @@ async def test_a_guardrail_trip_reads_as_its_notice_not_a_failure() -> None:
     assert kinds(RunFacts([thread(posts=[])], asked, {}, [], NOW, False, False)) == [
         "message_unanswered"
     ]
+
+
+async def test_a_guardrail_notice_explains_the_messages_its_turn_took() -> None:
+    """A tripped turn takes every message waiting: the guardrail's notice explains those
+    before it that no answer quotes (as a failure notice does), not those after it."""
+    batched = message("s1t0m1", "and kiwi?")
+    tripped = Notice(key=KEY, kind=NoticeKind.GUARDRAIL, text="A check stopped this request.")
+    told = thread(posts=[await notice_post(tripped, at=5)])
+    assert kinds(RunFacts([told], [message(text=f"{SECRET} x"), batched], {}, [], NOW)) == []
+    batched.sent_at = 6.0
+    assert kinds(RunFacts([told], [batched], {}, [], NOW)) == ["message_unanswered"]
+
+
+def test_an_outage_past_the_ttl_leaves_an_expired_state_unanswered() -> None:
+    """In an expiry run where no replica served for about the TTL, a thread whose state
+    expired is not held to answer what it had (nobody acted there after to be told)."""
+    gone = thread(record=None)
+    gone.tombstone = thread().record
+    found = RunFacts([gone], [message()], {}, [], NOW, state_ttl=5.0, longest_outage=1.0)
+    assert kinds(found) == ["message_unanswered"]
+    found.longest_outage = 4.0
+    assert kinds(found) == []
+    found.state_ttl = None  # not an expiry run: a state cannot expire, the check stands
+    assert kinds(found) == ["message_unanswered"]

@@ -92,11 +92,13 @@ CLOSING_NOTICES = EXPLAINING_NOTICES | {"stopped"}
 # (A guardrail's notice explains the messages its tripped turn took: all those before it
 # that no answer quotes.)
 MESSAGE_EXPLAINING = EXPLAINING_NOTICES | {"guardrail"}
-NAMING_NOTICES = frozenset({"expiry", "not_taken"})
+# (A stop drops the messages held for its run: its notice names them, and counts them all.)
+NAMING_NOTICES = frozenset({"expiry", "not_taken", "stopped"})
 EXPIRY_TEXT = "saved state expired:"  # the expiry notice's, not the fail-closed one's
 NAMED_COUNT = (  # how many messages a naming notice says it is about
     re.compile(r"I couldn't take (\d+) messages?"),
     re.compile(r"(\d+) messages? sent here (?:were|was) not answered"),
+    re.compile(r"(\d+) messages? sent for this run (?:were|was) not answered"),
 )
 ACTIVITY_SLACK = 2.5  # s: a keep lands after its sending; TTLs are checked to the second
 THREAD_TAG = re.compile(r"s\d+t(\d+)m\d+$")

@@ -637,3 +637,29 @@ def test_an_outage_past_the_ttl_leaves_an_expired_state_unanswered() -> None:
     assert kinds(found) == []
     found.state_ttl = None  # not an expiry run: a state cannot expire, the check stands
     assert kinds(found) == ["message_unanswered"]
+
+
+async def test_a_stop_names_the_messages_held_for_its_run() -> None:
+    """Messages that came for the run before it stopped (after the stop was sent, too) are
+    dropped with it: its notice names them and counts them all; one it neither names nor
+    counts is unanswered."""
+    held = [
+        SentMessage(f"s1t0m{100 + n}", 0, f"#s1t0m{100 + n} kiwi", "UBOB", 3.2, acked=True)
+        for n in range(3)
+    ]
+    for sent in held:
+        sent.acked_at = 3.3  # after the stop was sent (3.0)
+    text = "Stopped by <@UBOB>. Send a new message to start again."
+    text += " 2 messages sent for this run were not answered:"
+    named = Notice(
+        key=KEY,
+        kind=NoticeKind.STOPPED,
+        text=text,
+        details=[quote(held[0].text), quote(held[1].text)],
+    )
+    answer = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=2.5)
+    found = with_stops(clean(posts=[answer, await notice_post(named, at=4.0)]), stop(sent_at=3.0))
+    found.messages = [message(), *held[:2]]
+    assert kinds(found) == []
+    found.messages = [message(), *held]  # the third: neither named nor counted
+    assert kinds(found) == ["message_unanswered"]

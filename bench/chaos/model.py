@@ -266,8 +266,13 @@ class ModelServer:
     def _given(self, items: list[dict[str, Any]], at: float) -> None:
         """Remember each tag given (first time), and each stop word given as a message."""
         users = [i for i in items if i.get("role") == "user" and not _thread_context(i)]
+        # The thread a stop word was said in, by the tags of the request (those of a fresh
+        # conversation's thread context too: a `stop` may be all it was given).
         tags = frozenset(
-            t.rsplit("m", 1)[0] for i in users for t in TAG.findall(content_text(i.get("content")))
+            t.rsplit("m", 1)[0]
+            for i in items
+            if i.get("role") == "user"
+            for t in TAG.findall(content_text(i.get("content")))
         )
         for item in users:
             text = content_text(item.get("content"))

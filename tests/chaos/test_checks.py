@@ -663,3 +663,15 @@ async def test_a_stop_names_the_messages_held_for_its_run() -> None:
     assert kinds(found) == []
     found.messages = [message(), *held]  # the third: neither named nor counted
     assert kinds(found) == ["message_unanswered"]
+
+
+def test_a_stop_word_given_alone_is_placed_by_the_thread_context() -> None:
+    """A fresh conversation's `stop` (its state expired) comes with the thread's earlier
+    messages only: their tags tell which thread it was said in; they are not given."""
+    model = ModelServer()
+    context = "Earlier messages in this Slack thread, before you were asked:\n<@UBOB>: hi #s1t2m0"
+    model._given(
+        [{"role": "user", "content": context}, {"role": "user", "content": "<@UBOB>: stop"}], 5.0
+    )
+    assert model.stops_given == [("UBOB", frozenset({"s1t2"}), 5.0)]
+    assert model.given == {}

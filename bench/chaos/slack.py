@@ -232,7 +232,14 @@ class SlackSide:
             "blocks": message.blocks,
             "metadata": message.metadata,
         }
-        self.posts.append(Post(message.channel, message.ts, message.thread_ts, shown, time.time()))
+        post = Post(message.channel, message.ts, message.thread_ts, shown, time.time())
+        for index, earlier in enumerate(self.posts):
+            if (earlier.channel, earlier.ts) == (post.channel, post.ts):
+                # One message (a stream closed, then replaced): the thread shows it once.
+                post.deleted = earlier.deleted
+                self.posts[index] = post
+                return
+        self.posts.append(post)
 
     def _deleted(self, channel: str, ts: str) -> None:
         for post in self.posts:

@@ -675,3 +675,28 @@ def test_a_stop_word_given_alone_is_placed_by_the_thread_context() -> None:
     )
     assert model.stops_given == [("UBOB", frozenset({"s1t2"}), 5.0)]
     assert model.given == {}
+
+
+async def test_a_stream_closed_then_replaced_is_one_post() -> None:
+    """The soak's Slack side: a streamed answer closed with its outcome and then replaced
+    (chat.update, same ts) is one message of the thread, shown as it ends."""
+    slack = SlackSide()
+    url = await slack.start(free_port())
+    metadata = {"event_type": "agent_outcome", "event_payload": {"kind": "Answer", "id": "o/0"}}
+    try:
+        client = AsyncWebClient(token="xoxb-chaos", base_url=f"{url}/api/")
+        started = await client.chat_startStream(
+            channel="CS1A",
+            thread_ts="1.000001",
+            recipient_team_id="T0CHAOS",
+            recipient_user_id="UBOB",
+        )
+        await client.chat_appendStream(channel="CS1A", ts=started["ts"], markdown_text="answer")
+        await client.chat_stopStream(channel="CS1A", ts=started["ts"], metadata=metadata)
+        await client.chat_update(
+            channel="CS1A", ts=started["ts"], text="answer #s1t0m0", metadata=metadata
+        )
+    finally:
+        await slack.stop()
+    assert [p.ts for p in slack.posts] == [started["ts"]]
+    assert "answer #s1t0m0" in slack.posts[0].shown

@@ -33,6 +33,7 @@ from bench.chaos.model import PAY_REF, ModelServer, content_text
 from bench.chaos.plan import ADMIN, STRANGER, Decision, RunPlan, Step, StopPlan, ThreadPlan
 from bench.chaos.slack import TEAM, Deliverer, SlackSide
 from bot.permalink import permalink
+from bot.runtime.holder import SEPARATOR
 from bot.slackapp.agent_blocks import STOP, stop_blocks
 from bot.slackapp.blocks import APPROVE, REJECT
 from bot.standin import requests
@@ -607,7 +608,7 @@ class Run:
         """The URL of the replica holding the thread's lease (the owner names the pid)."""
         record = await asyncio.to_thread(self.store.get, key)
         owner = (record.lease_owner or "") if record else ""
-        pid = owner.split(":")[1] if owner.count(":") >= 2 else ""
+        pid = holder_pid(owner)
         for replica in self.cluster.replicas:
             if replica.process is not None and str(replica.process.pid) == pid:
                 return replica.url
@@ -864,3 +865,9 @@ def _short(item: Any) -> Any:
     if kind == "function_call_output":
         return {"output": item.get("call_id"), "text": str(item.get("output"))[:100]}
     return {kind or "item": content_text(item.get("content"))[:120]}
+
+
+def holder_pid(owner: str) -> str:
+    """The pid a lease owner names (`bot.runtime.holder`: host|boot|pid|ticks|suffix)."""
+    parts = owner.split(SEPARATOR)
+    return parts[2] if len(parts) == 5 else ""

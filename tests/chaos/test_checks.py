@@ -4,6 +4,7 @@ must fire on a violation and stay quiet on a clean run)."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
@@ -23,12 +24,14 @@ from bench.chaos.invariants import (
     check,
 )
 from bench.chaos.model import CallMade, ModelServer
+from bench.chaos.run import holder_pid
 from bench.chaos.slack import SlackSide
 from bot.runtime import DeliveryRef, not_taken, stopping
 from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, ClosedCalls
 from bot.runtime.envelope import UserMessage
 from bot.runtime.expiry import expiry_text
 from bot.runtime.guard import UNKNOWN_OUTCOME
+from bot.runtime.holder import new_owner
 from bot.runtime.outcomes import (
     Answer,
     ApprovalRequest,
@@ -700,3 +703,10 @@ async def test_a_stream_closed_then_replaced_is_one_post() -> None:
         await slack.stop()
     assert [p.ts for p in slack.posts] == [started["ts"]]
     assert "answer #s1t0m0" in slack.posts[0].shown
+
+
+def test_the_fault_targets_read_the_holders_pid() -> None:
+    """A fault aimed mid-tool or mid-keyed-call finds the replica by the pid its lease
+    owner names (the bot's own owner format)."""
+    assert holder_pid(new_owner()) == str(os.getpid())
+    assert holder_pid("") == ""

@@ -296,6 +296,9 @@ def _thread(
                 continue
             if any(message.acked_at <= stop for stop in (stopped or {}).values()):
                 continue  # a stop sent after it ended its run (what came after is served)
+            given = facts_given.get(message.tag)
+            if given is not None and any(given < at for at in (stopped or {})):
+                continue  # the stopped run had it: its notice tells what became of it
             if awaiting and "message_kept" in later:
                 continue  # kept for after the pending approval, and the thread says so
             if any(

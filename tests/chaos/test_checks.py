@@ -710,3 +710,15 @@ def test_the_fault_targets_read_the_holders_pid() -> None:
     owner names (the bot's own owner format)."""
     assert holder_pid(new_owner()) == str(os.getpid())
     assert holder_pid("") == ""
+
+
+async def test_a_message_the_stopped_run_had_is_explained_by_its_notice() -> None:
+    """A message acked after the stop was sent, but given to the run the stop then ended,
+    is told by the stopped notice (what became of its calls)."""
+    later = SentMessage("s1t0m1", 0, "charge 12 #s1t0m1", "UBOB", 3.2, acked=True)
+    later.acked_at = 3.3
+    found = with_stops(clean(posts=[await stopped_notice(at=4.0)]), stop(sent_at=3.0))
+    found.messages = [message(), later]
+    assert kinds(found) == ["message_unanswered"]  # the model never had it
+    found.given["s1t0m1"] = 3.5
+    assert kinds(found) == []

@@ -1,4 +1,4 @@
-"""`python -m bench.chaos [--runs N] [--backend local|aws|both] [--seed S] [--replicas auto|1|2]`
+"""`python -m bench.chaos [--runs N] [--backend local|aws|both] [--seed S] [--until HH:MM]`
 
 Runs N chaos runs per backend (seeds S, S+1, ...), prints the table, writes each run's
 history and `summary.json` under test-artifacts/chaos/<stamp>/. `--seed S --runs 1` replays
@@ -11,11 +11,22 @@ import asyncio
 import os
 import random
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.chaos.plan import FAMILIES
 from bench.chaos.report import table, write_summary
 from bench.chaos.soak import SoakOptions, soak
+
+
+def _until(clock: str) -> float:
+    """The next time the UTC clock reads HH:MM, as epoch seconds."""
+    hours, minutes = (int(part) for part in clock.split(":"))
+    now = datetime.now(UTC)
+    moment = now.replace(hour=hours, minute=minutes, second=0, microsecond=0)
+    if moment <= now:
+        moment += timedelta(days=1)
+    return moment.timestamp()
 
 
 def main() -> int:
@@ -37,6 +48,11 @@ def main() -> int:
     )
     parser.add_argument("--transfer-delay", type=float, default=0.8, help="seconds per transfer")
     parser.add_argument("--out", type=Path, default=None, help="artifacts folder")
+    parser.add_argument(
+        "--until",
+        default=None,
+        help="HH:MM (UTC): start no run after it; the table covers the runs made by then",
+    )
     args = parser.parse_args()
     backends = ["local", "aws"] if args.backend in ("both", "all") else args.backend.split(",")
     if any(b not in ("local", "aws") for b in backends):
@@ -57,6 +73,8 @@ def main() -> int:
     )
     if args.out is not None:
         options.out = args.out
+    if args.until is not None:
+        options.until = _until(args.until)
     results, timing = asyncio.run(soak(options))
     print(table(results, timing), flush=True)
     write_summary(Path(timing["out"]) / "summary.json", results, timing)

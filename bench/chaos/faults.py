@@ -153,6 +153,8 @@ class Targets(Protocol):
 
     async def tool_holder(self, within: float) -> str | None: ...
 
+    async def keyed_holder(self, within: float) -> str | None: ...
+
 
 class Injector:
     """Applies one run's faults at their moments and heals them all at the end."""
@@ -197,7 +199,11 @@ class Injector:
             replica = replicas[min(int(p["slot"]), len(replicas) - 1)]
             moment = p.get("moment", "random")
             if moment != "random":
-                find = self.targets.next_ack if moment == "after_ack" else self.targets.tool_holder
+                find = {
+                    "after_ack": self.targets.next_ack,
+                    "mid_tool": self.targets.tool_holder,
+                    "mid_keyed": self.targets.keyed_holder,
+                }[moment]
                 url = await find(5.0)
                 replica = next((r for r in replicas if r.url == url), replica)
                 self.note("target", moment=moment, found=url is not None, slot=replica.slot)

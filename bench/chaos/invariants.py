@@ -33,7 +33,28 @@ Kinds of violation:
                              ever)
   thread_left_leased         a thread still holding an unexpired lease once quiet
   session_turn_duplicated    the session holds a message, call, output or answer twice
-  stale_fence_checkpoint     a checkpoint committed after a newer fence had committed one"""
+  stale_fence_checkpoint     a checkpoint committed after a newer fence had committed one
+  stop_unanswered            an acked stop neither applied (a stopped notice after it) nor
+                             answered (privately: it had already finished, it was already
+                             stopped, nothing runs there, refused; the reply `stop` while
+                             nothing ran: given to the model as a message; an expiry notice)
+  stopped_run_went_on        after a stopped notice, the stopped run posted an answer, an
+                             approval request or a decision, or one of its calls took effect
+                             (unless a notice said its outcome was unknown, or it finished late)
+  refused_stop_honoured      a stop from someone not allowed stopped the run, or its `stop`
+                             reached the model after it was refused
+  keyed_not_applied_once     a keyed call whose run finished (its thread got the answer, or a
+                             notice said it completed after a restart) was applied by the
+                             service other than once
+  keyed_outcome_unknown      a finished run's thread says a keyed call's outcome is unknown,
+                             the service applied it, and its attempts were not spent
+  keyed_key_shared           one idempotency key was sent for two calls
+  guardrail_read_as_failure  a request the guardrail stops (it names a password), never given
+                             to the model, explained by a failure notice and no guardrail
+                             notice, in a run without a process, storage or model fault
+
+Side effects are those of `bench.chaos.agent`: the ledger file's lines, the MCP server's
+`pay` lines, and the keys the keyed service applied (each an effect of the call it names)."""
 
 from __future__ import annotations
 
@@ -44,27 +65,59 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from bench.chaos.agent import SECRET
 from bench.chaos.classify import Classified, PostKind
-from bench.chaos.model import ANSWER, CALL_FATE, TAG, CallMade, content_text, output_fate
+from bench.chaos.model import (
+    ANSWER,
+    CALL_FATE,
+    HANDOFF,
+    TAG,
+    CallMade,
+    content_text,
+    output_fate,
+)
+from bot.runtime.runtime import NOT_YOURS_TO_STOP
 from storage import Conversation, ConversationKey, Status, ToolCallRecord, ToolCallStatus
 from storage.models import utcnow
 
 EXPLAINING_NOTICES = frozenset(
     {"run_failed", "discarded", "state_expired", "state_incompatible", "state_damaged"}
 )
+# Notices that close a run's open calls as the ledger says (and name those of unknown outcome).
+CLOSING_NOTICES = EXPLAINING_NOTICES | {"stopped"}
 # Notices that explain every message before them; the expiry and not-taken notices explain
 # only the messages they name or count.
 # (A `state_expired` notice is either the expiry's, or a checkpoint older than the TTL that
 # fails closed, as before: that one explains everything before it.)
-MESSAGE_EXPLAINING = EXPLAINING_NOTICES
-NAMING_NOTICES = frozenset({"expiry", "not_taken"})
+# (A guardrail's notice explains the messages its tripped turn took: all those before it
+# that no answer quotes.)
+MESSAGE_EXPLAINING = EXPLAINING_NOTICES | {"guardrail"}
+# (A stop drops the messages held for its run: its notice names them, and counts them all.)
+NAMING_NOTICES = frozenset({"expiry", "not_taken", "stopped"})
 EXPIRY_TEXT = "saved state expired:"  # the expiry notice's, not the fail-closed one's
 NAMED_COUNT = (  # how many messages a naming notice says it is about
     re.compile(r"I couldn't take (\d+) messages?"),
     re.compile(r"(\d+) messages? sent here (?:were|was) not answered"),
+    re.compile(r"(\d+) messages? sent for this run (?:were|was) not answered"),
 )
 ACTIVITY_SLACK = 2.5  # s: a keep lands after its sending; TTLs are checked to the second
 THREAD_TAG = re.compile(r"s\d+t(\d+)m\d+$")
+NOT_EFFECTS = frozenset({"lookup", "ask_clerk", HANDOFF})  # (the agent tool's own calls are)
+APPROVED_TOOLS = frozenset({"transfer", "wire", "file_claim", "pay"})  # a person approves
+KEYED_TOOLS = frozenset({"charge"})
+KEYED_ATTEMPTS = 3  # the replicas' BOT_IDEMPOTENT_ATTEMPTS
+NAMED_CALL = re.compile(r"\(call (call_[a-z0-9]+_\d+)\)")
+UNKNOWN_CALLS = re.compile(r"outcome unknown[^.]*?: ((?:`[^`]+` \(call [^)]+\)(?:, )?)+)")
+LATE = re.compile(r"\(call (call_[a-z0-9]+_\d+)\) finished after .*? Its result:\s*(.*)", re.S)
+STOP_ACCEPTED = "Stopping it now."
+STOP_ANSWERS = (  # a stop that stopped nothing, answered privately
+    "It had already finished before your stop arrived",
+    "It was already stopped by",
+    "Nothing is running there",  # right now; or: its saved state expired
+    "There is nothing of yours running there",
+    "Too many messages are waiting in that thread",
+)
+STOPPED_BY = re.compile(r"Stopped by <@([A-Z0-9]+)>")
 BLOB = re.compile(r"/v(\d+)-f(\d+)-[0-9a-f]+\.json\.gz$")
 KINDS = (
     "message_unanswered",
@@ -85,6 +138,13 @@ KINDS = (
     "thread_left_leased",
     "session_turn_duplicated",
     "stale_fence_checkpoint",
+    "stop_unanswered",
+    "stopped_run_went_on",
+    "refused_stop_honoured",
+    "keyed_not_applied_once",
+    "keyed_outcome_unknown",
+    "keyed_key_shared",
+    "guardrail_read_as_failure",
 )
 
 
@@ -106,6 +166,22 @@ class SentMessage:
     decision: bool = False
     late: bool = False  # meant to arrive after the thread's state expired
     acked_at: float = 0.0  # when it was acked (kept by then)
+
+
+@dataclass
+class StopFacts:
+    """A stop someone sent (the Stop control's button, or the reply `stop`) and the private
+    answers it may have got: through its response_url (the button), or ephemeral to its
+    sender in its thread (the reply), from when it was sent."""
+
+    thread: int
+    user: str
+    via: str  # button | reply
+    moment: str
+    sent_at: float
+    acked: bool = False
+    acked_at: float = 0.0
+    answers: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -144,8 +220,17 @@ class RunFacts:
     effects: list[dict[str, Any]]  # the ledger lines of this run
     now: datetime
     interrupting_faults: bool = True  # a process or storage fault struck in this run
+    model_faults: bool = True  # a model fault struck in this run
     state_ttl: float | None = None  # the replicas' BOT_STATE_TTL, when short (expiry runs)
+    longest_outage: float = 0.0  # s: the longest stretch with no replica serving
     given: dict[str, float] = field(default_factory=dict)  # tag -> when the model got it
+    stops: list[StopFacts] = field(default_factory=list)
+    # A stop word given to the model as a message: (user, thread index, when).
+    stops_given: list[tuple[str, int, float]] = field(default_factory=list)
+    # Each request at the keyed service: {"key", "call_id", "at", "repeated"}.
+    keyed: list[dict[str, Any]] = field(default_factory=list)
+    keyed_attempts: int = KEYED_ATTEMPTS
+    strangers: frozenset[str] = frozenset({"UMALLORY"})  # never allowed to stop a run
 
 
 def check(facts: RunFacts) -> list[Violation]:
@@ -156,7 +241,8 @@ def check(facts: RunFacts) -> list[Violation]:
         messages = [m for m in facts.messages if m.thread == thread.index]
         found += [
             Violation(kind, where, detail)
-            for kind, detail in _thread(thread, messages, facts.given)
+            for kind, detail in _thread(thread, messages, facts.given, stopped_from(facts, thread))
+            if kind != "message_unanswered" or not expired_unserved(facts, thread)
         ]
         found += [
             Violation(kind, where, detail)
@@ -166,11 +252,24 @@ def check(facts: RunFacts) -> list[Violation]:
             Violation(kind, where, detail)
             for kind, detail in _calls(thread, facts.calls, effects, facts.interrupting_faults)
         ]
+        stops = [s for s in facts.stops if s.thread == thread.index]
+        found += [
+            Violation(kind, where, detail)
+            for kind, detail in _stops(thread, stops, messages, facts)
+        ]
+        found += [Violation(kind, where, detail) for kind, detail in _keyed(thread, facts, effects)]
+        found += [
+            Violation(kind, where, detail) for kind, detail in _guardrail(thread, messages, facts)
+        ]
+    found += [Violation(kind, "(keyed service)", d) for kind, d in _shared_keys(facts)]
     return found
 
 
 def _thread(
-    thread: ThreadFacts, messages: list[SentMessage], facts_given: dict[str, float]
+    thread: ThreadFacts,
+    messages: list[SentMessage],
+    facts_given: dict[str, float],
+    stopped: dict[float, float] | None = None,
 ) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     answers = [p for p in thread.posts if p.what.kind is PostKind.ANSWER]
@@ -195,6 +294,11 @@ def _thread(
             later = [told_kind(n) for n in notices if n.at >= message.sent_at]
             if any(kind in MESSAGE_EXPLAINING for kind in later):
                 continue
+            if any(message.acked_at <= stop for stop in (stopped or {}).values()):
+                continue  # a stop sent after it ended its run (what came after is served)
+            given = facts_given.get(message.tag)
+            if given is not None and any(given < at for at in (stopped or {})):
+                continue  # the stopped run had it: its notice tells what became of it
             if awaiting and "message_kept" in later:
                 continue  # kept for after the pending approval, and the thread says so
             if any(
@@ -268,6 +372,7 @@ def _calls(
 ) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     mine = {c: made for c, made in calls.items() if thread_of_tag(made.tag) == thread.index}
+    said_unknown = unknown_named(thread.posts)
     outputs: dict[str, str] = {}
     for item in thread.items:
         if isinstance(item, dict) and item.get("type") == "function_call_output":
@@ -276,15 +381,15 @@ def _calls(
         p.text
         for p in thread.posts
         if p.what.notice == "tool_outcome_unknown"
-        or (p.what.notice in EXPLAINING_NOTICES and "outcome unknown" in p.text)
+        or (p.what.notice in CLOSING_NOTICES and "outcome unknown" in p.text)
     )
     for call_id, made in mine.items():
         ran = effects.get(call_id, 0)
-        if made.tool == "lookup":
+        if made.tool in NOT_EFFECTS:
             continue
         if ran > 1:
             out.append(("effect_duplicated", f"{made.tool} {call_id} ran {ran}x"))
-        if made.tool == "transfer":
+        if made.tool in APPROVED_TOOLS:
             approved = call_id in thread.approved_clicks or any(
                 t > made.at for t in thread.approve_replies
             )
@@ -292,7 +397,9 @@ def _calls(
                 t > made.at for t in thread.reject_replies
             )
             if ran and not approved:
-                out.append(("effect_without_approval", f"transfer {call_id} ran, never approved"))
+                out.append(
+                    ("effect_without_approval", f"{made.tool} {call_id} ran, never approved")
+                )
         else:
             rejected = False
         said = outputs.get(call_id)
@@ -313,7 +420,7 @@ def _calls(
                 out.append(("unknown_outcome_uncaused", f"{call_id} ended outcome unknown"))
             if fate == "not_run" and ran:
                 for post in thread.posts:
-                    if post.what.notice in EXPLAINING_NOTICES and made.tool in post.text:
+                    if post.what.notice in CLOSING_NOTICES and made.tool in post.text:
                         out.append(
                             (
                                 "notice_contradicts_ledger",
@@ -332,6 +439,29 @@ def _calls(
                         f"{(record.output or '')[:80]!r}",
                     )
                 )
+        if record is not None and record.status is ToolCallStatus.CANCELLED and ran:
+            out.append(
+                ("record_contradicts_ledger", f"tool ledger says {call_id} cancelled; it ran")
+            )
+        finished = thread.record is not None and thread.record.status in (
+            Status.IDLE,
+            Status.DISCARDED,
+        )
+        if (
+            record is not None
+            and record.status is ToolCallStatus.STARTED
+            and finished
+            and call_id not in outputs  # (those the history has are checked above)
+            and call_id not in said_unknown
+            and not thread.dead_channel
+        ):
+            out.append(
+                (
+                    "unknown_outcome_unannounced",
+                    f"{call_id} left started in the ledger, its run over; no notice names it",
+                )
+            )
+    out += _notices_against_ledger(thread, mine, effects, said_unknown)
     for post in thread.posts:
         if post.what.kind is not PostKind.ANSWER:
             continue
@@ -471,3 +601,287 @@ def thread_of_tag(tag: str) -> int | None:
     """Tags are `s<seed>t<thread>m<message>`."""
     match = THREAD_TAG.match(tag)
     return int(match.group(1)) if match else None
+
+
+def expired_unserved(facts: RunFacts, thread: ThreadFacts) -> bool:
+    """The thread's state expired in an expiry run where no replica served for about its
+    TTL (a restart on a loaded machine): nobody could answer what it held, and the bot
+    tells a thread of its expiry only when someone acts there afterwards."""
+    return (
+        facts.state_ttl is not None
+        and facts.longest_outage >= facts.state_ttl - ACTIVITY_SLACK
+        and thread.record is None
+        and thread.tombstone is not None
+    )
+
+
+def stopped_from(facts: RunFacts, thread: ThreadFacts) -> dict[float, float]:
+    """Each stopped notice of the thread (its time) and when the first stop it may have
+    applied was sent (acked, after the notice before it)."""
+    found: dict[float, float] = {}
+    previous = 0.0
+    for at in sorted(p.at for p in thread.posts if p.what.notice == "stopped"):
+        sent = [
+            s.sent_at
+            for s in facts.stops
+            if s.thread == thread.index and s.acked and previous < s.sent_at <= at
+        ]
+        previous = at
+        if sent:
+            found[at] = min(sent)
+    return found
+
+
+def unknown_named(posts: list[BotPost]) -> set[str]:
+    """Call ids a notice said were of unknown outcome: the outcome-unknown notice, and the
+    "Started, outcome unknown" sentence of a notice that closed a run's calls."""
+    named: set[str] = set()
+    for post in posts:
+        if post.what.notice == "tool_outcome_unknown":
+            named.update(NAMED_CALL.findall(post.text))
+        elif post.what.notice in CLOSING_NOTICES:
+            for listed in UNKNOWN_CALLS.findall(post.text):
+                named.update(NAMED_CALL.findall(listed))
+    return named
+
+
+def _notices_against_ledger(
+    thread: ThreadFacts, mine: dict[str, CallMade], effects: Counter[str], said_unknown: set[str]
+) -> list[tuple[str, str]]:
+    """A late result's notice tells what the call did; "outcome unknown" is said only of a
+    call that started (the ledger has it, not cancelled); "completed after a restart" only of
+    one that took effect."""
+    out: list[tuple[str, str]] = []
+    expired = any(told_kind(p) == "expiry" for p in thread.posts)
+    for post in thread.posts:
+        late = LATE.search(post.text) if post.what.notice == "tool_finished_late" else None
+        if late is not None and late.group(1) in mine:
+            call_id, result = late.group(1), late.group(2).lstrip("• ").strip()
+            fate, ran = output_fate(result), effects.get(late.group(1), 0)
+            if (fate == "ran" and not ran) or (fate in ("failed", "not_run") and ran):
+                out.append(
+                    (
+                        "notice_contradicts_ledger",
+                        f"late result says {call_id} {fate}; it ran {ran}x: {result[:80]!r}",
+                    )
+                )
+        if post.what.notice == "tool_completed_after_restart":
+            for call_id in NAMED_CALL.findall(post.text):
+                if call_id in mine and "completed." in post.text and not effects.get(call_id):
+                    out.append(("notice_contradicts_ledger", f"{call_id} completed; it never ran"))
+    if expired or thread.record is None:
+        return out  # a state that expired took its tool ledger with it
+    for call_id in sorted(said_unknown & set(mine)):
+        record = thread.tool_records.get(call_id)
+        if record is None or record.status is ToolCallStatus.CANCELLED:
+            state = "cancelled" if record is not None else "never started"
+            out.append(
+                ("notice_contradicts_ledger", f"{call_id} said unknown; the ledger: {state}")
+            )
+    return out
+
+
+def _stops(
+    thread: ThreadFacts, stops: list[StopFacts], messages: list[SentMessage], facts: RunFacts
+) -> list[tuple[str, str]]:
+    """Every acked stop is applied (a stopped notice after it, and nothing of the stopped
+    run after that notice) or answered; a refused stop stops nothing and never reaches the
+    model; nobody who may not stop a run ever stops it."""
+    if thread.dead_channel:
+        return []  # neither its notices nor its ephemerals can be posted there
+    out: list[tuple[str, str]] = []
+    posts = thread.posts
+    notices = [p for p in posts if p.what.notice == "stopped"]
+    acked = [s for s in stops if s.acked]
+    refused = {s.user for s in acked if any(NOT_YOURS_TO_STOP in a for a in s.answers)}
+    refused -= {s.user for s in acked if not any(NOT_YOURS_TO_STOP in a for a in s.answers)}
+    for notice in notices:
+        who = STOPPED_BY.search(notice.text)
+        if who and who.group(1) in refused | facts.strangers:
+            out.append(("refused_stop_honoured", f"stopped by <@{who.group(1)}>"))
+    for stop in acked:
+        given = [
+            at
+            for user, index, at in facts.stops_given
+            if user == stop.user and index == thread.index and at >= stop.sent_at
+        ]
+        what = f"{stop.via} stop by {stop.user} ({stop.moment})"
+        if any(NOT_YOURS_TO_STOP in answer for answer in stop.answers):
+            if given:
+                out.append(("refused_stop_honoured", f"{what}: refused, then given to the model"))
+            continue
+        applied = any(n.at >= stop.sent_at for n in notices)
+        answered = any(a in answer for answer in stop.answers for a in STOP_ANSWERS)
+        told = stop.via == "reply" and any(
+            told_kind(p) == "expiry" and p.at >= stop.sent_at for p in posts
+        )
+        if not (applied or answered or given or told):
+            heard = ", ".join(repr(a[:40]) for a in stop.answers) or "nothing"
+            out.append(("stop_unanswered", f"{what}: no stopped notice after it; answers: {heard}"))
+    out += _after_stopped(thread, messages, facts)
+    return out
+
+
+def _after_stopped(
+    thread: ThreadFacts, messages: list[SentMessage], facts: RunFacts
+) -> list[tuple[str, str]]:
+    """Nothing of a stopped run after its notice: no answer, approval request or decision
+    before the next input that could start another run (a message acked after the stop was
+    sent), no effect of a call it had asked for (unless said unknown, or told as a late
+    result)."""
+    out: list[tuple[str, str]] = []
+    late = {
+        call
+        for p in thread.posts
+        if p.what.notice == "tool_finished_late"
+        for call in NAMED_CALL.findall(p.text)
+    }
+    said_unknown = unknown_named(thread.posts)
+    times = {
+        str(line["call_id"]): float(line["time"]) for line in facts.effects if line.get("time")
+    }
+    for at, stop_at in stopped_from(facts, thread).items():
+        starts = [m.acked_at for m in messages if m.acked and m.acked_at > stop_at]
+        starts += [  # a `stop` that was a message, nothing running when it came
+            given
+            for _, index, given in facts.stops_given
+            if index == thread.index and given > stop_at
+        ]
+        until = min(starts, default=float("inf"))
+        # Messages held for the stopped run are served after it, by a run of their own:
+        # what that run posts asks about calls made after the notice, or quotes a tag the
+        # model got after it.
+        made_before = {
+            c
+            for c, made in facts.calls.items()
+            if thread_of_tag(made.tag) == thread.index and made.at < at
+        }
+        next_request = min(
+            (
+                p.at
+                for p in thread.posts
+                if p.at > at
+                and p.what.kind is PostKind.APPROVAL_REQUEST
+                and not set(p.what.call_ids) <= made_before
+            ),
+            default=float("inf"),
+        )
+        for post in thread.posts:
+            if not at < post.at < until:
+                continue
+            if post.what.kind is PostKind.ANSWER:
+                tags = TAG.findall(post.text)
+                went_on = bool(tags) and all(facts.given.get(t, at) < at for t in tags)
+            elif post.what.kind is PostKind.APPROVAL_REQUEST:
+                went_on = bool(post.what.call_ids) and set(post.what.call_ids) <= made_before
+            else:
+                went_on = post.what.kind is PostKind.DECISION and post.at < next_request
+            if went_on:
+                out.append(
+                    (
+                        "stopped_run_went_on",
+                        f"{post.what.kind.value} {post.at - at:.1f}s after the stopped "
+                        f"notice: {post.text[:80]!r}",
+                    )
+                )
+        for call_id, made in facts.calls.items():
+            ran_at = times.get(call_id)
+            if (
+                thread_of_tag(made.tag) == thread.index
+                and ran_at is not None
+                and made.at < min(at, until)
+                and ran_at > at
+                and call_id not in said_unknown | late
+            ):
+                out.append(
+                    (
+                        "stopped_run_went_on",
+                        f"{made.tool} {call_id} took effect {ran_at - at:.1f}s after the "
+                        "stopped notice",
+                    )
+                )
+    return out
+
+
+def _keyed(thread: ThreadFacts, facts: RunFacts, effects: Counter[str]) -> list[tuple[str, str]]:
+    """A keyed call whose run finished was applied exactly once; its thread never says its
+    outcome is unknown while the service applied it and it had attempts left."""
+    out: list[tuple[str, str]] = []
+    answered: dict[str, str] = {}
+    for post in thread.posts:
+        if post.what.kind is PostKind.ANSWER:
+            answered.update(CALL_FATE.findall(post.text))
+    completed = {
+        call
+        for p in thread.posts
+        if p.what.notice == "tool_completed_after_restart" and "completed." in p.text
+        for call in NAMED_CALL.findall(p.text)
+    }
+    closed = set()  # said unknown by a stop or a discard: that run did not finish
+    for post in thread.posts:
+        if post.what.notice in CLOSING_NOTICES:
+            for listed in UNKNOWN_CALLS.findall(post.text):
+                closed.update(NAMED_CALL.findall(listed))
+    said_unknown = unknown_named(thread.posts)
+    for call_id, made in facts.calls.items():
+        if made.tool not in KEYED_TOOLS or thread_of_tag(made.tag) != thread.index:
+            continue
+        applied = effects.get(call_id, 0)
+        fate = answered.get(call_id)
+        if (fate == "ran" or call_id in completed) and applied != 1:
+            out.append(
+                (
+                    "keyed_not_applied_once",
+                    f"{call_id} finished ({fate or 'completed after a restart'}); "
+                    f"the service applied it {applied}x",
+                )
+            )
+        unknown = fate == "unknown" or call_id in said_unknown
+        record = thread.tool_records.get(call_id)
+        attempts = record.attempts if record is not None else 0
+        if (
+            fate is not None
+            and unknown
+            and applied
+            and call_id not in closed
+            and attempts < facts.keyed_attempts
+        ):
+            out.append(
+                (
+                    "keyed_outcome_unknown",
+                    f"{call_id} said unknown after {attempts} attempt(s); the service applied it",
+                )
+            )
+    return out
+
+
+def _guardrail(
+    thread: ThreadFacts, messages: list[SentMessage], facts: RunFacts
+) -> list[tuple[str, str]]:
+    """A request the guardrail stops is told as the guardrail's notice, not as a failure
+    (checked where nothing else could fail a run: no process, storage or model fault)."""
+    if thread.dead_channel or facts.interrupting_faults or facts.model_faults:
+        return []
+    out: list[tuple[str, str]] = []
+    for message in messages:
+        if SECRET not in message.text or not message.acked or message.tag in facts.given:
+            continue
+        pattern = re.compile(rf"#{re.escape(message.tag)}\b")
+        if any(p.what.kind is PostKind.ANSWER and pattern.search(p.text) for p in thread.posts):
+            continue
+        later = [told_kind(p) for p in thread.posts if p.at >= message.sent_at]
+        if "run_failed" in later and "guardrail" not in later:
+            out.append(("guardrail_read_as_failure", f"#{message.tag} told as a failure"))
+    return out
+
+
+def _shared_keys(facts: RunFacts) -> list[tuple[str, str]]:
+    calls: dict[str, set[str]] = defaultdict(set)
+    for request in facts.keyed:
+        if request["call_id"] in facts.calls:
+            calls[str(request["key"])].add(str(request["call_id"]))
+    return [
+        ("keyed_key_shared", f"key {key[:12]}… sent for {sorted(ids)}")
+        for key, ids in calls.items()
+        if len(ids) > 1
+    ]

@@ -4,10 +4,16 @@ request's input items alone, so any replica, before or after a crash, gets the s
 answer:
 
 - the conversation since the last assistant message holds tool requests without a call yet
-  (`transfer 5 to bob #tag`, `note some text #tag`, `lookup topic #tag`): one function call
-  per request, each with a fresh call id (`call_<tag>_<n>`), as real models invent new ids;
+  (`transfer 5 to bob #tag`, `note some text #tag`, `lookup topic #tag`, `charge 5 #tag`,
+  `pay 5 to bob #tag`, `claim 5 for bob #tag`, `wire 5 to bob #tag`): one function call per
+  request, each with a fresh call id (`call_<tag>_<n>`), as real models invent new ids;
 - otherwise: the final answer, quoting every `#tag` of that stretch, each call's fate as its
   output tells it (ran, failed, unknown, rejected, not_run), and a response id of its own.
+
+The agent is told by the request's instructions (see `bench.chaos.agent`): `chaos` asks the
+clerk (an agent used as a tool) about claims and hands wires off to `payments` (a handoff,
+alone in its turn, once the turn's other calls are answered); `payments` wires, `clerk`
+files claims, each answering with the fates of its calls.
 
 A request whose newest item is a user message saying `(ponder 2.0s)` is answered that much
 later (a run that holds its thread while replies arrive). Every tag the model was given is
@@ -24,18 +30,31 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiohttp import web
 
 TAG = re.compile(r"#([a-z0-9]+)")
+THREAD_CONTEXT = "Earlier messages in this Slack thread"  # how the bot's thread context starts
+HANDOFF = "transfer_to_payments"  # the handoff() tool to the payments agent
 PONDER = re.compile(r"\(ponder (\d+(?:\.\d+)?)s\)")
 REQUESTS = (
     ("transfer", re.compile(r"\btransfer (\d+) to (\w+)")),
     ("send_note", re.compile(r"\bnote (.+?) #")),
     ("lookup", re.compile(r"\blookup (\w+)")),
+    ("pay", re.compile(r"\bpay (\d+) to (\w+)")),
+    ("charge", re.compile(r"\bcharge (\d+)")),
+    ("ask_clerk", re.compile(r"\bclaim (\d+) for (\w+)")),
+    (HANDOFF, re.compile(r"\bwire (\d+) to (\w+)")),
 )
+AGENT_REQUESTS = {  # the agents a run reaches, by the start of their instructions
+    "payments:": (("wire", re.compile(r"\bwire (\d+) to (\w+)")),),
+    "clerk:": (("file_claim", re.compile(r"\bclaim (\d+) for (\w+)")),),
+}
+STOP_SAID = re.compile(r"^<@([A-Z0-9]+)>(?: \([^()\n]*\))?: (?:stop|stop it|cancel that|abort)$")
+PAY_REF = re.compile(r" ref (call_[a-z0-9]+_\d+)$")  # `pay`'s recipient names its call
 ANSWER = re.compile(r"\[resp (\d+)\]")
 CALL_FATE = re.compile(r"(call_[a-z0-9]+_\d+)=(\w+)")
 USAGE = {
@@ -46,6 +65,7 @@ USAGE = {
     "output_tokens_details": {"reasoning_tokens": 0},
 }
 ModelFaultKind = Literal["error500", "delay", "hang", "drop"]
+Watcher = Callable[[str, str, set[str]], None]  # (what, agent, tags): "request", "answer"
 
 
 def output_fate(output: str) -> str:
@@ -60,6 +80,8 @@ def output_fate(output: str) -> str:
         return "not_run"
     if "error" in output.lower():
         return "failed"
+    if output.startswith("paid ") or '"text":"paid ' in output.replace(" ", ""):
+        return "ran"  # the MCP server's `pay`
     return "other"
 
 
@@ -69,6 +91,8 @@ def content_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    if isinstance(content, dict):  # one output part (an MCP tool's text)
+        return str(content.get("text", ""))
     return ""
 
 
@@ -104,6 +128,10 @@ class ModelServer:
     calls: dict[str, CallMade] = field(default_factory=dict)
     log: list[dict[str, Any]] = field(default_factory=list)
     given: dict[str, float] = field(default_factory=dict)  # tag -> when first given
+    # A stop word someone said, given to the model as a message: (user, the threads of the
+    # request's tags (`s<seed>t<thread>`), when), for every request that carries it.
+    stops_given: list[tuple[str, frozenset[str], float]] = field(default_factory=list)
+    watchers: list[Watcher] = field(default_factory=list)  # told of requests and answers
     in_flight: int = 0
     last_request: float = 0.0
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -141,8 +169,9 @@ class ModelServer:
 
     # -- deciding -----------------------------------------------------------------------
 
-    def decide(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def decide(self, items: list[dict[str, Any]], instructions: str = "") -> list[dict[str, Any]]:
         """The output items for an input: function calls, or the final answer."""
+        agent = agent_of(instructions)
         start = 0
         for index, item in enumerate(items):
             if item.get("role") == "assistant":
@@ -155,24 +184,29 @@ class ModelServer:
             for i in stretch
             if i.get("role") == "user" and not _thread_context(i)
         ]
+        requests = AGENT_REQUESTS.get(agent, REQUESTS)
+        mine = {tool for tool, _ in requests}
         called = {
             _tag_of_call(str(i.get("call_id", "")))
             for i in stretch
-            if i.get("type") == "function_call"
+            if i.get("type") == "function_call" and (agent == "chaos:" or i.get("name") in mine)
         }
-        calls: list[dict[str, Any]] = []
+        calls: list[tuple[str, str, tuple[Any, ...], str]] = []
         for text in texts:
             tags = TAG.findall(text)
             if not tags or tags[0] in called:
                 continue
-            for tool, pattern in REQUESTS:
+            for tool, pattern in requests:
                 match = pattern.search(text)
                 if match:
-                    calls.append(self._call(tool, tags[0], match.groups()))
+                    calls.append((tool, tags[0], match.groups(), _request_text(text)))
                     called.add(tags[0])
                     break
-        if calls:
-            return calls
+        # A handoff goes alone, once the turn's other calls are answered.
+        others = [c for c in calls if c[0] != HANDOFF]
+        chosen = others or calls[:1]
+        if chosen:
+            return [self._call(*call) for call in chosen]
         outputs = {
             str(i.get("call_id")): content_text(i.get("output"))
             for i in stretch
@@ -183,17 +217,30 @@ class ModelServer:
             for i in stretch
             if i.get("type") == "function_call"
         ]
+        if agent == "clerk:":  # the clerk's answer is the output of the outer call
+            return [_message(f"clerk: {' '.join(fates) or 'nothing filed'}")]
         tags = [f"#{tag}" for text in texts for tag in TAG.findall(text)]
         words = " ".join(tags) or "(no tag)"
         detail = f" | {' '.join(fates)}" if fates else ""
         return [_message(f"answer {words}{detail} [resp {next(self._ids)}]")]
 
-    def _call(self, tool: str, tag: str, groups: tuple[str | Any, ...]) -> dict[str, Any]:
+    def _call(
+        self, tool: str, tag: str, groups: tuple[str | Any, ...], text: str
+    ) -> dict[str, Any]:
         call_id = f"call_{tag}_{next(self._ids)}"
-        if tool == "transfer":
-            arguments: dict[str, Any] = {"amount": int(groups[0]), "to": groups[1]}
+        arguments: dict[str, Any]
+        if tool in ("transfer", "wire", "file_claim"):
+            arguments = {"amount": int(groups[0]), "to": groups[1]}
+        elif tool == "pay":  # the MCP server records only its arguments: they name the call
+            arguments = {"amount": int(groups[0]), "to": f"{groups[1]} ref {call_id}"}
+        elif tool == "charge":
+            arguments = {"amount": int(groups[0])}
         elif tool == "send_note":
             arguments = {"text": groups[0]}
+        elif tool == "ask_clerk":
+            arguments = {"input": text}
+        elif tool == HANDOFF:
+            arguments = {}
         else:
             arguments = {"topic": groups[0]}
         self.calls[call_id] = CallMade(call_id, tool, tag, arguments, time.time())
@@ -205,6 +252,35 @@ class ModelServer:
             "arguments": json.dumps(arguments),
             "status": "completed",
         }
+
+    def _watch(self, what: str, agent: str, items: list[dict[str, Any]]) -> None:
+        tags = {
+            tag
+            for i in items
+            if i.get("role") == "user"
+            for tag in TAG.findall(content_text(i.get("content")))
+        }
+        for watcher in list(self.watchers):
+            watcher(what, agent, tags)
+
+    def _given(self, items: list[dict[str, Any]], at: float) -> None:
+        """Remember each tag given (first time), and each stop word given as a message."""
+        users = [i for i in items if i.get("role") == "user" and not _thread_context(i)]
+        # The thread a stop word was said in, by the tags of the request (those of a fresh
+        # conversation's thread context too: a `stop` may be all it was given).
+        tags = frozenset(
+            t.rsplit("m", 1)[0]
+            for i in items
+            if i.get("role") == "user"
+            for t in TAG.findall(content_text(i.get("content")))
+        )
+        for item in users:
+            text = content_text(item.get("content"))
+            for tag in TAG.findall(text):
+                self.given.setdefault(tag, at)
+            said = STOP_SAID.match(text.strip())
+            if said:
+                self.stops_given.append((said.group(1), tags, at))
 
     # -- serving ------------------------------------------------------------------------
 
@@ -240,17 +316,20 @@ class ModelServer:
                 items = [{"role": "user", "content": items}]
             items = [i for i in items or [] if isinstance(i, dict)]
             entry["input"] = [_brief(i) for i in items[-6:]]
-            for item in items:
-                if item.get("role") == "user" and not _thread_context(item):
-                    for tag in TAG.findall(content_text(item.get("content"))):
-                        self.given.setdefault(tag, entry["at"])
+            instructions = str(body.get("instructions") or "")
+            agent = agent_of(instructions)
+            entry["agent"] = agent
+            self._given(items, entry["at"])
+            self._watch("request", agent, items)
             newest = items[-1] if items else {}
             ponder = PONDER.search(content_text(newest.get("content")))
             if newest.get("role") == "user" and ponder:
                 entry["ponder"] = float(ponder.group(1))
                 await asyncio.sleep(float(ponder.group(1)))
-            output = self.decide(items)
+            output = self.decide(items, instructions)
             entry["output"] = [o.get("call_id") or content_text(o.get("content")) for o in output]
+            if agent != "clerk:" and all(o.get("type") == "message" for o in output):
+                self._watch("answer", agent, items)
             if body.get("stream"):
                 try:
                     return await _stream(request, body, output)
@@ -261,6 +340,19 @@ class ModelServer:
         finally:
             self.in_flight -= 1
             self.last_request = time.monotonic()
+
+
+def agent_of(instructions: str) -> str:
+    """`chaos:`, `payments:` or `clerk:`, by how the agent's instructions start."""
+    for agent in AGENT_REQUESTS:
+        if instructions.startswith(agent):
+            return agent
+    return "chaos:"
+
+
+def _request_text(text: str) -> str:
+    """A user message's own text, without its author header (`<@U1>: `)."""
+    return re.sub(r"^<@[A-Z0-9]+>(?: \([^()\n]*\))?: ", "", text)
 
 
 async def _sleep_unless(healed: asyncio.Event, seconds: float | None) -> None:
@@ -278,7 +370,7 @@ def _brief(item: dict[str, Any]) -> str:
 def _thread_context(item: dict[str, Any]) -> bool:
     """The thread's earlier messages, read for a conversation that starts inside a thread:
     what people said there, not messages given to this conversation."""
-    return content_text(item.get("content")).startswith("Earlier messages in this Slack thread")
+    return content_text(item.get("content")).startswith(THREAD_CONTEXT)
 
 
 def _tag_of_call(call_id: str) -> str:

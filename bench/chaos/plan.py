@@ -7,11 +7,20 @@ seed's plan is what it was before them): a burst of replies into a busy thread (
 request makes the model ponder, and dozens of replies, some longer than a DynamoDB record
 holds inline, arrive meanwhile; past the replicas' `BOT_BACKLOG_LIMIT` some are refused),
 and expiry (the replicas run with a short `BOT_STATE_TTL`, and some threads get a reply, a
-mention or a click only after their state expired: paused for approval, or idle)."""
+mention or a click only after their state expired: paused for approval, or idle).
+
+A third generator of the seed draws the newest workloads: requests that go through the agent
+graph (a wire behind a `handoff()`, a claim through an agent used as a tool, a payment at an
+MCP server) or a keyed tool (`charge`, with now and then a process fault aimed at the
+replica running it, after the keyed service applied it); Stop (the button, or the reply
+`stop`; by the thread's starter or an approver, sometimes also by someone not allowed) at a
+moment of a run: while the model works, as an approval request appears, right after Approve,
+or as the run finishes; and an admin discard right after an approval, while the tool runs."""
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -42,6 +51,11 @@ EXPIRY_TTL = 5.0  # seconds of BOT_STATE_TTL in expiry runs: longer than a run u
 LATE = EXPIRY_TTL + 3.5  # a late action waits this long after the thread's last one
 BACKLOG_LIMIT = 24  # the replicas' BOT_BACKLOG_LIMIT: only a burst goes past it
 LONG_REPLY = 5_000  # characters: over the 4,000 bytes a queued message may take in a record
+PONDER = re.compile(r" \(ponder [0-9.]+s\)")
+APPROVAL_REQUESTS = ("transfer ", "wire ", "claim ", "pay ")  # a person must approve these
+# Through a handoff, an agent tool, MCP; one the guardrail stops (`bench.chaos.agent.SECRET`).
+GRAPH_REQUESTS = ("wire ", "claim ", "pay ", "password ")
+StopMoment = Literal["working", "card", "approved", "finishing"]
 
 
 @dataclass
@@ -67,12 +81,26 @@ class Decision:
 
 
 @dataclass
+class StopPlan:
+    """A stop at a moment of the thread's run: when the model is first asked (`working`),
+    when an approval request shows (`card`), when someone approved (`approved`), when the
+    model gave its final answer (`finishing`); `delay` seconds after it."""
+
+    moment: StopMoment
+    via: Literal["button", "reply"]
+    by: str
+    delay: float
+
+
+@dataclass
 class ThreadPlan:
     index: int
     channel: str
     starter: str
     steps: list[Step]
     decisions: list[Decision]
+    stops: list[StopPlan] = field(default_factory=list)
+    discard_after_approval: float | None = None  # an admin discards while the tool runs
 
 
 @dataclass
@@ -104,17 +132,28 @@ class RunPlan:
 
     @property
     def discards(self) -> bool:
-        return any(step.kind == "discard" for t in self.threads for step in t.steps)
+        return any(step.kind == "discard" for t in self.threads for step in t.steps) or any(
+            t.discard_after_approval is not None for t in self.threads
+        )
 
     @property
     def workloads(self) -> list[str]:
-        """The workloads besides the plain one: `burst`, `expiry`."""
+        """The workloads besides the plain one: `burst`, `expiry`, `stop`,
+        `discard_mid_tool`, `agent_graph`, `guardrail`, `keyed`."""
         steps = [step for t in self.threads for step in t.steps]
         return [
             name
             for name, present in (
                 ("burst", any(step.burst for step in steps)),
                 ("expiry", self.state_ttl is not None),
+                ("stop", any(t.stops for t in self.threads)),
+                (
+                    "discard_mid_tool",
+                    any(t.discard_after_approval is not None for t in self.threads),
+                ),
+                ("agent_graph", any(step.text.startswith(GRAPH_REQUESTS) for step in steps)),
+                ("guardrail", any(step.text.startswith("password ") for step in steps)),
+                ("keyed", any(step.text.startswith("charge ") for step in steps)),
             )
             if present
         ]
@@ -153,6 +192,7 @@ def make_plan(
     faults.sort(key=lambda f: f.at)
     plan = RunPlan(seed, backend, count, channels, threads, faults, window)
     _more_workloads(random.Random(seed * 7907 + 17), plan)
+    _newest_workloads(random.Random(seed * 7927 + 31), plan)
     return plan
 
 
@@ -163,6 +203,89 @@ def _more_workloads(rng: random.Random, plan: RunPlan) -> None:
         plan.state_ttl = EXPIRY_TTL
         for thread in rng.sample(plan.threads, rng.randint(1, min(2, len(plan.threads)))):
             _late(rng, plan.seed, thread)
+
+
+def _newest_workloads(rng: random.Random, plan: RunPlan) -> None:
+    """Requests through the agent graph and keyed ones, stops, a discard mid-tool."""
+    for thread in plan.threads:
+        for step in thread.steps:
+            if step.kind == "say" and not (step.burst or step.late) and rng.random() < 0.3:
+                step.text = _graph_request(rng, step)
+    _keyed_fault(rng, plan)
+    for thread in plan.threads:
+        if rng.random() < 0.3:
+            _stops(rng, thread)
+    if rng.random() < 0.12:
+        approving = [t for t in plan.threads if _asks_approval(t)]
+        if approving:
+            rng.choice(approving).discard_after_approval = round(rng.uniform(0.05, 0.6), 3)
+
+
+def _graph_request(rng: random.Random, step: Step) -> str:
+    amount, person = rng.randint(1, 99), rng.choice(PEOPLE)
+    request = rng.choice(
+        (
+            f"wire {amount} to {person}",
+            f"claim {amount} for {person}",
+            f"pay {amount} to {person}",
+            f"password {rng.choice(WORDS)}{amount}",
+            f"charge {amount}",
+            f"charge {amount}",
+        )
+    )
+    ponder = PONDER.search(step.text)
+    return f"{request}{ponder.group(0) if ponder else ''} #{step.tag}"
+
+
+def _keyed_fault(rng: random.Random, plan: RunPlan) -> None:
+    """Now and then a process fault aimed at the replica running a keyed call, just after
+    the service applied its key (waited for from a little before the request is sent)."""
+    charged = [
+        (thread, sum(s.pause for s in thread.steps[: number + 1]))
+        for thread in plan.threads
+        for number, step in enumerate(thread.steps)
+        if step.text.startswith("charge ")
+    ]
+    if not charged or rng.random() >= 0.4:
+        return
+    _, sent = rng.choice(charged)
+    kind = rng.choice(("process:sigkill", "process:sigkill", "process:sigterm", "process:sigstop"))
+    params: dict[str, Any] = {
+        "slot": rng.randrange(plan.replicas),
+        "moment": "mid_keyed",
+        "delay": round(rng.uniform(0.0, 0.3), 3),
+    }
+    if kind == "process:sigstop":
+        params["seconds"] = round(rng.uniform(3.0, 4.5), 2)
+    else:
+        params["restart_after"] = round(rng.uniform(0.2, 2.0), 2)
+    plan.faults.append(FaultPlan(round(max(0.2, sent - 0.3), 2), kind, params))
+    plan.faults.sort(key=lambda f: f.at)
+
+
+def _stops(rng: random.Random, thread: ThreadPlan) -> None:
+    moments: list[StopMoment] = ["working", "finishing"]
+    if _asks_approval(thread):
+        moments += ["card", "approved", "card", "approved"]
+    by = thread.starter if rng.random() < 0.85 else APPROVER
+    people = [by] + ([STRANGER] if rng.random() < 0.3 else [])
+    for person in people:
+        moment = rng.choice(moments)
+        delay = {
+            "working": rng.uniform(0.2, 1.2),
+            "card": rng.uniform(0.0, 0.4),
+            "approved": rng.uniform(0.0, 0.3),
+            "finishing": rng.uniform(0.0, 0.15),
+        }[moment]
+        via: Literal["button", "reply"] = rng.choice(("button", "reply"))
+        thread.stops.append(StopPlan(moment, via, person, round(delay, 3)))
+        first = thread.steps[0]
+        if moment == "working" and not PONDER.search(first.text):  # the model works a while
+            first.text = first.text.replace(" #", f" (ponder {rng.uniform(1.5, 2.5):.1f}s) #", 1)
+
+
+def _asks_approval(thread: ThreadPlan) -> bool:
+    return any(s.kind == "say" and s.text.startswith(APPROVAL_REQUESTS) for s in thread.steps)
 
 
 def _burst(rng: random.Random, seed: int, thread: ThreadPlan) -> None:

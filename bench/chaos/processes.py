@@ -16,6 +16,7 @@ from typing import IO
 
 import aiohttp
 
+from bench.chaos.invariants import KEYED_ATTEMPTS
 from bench.chaos.plan import BACKLOG_LIMIT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,6 +120,8 @@ def bot_environment(
     ledger: Path,
     transfer_delay: float,
     lease_seconds: float,
+    keyed_url: str,
+    mcp_effects: Path,
 ) -> dict[str, str]:
     env = {
         **os.environ,
@@ -141,8 +144,12 @@ def bot_environment(
         "BOT_ADMINS": "UADMIN",
         "BOT_APPROVERS": "UCAROL",
         "OPENAI_AGENTS_DISABLE_TRACING": "1",
+        "BOT_IDEMPOTENT_ATTEMPTS": str(KEYED_ATTEMPTS),
         "CHAOS_LEDGER": str(ledger),
         "CHAOS_TRANSFER_DELAY": str(transfer_delay),
+        "CHAOS_KEYED_URL": keyed_url,
+        "MCP_EFFECTS_FILE": str(mcp_effects),  # the MCP server's (a child of each replica)
+        "MCP_PAY_SECONDS": str(transfer_delay / 2),
         "LOG_LEVEL": "INFO",
     }
     env.pop("SLACK_APP_TOKEN", None)

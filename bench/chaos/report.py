@@ -51,10 +51,18 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
             "(with an admin discard)", lambda b: sum(r.discards and r.backend == b for r in results)
         )
     )
-    for workload in ("burst", "expiry"):
+    for workload in (
+        "burst",
+        "expiry",
+        "stop",
+        "discard_mid_tool",
+        "agent_graph",
+        "guardrail",
+        "keyed",
+    ):
         lines.append(
             row(
-                f"(with the {workload} workload)",
+                f"(with {workload})",
                 lambda b, w=workload: sum(w in r.workloads and r.backend == b for r in results),
             )
         )

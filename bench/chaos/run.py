@@ -14,21 +14,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from bench.chaos.classify import approval_buttons, classify_post
 from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.invariants import (
+    KEYED_ATTEMPTS,
     BotPost,
     RunFacts,
     SentMessage,
+    StopFacts,
     ThreadFacts,
     Violation,
     check,
     thread_of_tag,
 )
-from bench.chaos.model import ModelServer, content_text
-from bench.chaos.plan import STRANGER, Decision, RunPlan, Step, ThreadPlan
+from bench.chaos.model import PAY_REF, ModelServer, content_text
+from bench.chaos.plan import ADMIN, STRANGER, Decision, RunPlan, Step, StopPlan, ThreadPlan
 from bench.chaos.slack import TEAM, Deliverer, SlackSide
 from bot.permalink import permalink
+from bot.runtime.holder import SEPARATOR
+from bot.slackapp.agent_blocks import STOP, stop_blocks
 from bot.slackapp.blocks import APPROVE, REJECT
 from bot.standin import requests
 from bot.standin.slack_api import Message
@@ -37,6 +43,9 @@ from storage.models import utcnow
 
 QUIET_SECONDS = 3.0  # > the lease: a recovery sweep would have shown itself
 QUIET_TIMEOUT = 45.0
+MOMENTS = ("working", "card", "approved", "finishing")  # what a stop may wait for
+# Each request the keyed service got: {"key", "call_id", "at", "repeated"} (see `soak`).
+KeyedLog = list[dict[str, Any]]
 
 
 @dataclass
@@ -67,6 +76,10 @@ class ThreadState:
     reject_replies: list[float] = field(default_factory=list)
     clicks: list[float] = field(default_factory=list)  # when each click or command was acked
     late_clicks: list[float] = field(default_factory=list)  # of them, the late ones
+    # The moments of its run a stop (or a discard) waits for, set when they first come.
+    moments: dict[str, asyncio.Event] = field(
+        default_factory=lambda: {moment: asyncio.Event() for moment in MOMENTS}
+    )
 
     @property
     def key(self) -> ConversationKey | None:
@@ -90,6 +103,8 @@ class Run:
         ledger: Path,
         list_blobs: Callable[[ConversationKey], list[str]],
         history: Path,
+        mcp_effects: Path | None = None,
+        keyed: KeyedLog | None = None,
     ) -> None:
         self.plan = plan
         self.slack = slack
@@ -98,6 +113,8 @@ class Run:
         self.cluster = cluster
         self.store = store
         self.ledger = ledger
+        self.mcp_effects = mcp_effects
+        self.keyed = keyed if keyed is not None else []
         self.list_blobs = list_blobs
         self.history_path = history
         self.events: list[dict[str, Any]] = []
@@ -109,6 +126,8 @@ class Run:
         self.injector = injector_factory(self.note, self)
         self.threads = [ThreadState(t) for t in plan.threads]
         self.sent: list[SentMessage] = []
+        self.stops: list[tuple[StopFacts, str | None]] = []  # and the button's token
+        self.longest_outage = 0.0  # seconds with no replica serving, at most
         self.deciding = 0
         self.stop_deciding = asyncio.Event()
         self.deliveries: list[asyncio.Task[None]] = []
@@ -132,9 +151,21 @@ class Run:
         self.wall_started = time.time()
         self.note("start", replicas=plan.replicas)
         stop_deciding = self.stop_deciding
+        self.model.watchers.append(self._watch_model)
         actors = [asyncio.create_task(self._actor(t)) for t in self.threads]
         deciders = [asyncio.create_task(self._decider(t, stop_deciding)) for t in self.threads]
+        deciders += [
+            asyncio.create_task(self._stopper(t, stop, stop_deciding))
+            for t in self.threads
+            for stop in t.plan.stops
+        ]
+        deciders += [
+            asyncio.create_task(self._discarder(t, t.plan.discard_after_approval, stop_deciding))
+            for t in self.threads
+            if t.plan.discard_after_approval is not None
+        ]
         faults = asyncio.create_task(self.injector.run(plan.faults, self.started))
+        outages = asyncio.create_task(self._watch_outages(stop_deciding))
         error = None
         quiet = False
         quiet_seconds = 0.0
@@ -149,14 +180,16 @@ class Run:
             quiet = await self._wait_quiet(10) and quiet
             quiet_seconds = time.monotonic() - began
             self.note("quiet" if quiet else "not_quiet", seconds=round(quiet_seconds, 2))
+            self.note("longest_outage", seconds=round(self.longest_outage, 2))
         except Exception as exc:
             error = repr(exc)
             self.note("harness_error", error=error)
         finally:
             stop_deciding.set()
-            for task in [*actors, *deciders, faults]:
+            self.model.watchers.remove(self._watch_model)
+            for task in [*actors, *deciders, faults, outages]:
                 task.cancel()
-            for task in [*actors, *deciders, faults, *self.deliveries]:
+            for task in [*actors, *deciders, faults, outages, *self.deliveries]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         violations: list[Violation] = []
@@ -322,6 +355,7 @@ class Run:
                 if key in thread.handled or request.version < newest[request.call_id]:
                     continue
                 thread.handled.add(key)
+                thread.moments["card"].set()
                 decision = next(decisions, Decision(True, "button", thread.plan.starter, 0.3))
                 self.deciding += 1
                 try:
@@ -349,6 +383,8 @@ class Run:
             sent = self._sent(thread, step, reply)
             self._deliver(sent, [self._event(reply, "message")])
             self.note("decide", **what, via="reply", approve=decision.approve, by=decision.by)
+            if decision.approve:
+                thread.moments["approved"].set()
             return
         clicks = thread.approved_clicks if decision.approve else thread.rejected_clicks
         clicks.add(request.call_id)
@@ -360,6 +396,8 @@ class Run:
                 thread.clicks.append(time.time())
                 if decision.late:
                     thread.late_clicks.append(thread.clicks[-1])
+                if decision.approve:
+                    thread.moments["approved"].set()
             self.note(
                 "decide",
                 **what,
@@ -399,14 +437,140 @@ class Run:
                 await asyncio.sleep(0.1)
         return delivery.acked, answer
 
+    # -- stops and a discard at moments of a run ----------------------------------------
+
+    def _watch_model(self, what: str, agent: str, tags: set[str]) -> None:
+        """The model was asked (`working`), or gave a final answer (`finishing`), in a
+        thread of this run."""
+        moment = "working" if what == "request" else "finishing"
+        for tag in tags:
+            index = thread_of_tag(tag)
+            if tag.startswith(f"s{self.plan.seed}t") and index is not None:
+                self.threads[index].moments[moment].set()
+
+    async def _at_moment(self, thread: ThreadState, moment: str, quit: asyncio.Event) -> bool:
+        """Wait for the moment to come in the thread; False if the run ends first."""
+        came = asyncio.create_task(thread.moments[moment].wait())
+        ended = asyncio.create_task(quit.wait())
+        try:
+            await asyncio.wait({came, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            came.cancel()
+            ended.cancel()
+        return thread.moments[moment].is_set() and not quit.is_set()
+
+    async def _stopper(self, thread: ThreadState, stop: StopPlan, quit: asyncio.Event) -> None:
+        if not await self._at_moment(thread, stop.moment, quit):
+            self.note("stop_not_sent", thread=thread.plan.index, moment=stop.moment)
+            return
+        self.deciding += 1
+        try:
+            await asyncio.sleep(stop.delay)
+            if thread.ts is not None and not quit.is_set():
+                await self._stop(thread, stop)
+        except Exception as exc:  # a harness slip must not stop the run
+            self.note("stopper_error", thread=thread.plan.index, error=repr(exc))
+        finally:
+            self.deciding -= 1
+
+    async def _stop(self, thread: ThreadState, stop: StopPlan) -> None:
+        """The Stop control's button (its value names the thread), or the reply `stop`."""
+        assert thread.ts is not None and thread.key is not None
+        facts = StopFacts(
+            thread=thread.plan.index,
+            user=stop.by,
+            via=stop.via,
+            moment=stop.moment,
+            sent_at=time.time(),
+        )
+        token: str | None = None
+        if stop.via == "button":
+            url, token = self.deliverer.response_url()
+            control = {"ts": f"{thread.ts}9", "text": "", "blocks": stop_blocks(thread.key)}
+            body = requests.block_actions(
+                team=TEAM,
+                user=stop.by,
+                channel=thread.plan.channel,
+                message=control,
+                action_id=STOP,
+                value=str(thread.key),
+                response_url=url,
+                thread_ts=thread.ts,
+                ephemeral=True,
+            )
+            self.stops.append((facts, token))
+            delivery = await self.deliverer.once("click", body, f"Stop by {stop.by}")
+            facts.acked = delivery.acked
+        else:
+            reply = self.api.add_user_message(thread.plan.channel, stop.by, "stop", thread.ts)
+            self.stops.append((facts, None))
+            delivery = await self.deliverer.event(self._event(reply, "message"), "stop")
+            facts.acked = delivery.acked
+        facts.acked_at = time.time()
+        self.note(
+            "stop",
+            thread=thread.plan.index,
+            via=stop.via,
+            by=stop.by,
+            moment=stop.moment,
+            acked=facts.acked,
+            token=token,
+            attempts=delivery.attempts,
+        )
+
+    async def _discarder(
+        self, thread: ThreadState, delay: float | None, quit: asyncio.Event
+    ) -> None:
+        """An admin discards the thread right after an approval, while its tool runs."""
+        if delay is None or not await self._at_moment(thread, "approved", quit):
+            return
+        self.deciding += 1
+        try:
+            await asyncio.sleep(delay)
+            if thread.ts is not None:
+                await self._command(thread, Step("discard", 0, user=ADMIN))
+        except Exception as exc:
+            self.note("discarder_error", thread=thread.plan.index, error=repr(exc))
+        finally:
+            self.deciding -= 1
+
+    # -- outages -------------------------------------------------------------------------
+
+    async def _watch_outages(self, quit: asyncio.Event) -> None:
+        """The longest stretch with no replica serving (each probed every half second: its
+        process up, neither stopped nor shutting down, its health answered within a
+        second). On this busy machine a restart can take longer than an expiry run's TTL."""
+        down_since: float | None = None
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as http:
+            while not quit.is_set():
+                now = time.monotonic()
+                if await self._serving(http):
+                    down_since = None
+                else:
+                    down_since = now if down_since is None else down_since
+                    self.longest_outage = max(self.longest_outage, now - down_since)
+                await asyncio.sleep(0.5)
+
+    async def _serving(self, http: aiohttp.ClientSession) -> bool:
+        for replica in self.cluster.replicas[: self.cluster.wanted]:
+            if not replica.alive or replica.stopped or replica.terminating or replica.killed:
+                continue
+            try:
+                async with http.get(f"{replica.url}/healthz") as response:
+                    if response.status == 200:
+                        return True
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+        return False
+
     # -- fault targets -------------------------------------------------------------------
 
     async def next_ack(self, within: float) -> str | None:
         return await self.deliverer.next_ack(within)
 
     async def tool_holder(self, within: float) -> str | None:
-        """The replica running a transfer: wait for the next "approved" decision post in
-        this run, then find its thread's lease holder (the owner names the pid)."""
+        """The replica running an approved tool: wait for the next "approved" decision post
+        in this run, then find its thread's lease holder."""
         channels = set(self.plan.channels)
         seen = len(self.slack.posts)
         deadline = time.monotonic() + within
@@ -417,14 +581,37 @@ class Run:
                     key = ConversationKey(
                         team=TEAM, channel=post.channel, thread_ts=post.thread_ts or post.ts
                     )
-                    record = await asyncio.to_thread(self.store.get, key)
-                    owner = (record.lease_owner or "") if record else ""
-                    pid = owner.split(":")[1] if owner.count(":") >= 2 else ""
-                    for replica in self.cluster.replicas:
-                        if replica.process is not None and str(replica.process.pid) == pid:
-                            return replica.url
-                    return None
+                    return await self._holder(key)
             seen = len(self.slack.posts)
+        return None
+
+    async def keyed_holder(self, within: float) -> str | None:
+        """The replica running a keyed call: wait until the keyed service applies the next
+        key of this run, then find its thread's lease holder."""
+        prefix = f"call_s{self.plan.seed}t"
+        seen = len(self.keyed)
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            for request in self.keyed[seen:]:
+                call_id = str(request["call_id"])
+                made = self.model.calls.get(call_id)
+                if not call_id.startswith(prefix) or request["repeated"] or made is None:
+                    continue
+                index = thread_of_tag(made.tag)
+                key = self.threads[index].key if index is not None else None
+                return await self._holder(key) if key is not None else None
+            seen = len(self.keyed)
+        return None
+
+    async def _holder(self, key: ConversationKey) -> str | None:
+        """The URL of the replica holding the thread's lease (the owner names the pid)."""
+        record = await asyncio.to_thread(self.store.get, key)
+        owner = (record.lease_owner or "") if record else ""
+        pid = holder_pid(owner)
+        for replica in self.cluster.replicas:
+            if replica.process is not None and str(replica.process.pid) == pid:
+                return replica.url
         return None
 
     # -- quiet --------------------------------------------------------------------------
@@ -494,12 +681,25 @@ class Run:
             for c, made in self.model.calls.items()
             if made.tag.startswith(f"s{self.plan.seed}t") and made.at >= self.wall_started
         }
+        mine = f"call_s{self.plan.seed}t"
         effects = []
         if self.ledger.exists():
             for line in self.ledger.read_text().splitlines():
                 entry = json.loads(line)
-                if str(entry.get("call_id", "")).startswith(f"call_s{self.plan.seed}t"):
+                if str(entry.get("call_id", "")).startswith(mine):
                     effects.append(entry)
+        if self.mcp_effects is not None and self.mcp_effects.exists():
+            for line in self.mcp_effects.read_text().splitlines():
+                entry = json.loads(line)  # `pay`'s recipient names the call
+                ref = PAY_REF.search(str(entry.get("to", "")))
+                if ref and ref.group(1).startswith(mine):
+                    effects.append({"tool": entry["tool"], "call_id": ref.group(1), **entry})
+        keyed = [dict(r) for r in self.keyed if str(r["call_id"]).startswith(mine)]
+        effects += [
+            {"tool": "charge", "call_id": r["call_id"], "time": r["at"], "key": r["key"]}
+            for r in keyed
+            if not r["repeated"]  # the service applied the key (once: it keeps its result)
+        ]
         threads = []
         posts = self.slack.posts[posts_from:]
         for thread in self.threads:
@@ -525,8 +725,8 @@ class Run:
                 and (p.thread_ts or p.ts) == key.thread_ts
                 and not p.deleted  # what the thread ends with
             ]
-            mine = [c for c, made in calls.items() if thread_of_tag(made.tag) == thread.plan.index]
-            await asyncio.to_thread(self._read_storage, facts, mine)
+            asked = [c for c, made in calls.items() if thread_of_tag(made.tag) == thread.plan.index]
+            await asyncio.to_thread(self._read_storage, facts, asked)
             threads.append(facts)
         return RunFacts(
             threads=threads,
@@ -537,13 +737,44 @@ class Run:
             interrupting_faults=any(
                 kind.startswith(("process:", "storage:")) for kind in self.plan.fault_kinds
             ),
+            model_faults=any(kind.startswith("model:") for kind in self.plan.fault_kinds),
             state_ttl=self.plan.state_ttl,
+            longest_outage=self.longest_outage,
             given={
                 tag: at
                 for tag, at in self.model.given.items()
                 if tag.startswith(f"s{self.plan.seed}t") and at >= self.wall_started
             },
+            stops=[self._stop_facts(stop, token) for stop, token in self.stops],
+            stops_given=[
+                (user, index, at)
+                for user, threads, at in self.model.stops_given
+                if at >= self.wall_started
+                for prefix in threads
+                if (index := thread_of_tag(f"{prefix}m0")) is not None
+                and prefix.startswith(f"s{self.plan.seed}t")
+            ],
+            keyed=keyed,
+            keyed_attempts=KEYED_ATTEMPTS,
         )
+
+    def _stop_facts(self, stop: StopFacts, token: str | None) -> StopFacts:
+        """What the stopper was told privately: through the button's response_url, or
+        ephemeral in the thread (the reply), since the stop was sent."""
+        thread = self.threads[stop.thread]
+        stop.answers = [
+            p.text
+            for p in self.slack.private
+            if (token is not None and p.token == token)
+            or (
+                token is None
+                and p.user == stop.user
+                and p.channel == thread.plan.channel
+                and p.thread_ts == thread.ts
+                and p.at >= stop.sent_at
+            )
+        ]
+        return stop
 
     def _read_storage(self, facts: ThreadFacts, calls: list[str]) -> None:
         facts.record = self.store.get(facts.key)
@@ -634,3 +865,9 @@ def _short(item: Any) -> Any:
     if kind == "function_call_output":
         return {"output": item.get("call_id"), "text": str(item.get("output"))[:100]}
     return {kind or "item": content_text(item.get("content"))[:120]}
+
+
+def holder_pid(owner: str) -> str:
+    """The pid a lease owner names (`bot.runtime.holder`: host|boot|pid|ticks|suffix)."""
+    parts = owner.split(SEPARATOR)
+    return parts[2] if len(parts) == 5 else ""

@@ -87,11 +87,25 @@ class Post:
 
 
 @dataclass
+class Private:
+    """An answer only one person sees: an ephemeral message (`chat.postEphemeral`), or what
+    the bot sent to a request's response_url (`token` names the request)."""
+
+    at: float
+    text: str
+    user: str | None = None
+    channel: str | None = None
+    thread_ts: str | None = None
+    token: str | None = None
+
+
+@dataclass
 class SlackSide:
     api: SlackWebApi = field(default_factory=lambda: SlackWebApi(team=TEAM))
     faults: list[SlackFault] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)  # every Web API request
     posts: list[Post] = field(default_factory=list)
+    private: list[Private] = field(default_factory=list)  # ephemerals and response_url answers
     last_call: float = 0.0
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -129,6 +143,14 @@ class SlackSide:
     async def _middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        if request.path.startswith("/respond/"):
+            answered = await handler(request)
+            token = request.path.rsplit("/", 1)[1]
+            payload: dict[str, Any] = next(
+                (r for r in reversed(self.api.responses) if r["_token"] == token), {}
+            )
+            self.private.append(Private(time.time(), str(payload.get("text", "")), token=token))
+            return answered
         if not request.path.startswith("/api/"):
             return await handler(request)
         method = request.path.rsplit("/", 1)[1]
@@ -161,11 +183,23 @@ class SlackSide:
                 return web.json_response({"ok": False, "error": fault.error})
         response = await handler(request)
         self.last_call = time.monotonic()
-        if method in (*POSTING, "chat.delete") and isinstance(response, web.Response):
+        if method in (*POSTING, "chat.delete", "chat.postEphemeral") and isinstance(
+            response, web.Response
+        ):
             body = bytes(response.body) if response.body else b"{}"  # type: ignore[arg-type]
             result = json.loads(body)
             if result.get("ok") and method == "chat.delete":  # a second copy, removed
                 self._deleted(str(args["channel"]), str(args["ts"]))
+            elif result.get("ok") and method == "chat.postEphemeral":
+                self.private.append(
+                    Private(
+                        time.time(),
+                        str(args.get("text", "")),
+                        user=args.get("user"),
+                        channel=args.get("channel"),
+                        thread_ts=args.get("thread_ts"),
+                    )
+                )
             elif result.get("ok"):
                 self._posted(method, args, result)
         attempt["ok"] = getattr(response, "status", 0) == 200
@@ -198,7 +232,14 @@ class SlackSide:
             "blocks": message.blocks,
             "metadata": message.metadata,
         }
-        self.posts.append(Post(message.channel, message.ts, message.thread_ts, shown, time.time()))
+        post = Post(message.channel, message.ts, message.thread_ts, shown, time.time())
+        for index, earlier in enumerate(self.posts):
+            if (earlier.channel, earlier.ts) == (post.channel, post.ts):
+                # One message (a stream closed, then replaced): the thread shows it once.
+                post.deleted = earlier.deleted
+                self.posts[index] = post
+                return
+        self.posts.append(post)
 
     def _deleted(self, channel: str, ts: str) -> None:
         for post in self.posts:

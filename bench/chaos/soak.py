@@ -21,10 +21,11 @@ from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.model import ModelServer
 from bench.chaos.plan import FAMILIES, make_plan
 from bench.chaos.processes import ROOT, Replica, bot_environment
-from bench.chaos.run import Run, RunResult
+from bench.chaos.run import KeyedLog, Run, RunResult
 from bench.chaos.slack import SlackSide
 from storage import ConversationKey, StorageSettings, open_store
 from testkit.faultproxy import FaultProxy
+from testkit.keyed_service import keyed_service
 from testkit.services import aws_environment, dynamodb_local, free_port, moto_s3
 
 
@@ -39,6 +40,7 @@ class SoakOptions:
     lease_seconds: float = 2.0
     transfer_delay: float = 0.8
     verbose: bool = True
+    until: float | None = None  # epoch seconds: start no run after it (a time-boxed soak)
 
 
 @dataclass
@@ -68,13 +70,14 @@ async def soak(options: SoakOptions) -> tuple[list[RunResult], dict[str, Any]]:
             proxies["s3"] = stack.enter_context(FaultProxy(s3_url, "s3", seed=options.seed))
         slack = SlackSide()
         model = ModelServer()
+        keyed = stack.enter_context(_keyed_service())
         await slack.start(free_port())
         model_runner, model_url = await _serve_model(model)
         try:
             for name in options.backends:
                 backend = _backend(name, out, proxies)
                 results += await _soak_backend(
-                    options, backend, slack, model, model_url, proxies, out, timing
+                    options, backend, slack, model, model_url, proxies, out, timing, keyed
                 )
         finally:
             await slack.stop()
@@ -93,8 +96,11 @@ async def _soak_backend(
     proxies: dict[str, FaultProxy],
     out: Path,
     timing: dict[str, Any],
+    keyed: tuple[str, KeyedLog],
 ) -> list[RunResult]:
     ledger = out / f"ledger-{backend.name}.jsonl"
+    mcp_effects = out / f"mcp-effects-{backend.name}.jsonl"
+    keyed_url, keyed_log = keyed
     store = open_store(backend.settings)
     if backend.name == "aws":
         assert backend.settings.table and backend.settings.bucket
@@ -112,6 +118,8 @@ async def _soak_backend(
             ledger=ledger,
             transfer_delay=options.transfer_delay,
             lease_seconds=options.lease_seconds,
+            keyed_url=keyed_url,
+            mcp_effects=mcp_effects,
         )
         replicas.append(Replica(slot, port, env, out / f"{backend.name}-replica{slot}.log"))
     cluster = Cluster(replicas)
@@ -131,6 +139,9 @@ async def _soak_backend(
 
     try:
         for number in range(options.runs):
+            if options.until is not None and time.time() >= options.until:
+                print(f"[chaos] {backend.name}: time is up after {number} runs", flush=True)
+                break
             seed = options.seed + number
             plan = make_plan(
                 seed, backend.name, replicas=options.replicas, families=options.families
@@ -145,6 +156,8 @@ async def _soak_backend(
                 ledger=ledger,
                 list_blobs=list_blobs,
                 history=out / f"{backend.name}-seed{seed}.jsonl",
+                mcp_effects=mcp_effects,
+                keyed=keyed_log,
             )
             result = await run.execute()
             results.append(result)
@@ -215,6 +228,31 @@ async def _serve_model(model: ModelServer) -> tuple[web.AppRunner, str]:
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     return runner, f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def _keyed_service() -> Iterator[tuple[str, KeyedLog]]:
+    """The keyed service the soak's `charge` calls (in this process, outside every bot
+    process), and a log of each request it got, timed: which call (its `what`), which key,
+    and whether the key was applied before (answered with the first result)."""
+    log: KeyedLog = []
+    with keyed_service() as service:
+        apply = service.apply
+
+        def timed(request: dict[str, Any]) -> dict[str, Any]:
+            result = apply(request)
+            log.append(
+                {
+                    "key": str(request.get("key")),
+                    "call_id": str(request.get("what")),
+                    "at": time.time(),
+                    "repeated": bool(result.get("repeated")),
+                }
+            )
+            return result
+
+        service.apply = timed  # type: ignore[method-assign]
+        yield service.url, log
 
 
 @contextlib.contextmanager

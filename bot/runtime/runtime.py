@@ -104,6 +104,7 @@ class Stopping:
     accepted: bool
     text: str
     refused: bool = False  # the person may not stop this run (nothing was asked)
+    full: bool = False  # the thread's backlog is full: the stop was not kept
     serve: bool = False  # the write took the thread: serve it next (`keep_stop`)
 
 
@@ -230,6 +231,9 @@ class ConversationRuntime(Queries, People):
         if stopping.refused:
             text = f"{stopping.text} Your `stop` was not passed on to it."
             self._emit_later([Refused(key=key, text=text, user=user)])
+            return Kept.STOP_REFUSED
+        if stopping.full:  # told privately: as a message it would be refused the same way
+            self._emit_later([Refused(key=key, text=stopping.text, user=user)])
             return Kept.STOP_REFUSED
         return None
 
@@ -481,7 +485,9 @@ class ConversationRuntime(Queries, People):
         if kept is Kept.NOT_OURS:
             return Stopping(False, "Nothing is running there right now.")
         if kept is Kept.NOT_TAKEN:
-            return Stopping(False, "Too many messages are waiting in that thread; try again.")
+            return Stopping(
+                False, "Too many messages are waiting in that thread; try again.", full=True
+            )
         serving = self._live.get(key)  # after the keep: the stop it applies consumes it
         if serving is not None and serving.keeper is not None:
             serving.keeper.ask_stop(user)

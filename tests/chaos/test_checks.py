@@ -4,26 +4,34 @@ must fire on a violation and stay quiet on a clean run)."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bench.chaos.agent import SECRET
 from bench.chaos.classify import PostKind, classify_post
 from bench.chaos.invariants import (
+    KEYED_ATTEMPTS,
     BotPost,
     RunFacts,
     SentMessage,
+    StopFacts,
     ThreadFacts,
     check,
 )
 from bench.chaos.model import CallMade, ModelServer
+from bench.chaos.run import holder_pid
 from bench.chaos.slack import SlackSide
-from bot.runtime import DeliveryRef, not_taken
+from bot.runtime import DeliveryRef, not_taken, stopping
+from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, ClosedCalls
 from bot.runtime.envelope import UserMessage
 from bot.runtime.expiry import expiry_text
 from bot.runtime.guard import UNKNOWN_OUTCOME
+from bot.runtime.holder import new_owner
 from bot.runtime.outcomes import (
     Answer,
     ApprovalRequest,
@@ -33,6 +41,7 @@ from bot.runtime.outcomes import (
     Outcome,
     PendingCall,
 )
+from bot.runtime.runtime import EXPIRED_STOP, NOT_YOURS_TO_STOP
 from bot.runtime.text import quote
 from bot.slackapp.clients import OneWorkspace
 from bot.slackapp.poster import SlackPoster
@@ -241,10 +250,11 @@ def test_each_check_fires() -> None:
             ]
         )
     ) == ["notice_contradicts_ledger", "record_contradicts_ledger", "record_contradicts_ledger"]
+    started = tool_record("").model_copy(update={"status": ToolCallStatus.STARTED, "output": None})
     unknown = clean(
         posts=[post("answer #s1t0m0 | call_s1t0m0_1=unknown [resp 2]")],
         items=session(UNKNOWN_OUTCOME),
-        tool_records={},
+        tool_records={"call_s1t0m0_1": started},
     )
     assert kinds(facts([unknown])) == ["unknown_outcome_unannounced"]
     unknown.dead_channel = True  # nothing can be posted there
@@ -366,3 +376,349 @@ async def test_an_expiry_is_told_once_names_what_was_dropped_and_runs_nothing() 
     found = facts([clean()], messages=[message(), soon])
     found.state_ttl = 5.0
     assert kinds(found) == ["message_unanswered"]
+
+
+# -- stops ----------------------------------------------------------------------------------
+
+
+def stop(
+    via: str = "button", user: str = "UBOB", sent_at: float = 3.0, answers: list[str] | None = None
+) -> StopFacts:
+    return StopFacts(0, user, via, "working", sent_at, True, sent_at + 0.1, answers or [])
+
+
+async def stopped_notice(at: float, by: str = "UBOB", closed: ClosedCalls | None = None) -> BotPost:
+    """The notice `stopping.stopped` posts (its wording, through the real poster)."""
+    lost = f" {closed.describe()}" if closed is not None and closed.all else ""
+    text = f"Stopped by <@{by}>.{lost} Send a new message to start again."
+    return await notice_post(Notice(key=KEY, kind=NoticeKind.STOPPED, text=text), at)
+
+
+def with_stops(thread_facts: ThreadFacts, *stops: StopFacts, effects: int = 1) -> RunFacts:
+    found = facts([thread_facts], effects=effects)
+    found.stops = list(stops)
+    found.given = {"s1t0m0": 1.5}  # the model got the request before the stop
+    return found
+
+
+async def test_every_acked_stop_is_applied_or_answered() -> None:
+    answer = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=2.5)
+    # Acked, and then nothing: neither a stopped notice nor a private answer.
+    assert kinds(with_stops(clean(), stop())) == ["stop_unanswered"]
+    assert kinds(with_stops(clean(), stop(answers=["Stopping it now."]))) == ["stop_unanswered"]
+    unacked = stop()
+    unacked.acked = False  # never reached the bot: nothing is owed
+    assert kinds(with_stops(clean(), unacked)) == []
+    # Applied: a stopped notice after it.
+    notice = await stopped_notice(at=4.0)
+    assert kinds(with_stops(clean(posts=[answer, notice]), stop())) == []
+    early = await stopped_notice(at=2.0)  # a notice before the stop is not its answer
+    assert kinds(with_stops(clean(posts=[answer, early]), stop(sent_at=3.0))) == ["stop_unanswered"]
+    # Answered privately, each way the bot says it stopped nothing.
+    for said in (
+        stopping._nothing_to_stop(cast(Any, SimpleNamespace(stopped_by=""))),
+        stopping._nothing_to_stop(cast(Any, SimpleNamespace(stopped_by="UCAROL"))),
+        "Nothing is running there right now.",
+        EXPIRED_STOP,
+    ):
+        assert kinds(with_stops(clean(), stop(answers=["Stopping it now.", said]))) == []
+    # The reply `stop` while nothing ran is a message: the model was given it.
+    given = with_stops(clean(), stop(via="reply"))
+    given.stops_given = [("UBOB", 0, 3.5)]
+    assert kinds(given) == []
+    given.stops_given = [("UBOB", 0, 2.5)]  # before it was sent: some other `stop`
+    assert kinds(given) == ["stop_unanswered"]
+
+
+async def test_nothing_of_a_stopped_run_comes_after_its_notice() -> None:
+    """The run's answer, approval request or effect after the stopped notice is a
+    violation, unless a message sent after the stop started another run, or the notice
+    said the call's outcome was unknown."""
+    notice = await stopped_notice(at=4.0)
+    late_answer = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=5.0)
+    assert kinds(with_stops(clean(posts=[notice, late_answer]), stop())) == ["stopped_run_went_on"]
+    found = with_stops(clean(posts=[notice, late_answer]), stop())
+    later = SentMessage("s1t0m1", 0, "and kiwi? #s1t0m1", "UBOB", 4.4, acked=True)
+    later.acked_at = 4.5  # a new message: its run may answer the old one's tag too
+    found.messages = [message(), later]
+    assert "stopped_run_went_on" not in kinds(found)
+    # A message held for the stopped run (acked before the stop) is served after it, by a
+    # run of its own: its approval request asks about a call made after the notice.
+    held = SentMessage("s1t0m1", 0, "transfer 7 to ana #s1t0m1", "UBOB", 2.8, acked=True)
+    held.acked_at = 2.9
+    asked = CallMade("call_s1t0m1_2", "transfer", "s1t0m1", {}, at=4.2)
+    buttons = await posted(
+        ApprovalRequest(
+            key=KEY,
+            calls=[PendingCall(call_id=asked.call_id, tool_name="transfer", arguments="{}")],
+            checkpoint_version=3,
+            requested_by="UBOB",
+        )
+    )
+    request = BotPost(at=4.3, text="Approval needed: transfer", what=classify_post(buttons[0]))
+    decision = post("`transfer` approved by <@UBOB>", at=4.8)
+    found = with_stops(clean(posts=[notice, request, decision]), stop())
+    found.messages = [message(), held]
+    found.calls[asked.call_id] = asked
+    assert "stopped_run_went_on" not in kinds(found)
+    asked.at = 3.5  # asked by the stopped run: its approval request came after the notice
+    assert "stopped_run_went_on" in kinds(found)
+    # The transfer asked before the notice took effect after it.
+    effect = clean(posts=[notice])
+    found = with_stops(effect, stop())
+    found.effects[0]["time"] = 6.0
+    assert "stopped_run_went_on" in kinds(found)
+    unknown = ClosedCalls()
+    unknown.add(
+        {"call_id": "call_s1t0m0_1", "name": "transfer"},
+        tool_record("x").model_copy(update={"status": ToolCallStatus.STARTED}),
+    )
+    told = with_stops(clean(posts=[await stopped_notice(at=4.0, closed=unknown)]), stop())
+    told.effects[0]["time"] = 6.0  # its holder was paused: the notice said "unknown"
+    assert "stopped_run_went_on" not in kinds(told)
+
+
+async def test_a_refused_stop_stops_nothing_and_never_reaches_the_model() -> None:
+    notice = await stopped_notice(at=4.0, by="UMALLORY")
+    stranger = stop(user="UMALLORY")
+    assert "refused_stop_honoured" in kinds(with_stops(clean(posts=[notice]), stranger))
+    refused = stop(via="reply", user="UALICE", answers=[f"{NOT_YOURS_TO_STOP} Not passed on."])
+    assert kinds(with_stops(clean(), refused)) == []  # answered: refused
+    honoured = with_stops(clean(posts=[await stopped_notice(at=4.0, by="UALICE")]), refused)
+    assert kinds(honoured) == ["refused_stop_honoured"]
+    given = with_stops(clean(), refused)
+    given.stops_given = [("UALICE", 0, 3.5)]
+    assert kinds(given) == ["refused_stop_honoured"]
+
+
+# -- notices and the ledger -----------------------------------------------------------------
+
+
+async def test_stopped_and_late_notices_agree_with_the_ledger() -> None:
+    cancelled = tool_record(STOPPED_BEFORE_IT_RAN).model_copy(
+        update={"status": ToolCallStatus.CANCELLED}
+    )
+    # The ledger says the call was stopped before it ran; the effect ledger says it ran.
+    closed = ClosedCalls()
+    closed.add({"call_id": "call_s1t0m0_1", "name": "transfer"}, cancelled)
+    notice = await stopped_notice(at=4.0, closed=closed)
+    assert "Stopped before it ran" in notice.text
+    ran = clean(
+        posts=[notice],
+        items=session(STOPPED_BEFORE_IT_RAN),
+        tool_records={"call_s1t0m0_1": cancelled},
+    )
+    assert kinds(with_stops(ran, stop())) == [
+        "notice_contradicts_ledger",
+        "record_contradicts_ledger",
+        "record_contradicts_ledger",
+    ]
+    assert kinds(with_stops(ran, stop(), effects=0)) == []
+    # A late result's notice says what the tool returned.
+    late = Notice(
+        key=KEY,
+        kind=NoticeKind.TOOL_FINISHED_LATE,
+        text="`transfer` (call call_s1t0m0_1) finished after this conversation's saved "
+        "state was set aside, and its result was recorded; the conversation was not "
+        "continued. Its result:",
+        details=["ok: transferred 5 to bob"],
+    )
+    told = clean(posts=[clean().posts[0], await notice_post(late, at=6.0)])
+    assert kinds(facts([told])) == []
+    assert kinds(facts([told], effects=0)) == [
+        "notice_contradicts_ledger",
+        "notice_contradicts_ledger",
+        "record_contradicts_ledger",
+        "record_contradicts_ledger",
+    ]
+    # "Outcome unknown" is said only of a call that started.
+    unknown = Notice(
+        key=KEY,
+        kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+        text="`transfer` (call call_s1t0m0_1) was started before a restart and its outcome "
+        "is unknown. It was not run again.",
+    )
+    said = clean(posts=[clean().posts[0], await notice_post(unknown, at=6.0)])
+    said.tool_records = {"call_s1t0m0_1": cancelled}
+    assert "notice_contradicts_ledger" in kinds(facts([said], effects=0))
+
+
+# -- keyed calls ----------------------------------------------------------------------------
+
+
+def keyed(*lines: tuple[str, str, bool], fate: str = "ran", attempts: int = 1) -> RunFacts:
+    """A thread whose `charge` call's run finished (the answer gives the call's fate), and
+    the keyed service's requests: (key, call id, repeated)."""
+    call = CallMade("call_s1t0m0_1", "charge", "s1t0m0", {"amount": 5}, at=2.0)
+    record = tool_record("ok: charged 5: effect-1").model_copy(
+        update={"tool_name": "charge", "attempts": attempts}
+    )
+    output = "ok: charged 5: effect-1" if fate == "ran" else UNKNOWN_OUTCOME
+    facts = RunFacts(
+        threads=[
+            thread(
+                posts=[post(f"answer #s1t0m0 | call_s1t0m0_1={fate} [resp 2]")],
+                items=session(output),
+                tool_records={"call_s1t0m0_1": record},
+            )
+        ],
+        messages=[message(text="charge 5")],
+        calls={call.call_id: call},
+        effects=[
+            {"tool": "charge", "call_id": call_id, "time": 3.0, "key": key}
+            for key, call_id, repeated in lines
+            if not repeated
+        ],
+        now=NOW,
+        keyed=[
+            {"key": key, "call_id": call_id, "at": 3.0, "repeated": repeated}
+            for key, call_id, repeated in lines
+        ],
+    )
+    if fate == "unknown":  # and the thread was told
+        facts.threads[0].posts.append(
+            post(":grey_question: `charge` (call call_s1t0m0_1) ... unknown", at=5)
+        )
+    return facts
+
+
+def test_a_keyed_call_whose_run_finished_took_effect_once() -> None:
+    run_again = [("k1", "call_s1t0m0_1", False), ("k1", "call_s1t0m0_1", True)]
+    assert kinds(keyed(*run_again)) == []  # cut short, run again with its key: once
+    # Its run says it ran; the service never applied it.
+    assert kinds(keyed())[:2] == ["keyed_not_applied_once", "notice_contradicts_ledger"]
+    # Two keys for one call: the service applied it twice.
+    twice = keyed(("k1", "call_s1t0m0_1", False), ("k2", "call_s1t0m0_1", False))
+    assert kinds(twice) == ["effect_duplicated", "keyed_not_applied_once"]
+    # "Outcome unknown" of a call the service applied, its attempts not spent.
+    assert kinds(keyed(*run_again, fate="unknown")) == ["keyed_outcome_unknown"]
+    assert kinds(keyed(*run_again, fate="unknown", attempts=KEYED_ATTEMPTS)) == []
+    # One key sent for two calls: the second call's effect was silently dropped.
+    shared = keyed(*run_again, ("k1", "call_s1t1m0_2", True))
+    shared.calls["call_s1t1m0_2"] = CallMade("call_s1t1m0_2", "charge", "s1t1m0", {}, 2.5)
+    assert kinds(shared) == ["keyed_key_shared"]
+
+
+async def test_a_guardrail_trip_reads_as_its_notice_not_a_failure() -> None:
+    """A request the guardrail stops is explained by the guardrail's notice; told as a
+    failure where nothing could fail a run, it is a violation."""
+    asked = [message(text=f"{SECRET} kiwi5")]
+    tripped = Notice(key=KEY, kind=NoticeKind.GUARDRAIL, text="A check stopped this request.")
+    told = thread(posts=[await notice_post(tripped, at=5)])
+    assert kinds(RunFacts([told], asked, {}, [], NOW, False, False)) == []
+    failed = Notice(key=KEY, kind=NoticeKind.RUN_FAILED, text="The run stopped. Use /resume.")
+    as_failure = thread(posts=[await notice_post(failed, at=5)])
+    assert kinds(RunFacts([as_failure], asked, {}, [], NOW, False, False)) == [
+        "guardrail_read_as_failure"
+    ]
+    # A model fault could fail the run that held it: the failure notice explains it.
+    assert kinds(RunFacts([as_failure], asked, {}, [], NOW, interrupting_faults=False)) == []
+    assert kinds(RunFacts([thread(posts=[])], asked, {}, [], NOW, False, False)) == [
+        "message_unanswered"
+    ]
+
+
+async def test_a_guardrail_notice_explains_the_messages_its_turn_took() -> None:
+    """A tripped turn takes every message waiting: the guardrail's notice explains those
+    before it that no answer quotes (as a failure notice does), not those after it."""
+    batched = message("s1t0m1", "and kiwi?")
+    tripped = Notice(key=KEY, kind=NoticeKind.GUARDRAIL, text="A check stopped this request.")
+    told = thread(posts=[await notice_post(tripped, at=5)])
+    assert kinds(RunFacts([told], [message(text=f"{SECRET} x"), batched], {}, [], NOW)) == []
+    batched.sent_at = 6.0
+    assert kinds(RunFacts([told], [batched], {}, [], NOW)) == ["message_unanswered"]
+
+
+def test_an_outage_past_the_ttl_leaves_an_expired_state_unanswered() -> None:
+    """In an expiry run where no replica served for about the TTL, a thread whose state
+    expired is not held to answer what it had (nobody acted there after to be told)."""
+    gone = thread(record=None)
+    gone.tombstone = thread().record
+    found = RunFacts([gone], [message()], {}, [], NOW, state_ttl=5.0, longest_outage=1.0)
+    assert kinds(found) == ["message_unanswered"]
+    found.longest_outage = 4.0
+    assert kinds(found) == []
+    found.state_ttl = None  # not an expiry run: a state cannot expire, the check stands
+    assert kinds(found) == ["message_unanswered"]
+
+
+async def test_a_stop_names_the_messages_held_for_its_run() -> None:
+    """Messages that came for the run before it stopped (after the stop was sent, too) are
+    dropped with it: its notice names them and counts them all; one it neither names nor
+    counts is unanswered."""
+    held = [
+        SentMessage(f"s1t0m{100 + n}", 0, f"#s1t0m{100 + n} kiwi", "UBOB", 3.2, acked=True)
+        for n in range(3)
+    ]
+    for sent in held:
+        sent.acked_at = 3.3  # after the stop was sent (3.0)
+    text = "Stopped by <@UBOB>. Send a new message to start again."
+    text += " 2 messages sent for this run were not answered:"
+    named = Notice(
+        key=KEY,
+        kind=NoticeKind.STOPPED,
+        text=text,
+        details=[quote(held[0].text), quote(held[1].text)],
+    )
+    answer = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=2.5)
+    found = with_stops(clean(posts=[answer, await notice_post(named, at=4.0)]), stop(sent_at=3.0))
+    found.messages = [message(), *held[:2]]
+    assert kinds(found) == []
+    found.messages = [message(), *held]  # the third: neither named nor counted
+    assert kinds(found) == ["message_unanswered"]
+
+
+def test_a_stop_word_given_alone_is_placed_by_the_thread_context() -> None:
+    """A fresh conversation's `stop` (its state expired) comes with the thread's earlier
+    messages only: their tags tell which thread it was said in; they are not given."""
+    model = ModelServer()
+    context = "Earlier messages in this Slack thread, before you were asked:\n<@UBOB>: hi #s1t2m0"
+    model._given(
+        [{"role": "user", "content": context}, {"role": "user", "content": "<@UBOB>: stop"}], 5.0
+    )
+    assert model.stops_given == [("UBOB", frozenset({"s1t2"}), 5.0)]
+    assert model.given == {}
+
+
+async def test_a_stream_closed_then_replaced_is_one_post() -> None:
+    """The soak's Slack side: a streamed answer closed with its outcome and then replaced
+    (chat.update, same ts) is one message of the thread, shown as it ends."""
+    slack = SlackSide()
+    url = await slack.start(free_port())
+    metadata = {"event_type": "agent_outcome", "event_payload": {"kind": "Answer", "id": "o/0"}}
+    try:
+        client = AsyncWebClient(token="xoxb-chaos", base_url=f"{url}/api/")
+        started = await client.chat_startStream(
+            channel="CS1A",
+            thread_ts="1.000001",
+            recipient_team_id="T0CHAOS",
+            recipient_user_id="UBOB",
+        )
+        await client.chat_appendStream(channel="CS1A", ts=started["ts"], markdown_text="answer")
+        await client.chat_stopStream(channel="CS1A", ts=started["ts"], metadata=metadata)
+        await client.chat_update(
+            channel="CS1A", ts=started["ts"], text="answer #s1t0m0", metadata=metadata
+        )
+    finally:
+        await slack.stop()
+    assert [p.ts for p in slack.posts] == [started["ts"]]
+    assert "answer #s1t0m0" in slack.posts[0].shown
+
+
+def test_the_fault_targets_read_the_holders_pid() -> None:
+    """A fault aimed mid-tool or mid-keyed-call finds the replica by the pid its lease
+    owner names (the bot's own owner format)."""
+    assert holder_pid(new_owner()) == str(os.getpid())
+    assert holder_pid("") == ""
+
+
+async def test_a_message_the_stopped_run_had_is_explained_by_its_notice() -> None:
+    """A message acked after the stop was sent, but given to the run the stop then ended,
+    is told by the stopped notice (what became of its calls)."""
+    later = SentMessage("s1t0m1", 0, "charge 12 #s1t0m1", "UBOB", 3.2, acked=True)
+    later.acked_at = 3.3
+    found = with_stops(clean(posts=[await stopped_notice(at=4.0)]), stop(sent_at=3.0))
+    found.messages = [message(), later]
+    assert kinds(found) == ["message_unanswered"]  # the model never had it
+    found.given["s1t0m1"] = 3.5
+    assert kinds(found) == []

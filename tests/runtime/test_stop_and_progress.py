@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -188,3 +189,36 @@ async def test_progress_shows_a_call_waiting_for_approval(
     await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert ("step", "send_email", "waiting") in recorder.shown
     assert recorder.shown[-1] == ("end",)
+
+
+async def test_a_reply_stop_in_a_full_thread_is_told_privately_not_as_a_message(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """The reply `stop` while the thread's backlog is full cannot be kept: its sender is
+    told so privately (as the Stop control's sender is), and it is not turned into an
+    ordinary message, which the full thread would refuse publicly as a message to send
+    again later (the chaos soak's seed 130013)."""
+    store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=2)
+    told: list[Any] = []
+
+    async def sink(outcome: Any, *_: Any) -> None:
+        told.append(outcome)
+
+    started = asyncio.Event()
+    rt = ConversationRuntime(store, build_agent(slow_model(started, []), effects), on_outcome=sink)
+    running = asyncio.create_task(rt.handle_message(KEY, event_id="E1", user="U1", text="hi"))
+    await started.wait()
+    for number in (2, 3):  # the backlog fills up
+        await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+    kept = await rt.keep_message(KEY, event_id="E4", user="U1", text="stop")
+    assert kept is Kept.STOP_REFUSED
+    for _ in range(50):
+        if told:
+            break
+        await asyncio.sleep(0.05)
+    assert [(type(o), o.user) for o in told] == [(Refused, "U1")]
+    assert "Too many messages are waiting" in told[0].text
+    assert not [o for o in told if isinstance(o, Notice) and o.kind is NoticeKind.NOT_TAKEN]
+    running.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running

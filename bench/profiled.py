@@ -1,11 +1,10 @@
 """`python -m bench.profiled MODULE [ARGS ...]`: run a bot's module (`bot`, `bench.plain_bot`)
 under cProfile in every thread, by each thread's own CPU time (`time.thread_time`): the main
-thread from the first SIGUSR1, every other thread from its start. SIGUSR1
-marks the start of the measured stretch, SIGUSR2 its end: what each function spent in
-between (its own time, calls) is written as JSON to `BENCH_PROFILE`.N (N = 1, 2, … for each SIGUSR2). Other threads are profiled
-from their start because Python 3.11 cannot profile a thread that already exists (the
-storage pools' workers start with the first requests). Only the CPU benchmark uses it; the bot itself is
-unchanged."""
+thread from the first SIGUSR1, every other thread from its start (Python 3.11 cannot profile
+a thread that already exists, and the storage pools' workers start with the first requests).
+SIGUSR1 marks the start of a measured stretch, SIGUSR2 its end: what each function spent in
+between (its own time, calls) is written as JSON to `BENCH_PROFILE`.N (N = 1, 2, ... for each
+SIGUSR2). Only the CPU benchmark uses it; the bot itself is unchanged."""
 
 from __future__ import annotations
 
@@ -23,14 +22,18 @@ Entry = tuple[str, int, str, str]  # file, line, function, the caller's file (bu
 _profiles: list[cProfile.Profile] = []
 _lock = threading.Lock()
 _marked: dict[Entry, tuple[int, float]] = {}
+_mark_profiles: list[cProfile.Profile] = []
 
 
-def _new_profile(*_: Any) -> None:
+def _new_profile(*_: Any) -> cProfile.Profile:
     """Profile the calling thread (replacing threading's hook, which called this)."""
     profile = cProfile.Profile(time.thread_time)
     with _lock:
         _profiles.append(profile)
     profile.enable()
+    if threading.current_thread() is threading.main_thread():
+        _mark_profiles.append(profile)
+    return profile
 
 
 def _totals() -> dict[Entry, tuple[int, float]]:
@@ -40,7 +43,7 @@ def _totals() -> dict[Entry, tuple[int, float]]:
         profiles = list(_profiles)
     for profile in profiles:
         profile.snapshot_stats()  # reads the counters without disabling the profile
-        stats: dict[Any, Any] = profile.stats  # type: ignore[attr-defined]
+        stats: dict[Any, Any] = profile.stats
         for (file, line, name), (_, calls, own, _cum, callers) in stats.items():
             if file == "~" and callers:  # a built-in: its time goes to each caller's file
                 for (caller_file, _, _), figures in callers.items():
@@ -63,6 +66,10 @@ def _mark(*_: Any) -> None:
     if not _main:  # the main thread from the first mark: its start-up imports are not timed
         _main.append(True)
         _new_profile()
+    elif os.getenv("BENCH_PROFILE_MAIN"):  # a fresh main-thread profile, callers and all
+        with _lock:
+            _main_profile().disable()
+        _new_profile()
     _marked = _totals()
 
 
@@ -81,6 +88,13 @@ def _write(*_: Any) -> None:
     with open(f"{path}.part", "w") as out:
         json.dump(rows, out)
     os.replace(f"{path}.part", path)  # whole, for the reader
+    if os.getenv("BENCH_PROFILE_MAIN"):
+        _main_profile().dump_stats(f"{path}.pstats")
+
+
+def _main_profile() -> cProfile.Profile:
+    """The main thread's latest profile (the last made by a mark)."""
+    return _mark_profiles[-1]
 
 
 if __name__ == "__main__":

@@ -70,6 +70,8 @@ def _mark(*_: Any) -> None:
         with _lock:
             _main_profile().disable()
         _new_profile()
+    else:  # hooked again, in case anything unset the thread's profile function meanwhile
+        _main_profile().enable()
     _marked = _totals()
 
 

@@ -1,10 +1,11 @@
-"""`python -m bench [NAME ...] [--turns N] [--recover N] [--load N] [--json PATH]`
+"""`python -m bench [NAME ...] [--turns N] [--recover N] [--load N] [--mentions N] [--rounds N]
+[--json PATH]`
 
 Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
 and measured raw first (so that every figure has a scale). Names (default: all, in this
-order): path, live, turns, growth, files, recovery, burst, restart, storage, load, cpu. Tables are
-printed as
-markdown; the figures also go to a JSON file (default test-artifacts/bench/results.json)."""
+order): path, live, turns, growth, files, recovery, burst, restart, storage, load, cpu.
+Tables are printed as markdown; the figures also go to a JSON file (default
+test-artifacts/bench/results.json)."""
 
 from __future__ import annotations
 

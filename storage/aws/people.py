@@ -9,6 +9,7 @@ written back), and a change that would write nothing is decided again from a fre
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 from botocore.exceptions import ClientError
@@ -27,6 +28,7 @@ class People:
     def __init__(self, tables: Tables) -> None:
         self.t = tables
         self.known: dict[str, Item] = {}  # str(PersonKey) -> the item last read or written
+        self.known_lock = threading.Lock()  # the storage threads share it
 
     def get(self, key: PersonKey) -> Person | None:
         item = self._read(key)
@@ -39,7 +41,8 @@ class People:
         name = str(key)
         for _ in range(CHANGE_ATTEMPTS + (name in self.known)):  # the copy's try is extra
             now = self.t.clock()
-            known = self.known.pop(name, None)
+            with self.known_lock:
+                known = self.known.pop(name, None)
             if known is not None and self._forgotten(known):
                 known = None
             item = known if known is not None else self._read(key)
@@ -81,9 +84,10 @@ class People:
     def _remember(self, name: str, item: Item | None) -> None:
         if item is None:
             return
-        if len(self.known) >= KNOWN_LIMIT:
-            self.known.pop(next(iter(self.known)))  # the oldest
-        self.known[name] = item
+        with self.known_lock:
+            if len(self.known) >= KNOWN_LIMIT:
+                self.known.pop(next(iter(self.known)))  # the oldest
+            self.known[name] = item
 
     def _read(self, key: PersonKey) -> Item | None:
         found = self.t.dynamodb.get_item(

@@ -1,11 +1,11 @@
-"""`python -m bench [NAME ...] [--turns N] [--recover N] [--load N] [--json PATH]`
+"""`python -m bench [NAME ...] [--turns N] [--recover N] [--load N] [--mentions N] [--rounds N]
+[--json PATH]`
 
 Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
 and measured raw first (so that every figure has a scale). Names (default: all, in this
 order): path, live, turns, growth, files, recovery, burst, restart, storage, load, admission,
-burst500, takeover, writes. Tables are
-printed as
-markdown; the figures also go to a JSON file (default test-artifacts/bench/results.json)."""
+burst500, takeover, writes, cpu. Tables are printed as markdown; the figures also go to a
+JSON file (default test-artifacts/bench/results.json)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ NAMES = (
     "burst500",
     "takeover",
     "writes",
+    "cpu",
 )
 
 
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--growth", type=int, default=500, help="turns per thread (growth)")
     parser.add_argument("--recover", type=int, default=1000, help="conversations (recovery)")
     parser.add_argument("--load", type=int, default=1000, help="conversations per step (load)")
+    parser.add_argument("--mentions", type=int, default=60, help="answers per batch (cpu)")
+    parser.add_argument("--rounds", type=int, default=2, help="batches per bot (cpu)")
     parser.add_argument("--json", default="test-artifacts/bench/results.json")
     args = parser.parse_args()
     unknown = [name for name in args.names if name not in NAMES]
@@ -135,6 +138,13 @@ def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:
         from bench import admission
 
         return admission.report_writes(asyncio.run(admission.run_writes(emulators)))
+    if name == "cpu":
+        from bench import cpu
+
+        mentions = args.mentions
+        return cpu.report(
+            asyncio.run(cpu.run_cpu(emulators, mentions, max(mentions // 2, 1), args.rounds))
+        )
     from bench import load
 
     return load.report(asyncio.run(load.run_load(emulators, args.load)))

@@ -50,6 +50,7 @@ class Bot:
     env: dict[str, str]
     log_path: Path
     module: str = "bot"  # `bench.other_host` stands in for a process on another host
+    argv: tuple[str, ...] = ("serve",)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -64,7 +65,7 @@ class Bot:
         self._log = self.log_path.open("ab")
         self.started_at = time.perf_counter()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", self.module, "serve"],
+            [sys.executable, "-m", self.module, *self.argv],
             cwd=ROOT,
             env={**self.env, "PORT": str(self.port)},
             stdout=self._log,

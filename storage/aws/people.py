@@ -1,10 +1,15 @@
 """Person records (see `storage.people`) as items of the conversations' table (`layout`):
 read consistently, changed, written back on the condition that the version read is still
-the item's (or that there was none), again from a fresh read on a conflict."""
+the item's (or that there was none), again from a fresh read on a conflict. The item this
+process last read or wrote for a person stands in for the first read: a person who asks
+again (a new conversation notes their record) costs one write, not a read and a write. Only
+a write can confirm it: it must find the item at that version (a deleted item is not
+written back), and a change that would write nothing is decided again from a fresh read."""
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 from botocore.exceptions import ClientError
@@ -16,21 +21,31 @@ from storage.aws.tables import Tables
 from storage.errors import StorageUnavailable
 from storage.people import CHANGE_ATTEMPTS, PERSON_TTL, Change, Person, PersonKey, blank, changed
 
+KNOWN_LIMIT = 10_000  # people whose last item a process keeps
+
 
 class People:
     def __init__(self, tables: Tables) -> None:
         self.t = tables
+        self.known: dict[str, Item] = {}  # str(PersonKey) -> the item last read or written
+        self.known_lock = threading.Lock()  # the storage threads share it
 
     def get(self, key: PersonKey) -> Person | None:
         item = self._read(key)
         if item is None or self._forgotten(item):
             return None
+        self._remember(str(key), item)
         return Person.from_document(key, item["doc"]["S"], int(item["version"]["N"]))
 
     def change(self, key: PersonKey, change: Change) -> Person | None:
-        for _ in range(CHANGE_ATTEMPTS):
+        name = str(key)
+        for _ in range(CHANGE_ATTEMPTS + (name in self.known)):  # the copy's try is extra
             now = self.t.clock()
-            item = self._read(key)
+            with self.known_lock:
+                known = self.known.pop(name, None)
+            if known is not None and self._forgotten(known):
+                known = None
+            item = known if known is not None else self._read(key)
             version = int(item["version"]["N"]) if item else 0
             if item is None or self._forgotten(item):  # forgotten: starts afresh
                 person = blank(key, now).model_copy(update={"version": version})
@@ -38,8 +53,11 @@ class People:
                 person = Person.from_document(key, item["doc"]["S"], version)
             new = changed(person, change, now)
             if new is None:
+                if known is not None:
+                    continue  # nothing to write by a copy: decided again from a fresh read
+                self._remember(name, item)
                 return None
-            written = person_key(str(key)) | {
+            written = person_key(name) | {
                 "doc": s(new.document()),
                 "version": n(new.version),
                 "expires_at": n(epoch_seconds(now + PERSON_TTL)),
@@ -48,16 +66,28 @@ class People:
                 self.t.dynamodb.put_item(
                     TableName=self.t.table,
                     Item=written,
-                    ConditionExpression="attribute_not_exists(pk) OR version = :read",
+                    ConditionExpression="version = :read"
+                    if known is not None
+                    else "attribute_not_exists(pk) OR version = :read",
                     ExpressionAttributeValues={":read": n(version)},
                 )
             except ClientError as exc:
                 if code(exc) != "ConditionalCheckFailedException":
                     raise
-                time.sleep(random.uniform(0.005, 0.05))  # someone wrote meanwhile: again
+                if known is None:
+                    time.sleep(random.uniform(0.005, 0.05))  # someone wrote meanwhile: again
                 continue
+            self._remember(name, written)
             return new
         raise StorageUnavailable(f"{key}: the person's record kept changing under the write")
+
+    def _remember(self, name: str, item: Item | None) -> None:
+        if item is None:
+            return
+        with self.known_lock:
+            if len(self.known) >= KNOWN_LIMIT:
+                self.known.pop(next(iter(self.known)))  # the oldest
+            self.known[name] = item
 
     def _read(self, key: PersonKey) -> Item | None:
         found = self.t.dynamodb.get_item(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from storage import ConversationKey, PersonKey, Status, Store
 from storage.aws import AwsStore
-from storage.aws.layout import WAITING_INDEX
+from storage.aws.layout import WAITING_INDEX, person_key
 from storage.base import WAITING_PAGES
 from storage.local import LocalStore
 from storage.people import RECENT_LIMIT
@@ -203,6 +203,44 @@ def test_two_writers_at_once_lose_nothing(backend: Backend, store: Store) -> Non
     assert {k.thread_ts[-2:] for k in person.recent} == {
         f"{n:02d}" for n in [*range(4), *range(10, 14)]
     }
+
+
+def test_a_record_changed_elsewhere_is_read_again(backend: Backend, store: Store) -> None:
+    """The process's copy of a person's item is stale once another writes: what it decides
+    from the copy is checked against the table (a write at that version; a change that
+    would write nothing, from a fresh read)."""
+    other = backend.open()
+    store.note_conversation(ALICE, key(1))
+    other.note_conversation(ALICE, key(2))
+    store.note_conversation(ALICE, key(3))
+    person = store.get_person(ALICE)
+    assert person is not None
+    assert [k.thread_ts[-2:] for k in person.recent] == ["03", "02", "01"]
+    assert store.mark_greeted(ALICE) is True
+    other.unmark_greeted(ALICE)
+    assert store.mark_greeted(ALICE) is True  # the copy says greeted; the table does not
+
+
+def test_a_person_who_asks_again_costs_one_write(store: Store) -> None:
+    if not isinstance(store, AwsStore):
+        return  # local: one sqlite transaction either way
+    sent: list[str] = []
+    store.dynamodb.meta.events.register(
+        "before-send.dynamodb", lambda event_name, **_: sent.append(event_name)
+    )
+    store.note_conversation(ALICE, key(1))
+    assert [e.rsplit(".", 1)[1] for e in sent] == ["GetItem", "PutItem"]
+    sent.clear()
+    store.note_conversation(ALICE, key(2))
+    assert [e.rsplit(".", 1)[1] for e in sent] == ["PutItem"]
+    # A deleted item is not written back from the copy: the write finds no item at that
+    # version, and the change starts from a fresh read.
+    found = store.dynamodb.get_item(TableName=store.table, Key=person_key(str(ALICE)))
+    store.dynamodb.delete_item(TableName=store.table, Key=person_key(str(ALICE)))
+    assert "Item" in found
+    store.note_conversation(ALICE, key(3))
+    person = store.get_person(ALICE)
+    assert person is not None and [k.thread_ts[-2:] for k in person.recent] == ["03"]
 
 
 def test_a_forgotten_person_starts_afresh(store: Store) -> None:

@@ -1,1 +1,0 @@
-"""The Slack bot: conversation runtime, Slack layer, configuration and CLI."""

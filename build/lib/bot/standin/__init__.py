@@ -1,1 +1,0 @@
-"""A local stand-in for Slack: its Web API (recording every call) for tests and local mode."""

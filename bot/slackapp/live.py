@@ -112,11 +112,11 @@ class LiveThreads:
         was_queued = self.queued_here.pop(key, False) is None
         if not await self.sessions.open(thread, title):
             await self.status_line.show(thread, THINKING)
+            if title and key.channel.startswith("D"):  # an assistant thread, the older way
+                await self._set_title(thread, title)
         elif was_queued:  # the session shows the work: the queued status goes
             thread.status = QUEUED
             await self.status_line.clear(thread)
-            if title and key.channel.startswith("D"):  # an assistant thread, the older way
-                await self._set_title(thread, title)
         native = thread.session and self.sessions.native_stop(key)
         self.status_line.start(thread, offer_stop=not native)
 

@@ -175,7 +175,8 @@ async def test_an_assistant_thread_gets_prompts_and_its_context_where_sessions_a
         assert f"channel <#{VIEWED}>" in model_input(script, 0)
         # Sessions refused: the status line showed the work, and the thread got its title.
         assert bot.api.called("assistant.threads.setStatus")
-        assert bot.api.titles[(DM, root.ts)] == "what is bob's balance?"
+        title = await bot.api.wait_for(lambda: bot.api.titles.get((DM, root.ts)))
+        assert title == "what is bob's balance?"
 
 
 @pytest.mark.parametrize("backend", ["local"], indirect=True)

@@ -112,6 +112,9 @@ async def test_every_way_back_into_an_expired_thread_tells_it_once(
     async with deployment(
         backend, tmp_path, script, BOT_STATE_TTL="3s", BOT_LEASE_SECONDS="2"
     ) as bot:
+        # A workspace without agent sessions: the bot's own Stop control is offered (Slack's
+        # session stop is tested in test_container.py).
+        bot.api.method_errors["agents.sessions.setStatus"] = "not_allowed_token_type"
         await bot.start()
         people = bot.people()
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import boto3
@@ -15,6 +16,23 @@ from storage.aws.layout import (
     WAITING_ATTRIBUTES,
     WAITING_INDEX,
 )
+
+
+def _index(name: str, keys: tuple[str, str], attributes: Sequence[str]) -> dict[str, Any]:
+    """A global secondary index on (hash, range) `keys`, projecting `attributes`."""
+    hash_key, range_key = keys
+    return {
+        "IndexName": name,
+        "KeySchema": [
+            {"AttributeName": hash_key, "KeyType": "HASH"},
+            {"AttributeName": range_key, "KeyType": "RANGE"},
+        ],
+        "Projection": {
+            "ProjectionType": "INCLUDE",
+            "NonKeyAttributes": [a for a in attributes if a not in ("pk", "sk")],
+        },
+    }
+
 
 TTL_ATTRIBUTE = "expires_at"
 # The table as the code uses it; infra/template.yaml must declare the same (a test checks).
@@ -33,43 +51,13 @@ TABLE_DEFINITION: dict[str, Any] = {
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ],
     "GlobalSecondaryIndexes": [
-        {
-            "IndexName": STATUS_INDEX,
-            "KeySchema": [
-                {"AttributeName": "status_key", "KeyType": "HASH"},
-                {"AttributeName": "last_activity_ms", "KeyType": "RANGE"},
-            ],
-            # What lists and recovery read; not the inbox, history pointer or participants.
-            "Projection": {
-                "ProjectionType": "INCLUDE",
-                "NonKeyAttributes": [a for a in INDEX_ATTRIBUTES if a not in ("pk", "sk")],
-            },
-        },
-        {
-            "IndexName": PLACE_INDEX,
-            "KeySchema": [
-                {"AttributeName": "place_key", "KeyType": "HASH"},
-                {"AttributeName": "last_activity_ms", "KeyType": "RANGE"},
-            ],
-            # The same, and who took part: `/resume` lists a thread to them.
-            "Projection": {
-                "ProjectionType": "INCLUDE",
-                "NonKeyAttributes": [a for a in PLACE_ATTRIBUTES if a not in ("pk", "sk")],
-            },
-        },
-        {
-            "IndexName": WAITING_INDEX,
-            "KeySchema": [
-                {"AttributeName": "waiting_ws", "KeyType": "HASH"},
-                {"AttributeName": "waiting_sk", "KeyType": "RANGE"},
-            ],
-            # The same, and what the Home tab shows of each: the calls that wait are read
-            # from the checkpoint the pointer names.
-            "Projection": {
-                "ProjectionType": "INCLUDE",
-                "NonKeyAttributes": [a for a in WAITING_ATTRIBUTES if a not in ("pk", "sk")],
-            },
-        },
+        # What lists and recovery read; not the inbox, history pointer or participants.
+        _index(STATUS_INDEX, ("status_key", "last_activity_ms"), INDEX_ATTRIBUTES),
+        # The same, and who took part: `/resume` lists a thread to them.
+        _index(PLACE_INDEX, ("place_key", "last_activity_ms"), PLACE_ATTRIBUTES),
+        # The same, and what the Home tab shows of each: the calls that wait are read
+        # from the checkpoint the pointer names.
+        _index(WAITING_INDEX, ("waiting_ws", "waiting_sk"), WAITING_ATTRIBUTES),
     ],
 }
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -21,7 +20,7 @@ import aiohttp
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
 from storage import Conversation, Status, Store
-from testkit.health import wait_healthy
+from testkit.health import stop_children, wait_healthy
 from testkit.responses import ScriptedResponses, responses_server
 from testkit.runtime import record_of
 from testkit.services import free_port, wait_until
@@ -89,18 +88,10 @@ class Deployment:
         return await asyncio.to_thread(self.current.wait, 60)
 
     async def post(self, body: str, content_type: str = "application/json") -> int:
-        headers = {"Content-Type": content_type, **signed_headers(body)}
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(f"{self.url}/slack/events", data=body.encode(), headers=headers) as answer,
-        ):
-            return answer.status
+        return await post_signed(self.url, body, content_type)
 
     async def mention(self, user: str, text: str, channel: str = CHANNEL) -> Message:
-        question = self.api.add_user_message(channel, user, f"<@{self.api.bot_user}> {text}")
-        event = requests.app_mention(user=user, text=question.text, ts=question.ts, channel=channel)
-        assert await self.post(requests.event_callback(TEAM, event)) == 200
-        return question
+        return await mention_at(self.url, self.api, user, text, channel)
 
     async def click_approve(self, card: Message, user: str) -> int:
         assert card.blocks is not None
@@ -133,15 +124,7 @@ class Deployment:
         return [json.loads(line) for line in self.effects.read_text().splitlines()]
 
     async def stop_all(self) -> None:
-        """SIGTERM what still runs; the stand-in keeps answering while they stop (it runs on
-        this event loop, so the wait must not block it)."""
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.to_thread(process.wait, 30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+        await stop_children(self.processes)
 
 
 @dataclass
@@ -151,18 +134,28 @@ class Replica:
     log: Path
 
     async def post(self, body: str, content_type: str = "application/json") -> int:
-        headers = {"Content-Type": content_type, **signed_headers(body)}
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(f"{self.url}/slack/events", data=body.encode(), headers=headers) as answer,
-        ):
-            return answer.status
+        return await post_signed(self.url, body, content_type)
 
     async def mention(self, api: SlackWebApi, user: str, text: str) -> Message:
-        question = api.add_user_message(CHANNEL, user, f"<@{api.bot_user}> {text}")
-        event = requests.app_mention(user=user, text=question.text, ts=question.ts, channel=CHANNEL)
-        assert await self.post(requests.event_callback(TEAM, event)) == 200
-        return question
+        return await mention_at(self.url, api, user, text, CHANNEL)
+
+
+async def post_signed(url: str, body: str, content_type: str = "application/json") -> int:
+    """Deliver `body` to a bot at `url` as Slack does (signed); the HTTP status."""
+    headers = {"Content-Type": content_type, **signed_headers(body)}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{url}/slack/events", data=body.encode(), headers=headers) as answer,
+    ):
+        return answer.status
+
+
+async def mention_at(url: str, api: SlackWebApi, user: str, text: str, channel: str) -> Message:
+    """`user` mentions the bot in `channel` (a new thread); the question as Slack holds it."""
+    question = api.add_user_message(channel, user, f"<@{api.bot_user}> {text}")
+    event = requests.app_mention(user=user, text=question.text, ts=question.ts, channel=channel)
+    assert await post_signed(url, requests.event_callback(TEAM, event)) == 200
+    return question
 
 
 def _start(env: dict[str, str], log: Path, module: str = "bot") -> subprocess.Popen[bytes]:

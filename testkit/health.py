@@ -1,10 +1,11 @@
-"""Waiting for a child bot to answer `GET /healthz`: one place, with a deadline in seconds
-(not a count of polls), so a busy machine (several test workers, 2 cores) slows the wait
-down instead of failing it."""
+"""Child bot processes: waiting for one to answer `GET /healthz` (one place, with a
+deadline in seconds, not a count of polls, so a busy machine, several test workers on 2
+cores, slows the wait down instead of failing it), and stopping them."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -42,3 +43,15 @@ async def wait_healthy(
 
 def _tail(log: Path | None) -> str:
     return log.read_text()[-3000:] if log is not None and log.exists() else ""
+
+
+async def stop_children(processes: list[subprocess.Popen[bytes]], grace: float = 30) -> None:
+    """SIGTERM what still runs, then SIGKILL what outlives `grace`. The waits go to a
+    thread: a stand-in on this event loop keeps answering the stopping processes."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(process.wait, grace)
+            except subprocess.TimeoutExpired:
+                process.kill()

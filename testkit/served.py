@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ import aiohttp
 
 from bot.standin.slack_api import SlackWebApi
 from storage import Status, Store
-from testkit.health import wait_healthy
+from testkit.health import stop_children, wait_healthy
 from testkit.responses import ScriptedResponses, responses_server
 from testkit.services import free_port
 from testkit.slack import CHANNEL, CLIENT_ID, CLIENT_SECRET, SECRET, TEAM, Harness, running_api
@@ -102,13 +101,7 @@ class ServedBot:
         raise TimeoutError(f"{people.key(thread_ts, channel)} never became idle")
 
     async def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.to_thread(process.wait, 30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+        await stop_children(self.processes)
 
 
 def _serve(env: dict[str, str], stdout: Any, stderr: Any) -> subprocess.Popen[bytes]:

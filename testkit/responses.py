@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from testkit.runtime import last_user_text
+from testkit.runtime import user_texts as call_user_texts
 
 USAGE = {
     "input_tokens": 10,
@@ -145,6 +146,11 @@ def answered_call(request: dict[str, Any]) -> tuple[str, str] | None:
 def user_text(request: dict[str, Any]) -> str:
     """The latest user message's own text, without its author (`<@U1>: `)."""
     return last_user_text(SimpleNamespace(input=items_of(request)))
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    """The text of every user message in the request, as the model reads it (attributed)."""
+    return call_user_texts(SimpleNamespace(input=items_of(request)))
 
 
 def calls_made(request: dict[str, Any], name: str) -> int:

@@ -19,7 +19,7 @@ import pytest
 from bot.standin.slack_api import Message
 from storage import Status
 from testkit.deployment import Deployment, deployment
-from testkit.responses import ScriptedResponses, message
+from testkit.responses import ScriptedResponses, message, user_texts
 from testkit.services import wait_until
 from testkit.slack import CHANNEL, Harness, thread_key
 from tests.conftest import Backend
@@ -56,17 +56,6 @@ class HeldThenEcho(ScriptedResponses):
                 self.held += 1
             self.release.wait(120)
         return [message(f"Read {len(texts)} messages.")]
-
-
-def user_texts(request: dict[str, Any]) -> list[str]:
-    texts = []
-    for item in request.get("input") or []:
-        if isinstance(item, dict) and item.get("role") == "user":
-            content = item.get("content")
-            if isinstance(content, list):
-                content = " ".join(str(part.get("text", "")) for part in content)
-            texts.append(str(content))
-    return texts
 
 
 def given_to_the_agent(script: ScriptedResponses) -> set[str]:

@@ -28,7 +28,7 @@ from bot.slackapp.blocks import APPROVE
 from bot.standin.slack_api import Message
 from storage import ConversationKey, Status
 from testkit.deployment import Deployment, deployment
-from testkit.responses import ScriptedResponses, message, tool_call
+from testkit.responses import ScriptedResponses, message, tool_call, user_texts
 from testkit.services import wait_until
 from testkit.slack import CHANNEL, Harness, thread_key
 from tests.conftest import Backend
@@ -36,18 +36,6 @@ from tests.conftest import Backend
 pytestmark = pytest.mark.slow
 ALICE = "UALICE"
 TRIGGERS = ("reply", "approve", "stop_control", "reply_stop", "resume")
-
-
-def user_texts(request: dict[str, Any]) -> list[str]:
-    """The text of every user message in a /v1/responses request's input."""
-    texts = []
-    for item in request.get("input") or []:
-        if isinstance(item, dict) and item.get("role") == "user":
-            content = item.get("content")
-            if isinstance(content, list):
-                content = " ".join(str(part.get("text", "")) for part in content)
-            texts.append(str(content))
-    return texts
 
 
 class ByRequest(ScriptedResponses):

@@ -23,17 +23,20 @@ from typing import Any
 from bench.bots import Bot, Sender, answers, bot_env, slack_standin
 from bench.common import section, table
 from bench.emulators import Emulators
-from storage import ConversationKey, StorageSettings, open_store
+from storage import ConversationKey, StorageSettings, Store, open_store
 from testkit.slack import CHANNEL, TEAM
 
 SLOW_ANSWER = "60"  # the first process's answer never comes: it is killed first
 
 
+def _store_of(storage: dict[str, str]) -> Store:
+    """The store a bot process with these `BOT_*` variables opens."""
+    values = {k.removeprefix("BOT_").lower(): v for k, v in storage.items() if k.startswith("BOT_")}
+    return open_store(StorageSettings.model_validate(values))
+
+
 async def _committed_first_turn(storage: dict[str, str], key: ConversationKey) -> None:
-    values: dict[str, Any] = {
-        k.removeprefix("BOT_").lower(): v for k, v in storage.items() if k.startswith("BOT_")
-    }
-    store = open_store(StorageSettings.model_validate(values))
+    store = _store_of(storage)
     try:
         for _ in range(1000):
             record = await asyncio.to_thread(store.get, key)
@@ -47,10 +50,7 @@ async def _committed_first_turn(storage: dict[str, str], key: ConversationKey) -
 
 async def _taken_over(storage: dict[str, str], key: ConversationKey, dead: str) -> float:
     """When the thread's lease stopped naming `dead` (its owner prefix): the takeover."""
-    values: dict[str, Any] = {
-        k.removeprefix("BOT_").lower(): v for k, v in storage.items() if k.startswith("BOT_")
-    }
-    store = open_store(StorageSettings.model_validate(values))
+    store = _store_of(storage)
     try:
         for _ in range(6000):
             record = await asyncio.to_thread(store.get, key)
@@ -130,10 +130,7 @@ async def other_host(storage: dict[str, str], logs: Path) -> dict[str, float]:
 
 def _owner_prefix(storage: dict[str, str], key: ConversationKey, pid: str) -> str:
     """The dead replica's identity, as its lease names it (up to its pid's field)."""
-    values: dict[str, Any] = {
-        k.removeprefix("BOT_").lower(): v for k, v in storage.items() if k.startswith("BOT_")
-    }
-    store = open_store(StorageSettings.model_validate(values))
+    store = _store_of(storage)
     try:
         record = store.get(key)
         owner = (record.lease_owner if record is not None else None) or ""

@@ -84,6 +84,7 @@ class Kept:
     lease: Lease | None = None
     record: Conversation | None = None
     refused: bool = False
+    named: bool = False  # refused, and named on the record (not only counted)
 
 
 @dataclass(frozen=True)
@@ -384,6 +385,7 @@ class Store(InstallationRecords, PersonRecords, ContentBlobs, ReplicaBeats, ABC)
         owner: str | None = None,
         token: str | None = None,
         stop_by: str | None = None,
+        refusal_text: str = "",
     ) -> Kept:
         """Keep a user message durably, claiming its event id (per conversation, for at least
         `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
@@ -402,7 +404,19 @@ class Store(InstallationRecords, PersonRecords, ContentBlobs, ReplicaBeats, ABC)
         one keep does not grow with the backlog. With `stop_by`, the message is a request to
         stop the run: the same write sets `stop_by` on the record, for the holder to see at
         once (`stop_requested`, `renew`); a release or a commit with `clear_stop` removes it,
-        and neither can pass over the message itself (it is in the inbox)."""
+        and neither can pass over the message itself (it is in the inbox). A refusal is
+        recorded on the record in the same write (`Conversation.refused`: `participant` and
+        the first `REFUSAL_TEXT` characters of `refusal_text`, for the first
+        `REFUSALS_NAMED` untold; later ones only counted, `Kept.named` False), and bumps
+        `inbox_seq`, so that a holder's release sees it, until `refusals_told`."""
+
+    @abstractmethod
+    def refusals_told(
+        self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
+    ) -> None:
+        """The thread was told of these refusals: the named ones (by event id) and `counted`
+        of those only counted are no longer untold (telling the same ones twice is harmless:
+        the count stays at or above zero). No lease needed."""
 
     def enqueue(
         self,

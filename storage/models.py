@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 
@@ -177,6 +178,23 @@ class Expiry(BaseModel):
     dropped: list[str] = Field(default_factory=list)
 
 
+REFUSAL_TEXT = 300  # characters of a refused message its record keeps, to quote it
+REFUSALS_NAMED = 10  # refused messages a record names; the rest it only counts
+
+
+class Refusal(BaseModel):
+    """A message the thread's full backlog refused (acknowledged, not kept), recorded in the
+    write that refused it until the thread has been told (`Store.refusals_told`): a notice
+    lost with its process is told by whoever serves the thread next."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event_id: str
+    user: str = ""
+    text: str = Field(default="", max_length=REFUSAL_TEXT)
+    at: datetime
+
+
 class Conversation(BaseModel):
     """The per-thread record. Times are timezone-aware UTC."""
 
@@ -241,6 +259,14 @@ class Conversation(BaseModel):
         description="set when the conversation's state expired and an event brought the "
         "thread back: what expired, until the thread has been told",
     )
+    refused: list[Refusal] = Field(
+        default_factory=list,
+        description="messages refused at the backlog cap that the thread was not yet told "
+        f"of, oldest first (at most {REFUSALS_NAMED} or so: the rest are `refused_more`)",
+    )
+    refused_more: int = Field(
+        default=0, description="refused messages not yet told of, beyond those named"
+    )
     inbox: list[InboxEntry] | None = Field(
         default=None,
         description="queued messages, when the read that returned the record included them "
@@ -262,6 +288,10 @@ class Conversation(BaseModel):
         if self.delivered_version == self.checkpoint.version and self.delivered_count is not None:
             return self.delivered_count
         return None
+
+    @property
+    def refusals_untold(self) -> bool:
+        return bool(self.refused) or self.refused_more > 0
 
     def leased(self, now: datetime) -> bool:
         return self.lease_owner is not None and (
@@ -342,3 +372,29 @@ class ToolCallClaim(BaseModel):
 
     record: ToolCallRecord
     created: bool
+
+
+def with_refusal(record: Conversation, refusal: Refusal) -> Conversation:
+    """The record once `refusal` is recorded: named while fewer than `REFUSALS_NAMED` are
+    untold, else counted; `inbox_seq` moves, so that the holder's release sees it."""
+    named = len(record.refused) < REFUSALS_NAMED
+    return record.model_copy(
+        update={
+            "refused": [*record.refused, refusal] if named else record.refused,
+            "refused_more": record.refused_more + (0 if named else 1),
+            "inbox_seq": record.inbox_seq + 1,
+        }
+    )
+
+
+def with_refusals_told(
+    record: Conversation, event_ids: Sequence[str], counted: int
+) -> Conversation:
+    """The record once the thread was told of these refusals (see `Store.refusals_told`)."""
+    told = set(event_ids)
+    return record.model_copy(
+        update={
+            "refused": [r for r in record.refused if r.event_id not in told],
+            "refused_more": max(record.refused_more - counted, 0),
+        }
+    )

@@ -1,56 +1,197 @@
 """Messages a thread could not take because its backlog is full (`BOT_BACKLOG_LIMIT`): each
 was acknowledged but not kept, so the thread is told which, in one notice per burst rather
-than one per message."""
+than one per message.
+
+The write that refused a message recorded it on the thread's record (`Conversation.refused`),
+so the notice survives its process: the process that refused the messages tells them after
+`GATHER_SECONDS`, then marks them told (`Store.refusals_told`); whoever serves the thread
+next tells those still untold `TELL_AFTER` their refusal (`tell_untold`: recovery after a
+crash, or the holder whose release saw the refusal). Both name the notice after its first
+message, so a second teller finds the first one's post in the thread instead of posting it
+again."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 
-from bot.runtime.envelope import UserMessage
-from bot.runtime.outcomes import Notice, NoticeKind, Outcome
+from bot.runtime.delivery import DeliveryFailed, OutcomeSink
+from bot.runtime.outcomes import DeliveryRef, Notice, NoticeKind
 from bot.runtime.text import quote
-from storage import ConversationKey
+from storage import Conversation, ConversationKey, Refusal, StorageError, Store
+from storage.models import with_refusals_told
 
+log = logging.getLogger(__name__)
 GATHER_SECONDS = 1.0  # refusals this close together are told in one notice
+TELL_AFTER = timedelta(seconds=5)  # untold this long: its process is gone, or failed to post
 QUOTED = 10
 
 
-class NotTaken:
-    def __init__(self, emit: Callable[[Sequence[Outcome]], None]) -> None:
-        self.emit = emit
-        self._waiting: dict[ConversationKey, list[UserMessage]] = {}
-        self._timers: dict[ConversationKey, asyncio.TimerHandle] = {}
+@dataclass(frozen=True)
+class Untold:
+    """One refused message, and whether the record names it (else it only counts it)."""
 
-    def add(self, key: ConversationKey, message: UserMessage) -> None:
-        self._waiting.setdefault(key, []).append(message)
+    refusal: Refusal
+    named: bool
+
+
+Io = Callable[..., Awaitable[object]]
+
+
+class NotTaken:
+    """The refusals this process made, gathered per thread and told together."""
+
+    def __init__(self, sink: Callable[[], OutcomeSink | None], store: Store, io: Io) -> None:
+        self.sink = sink
+        self.store = store
+        self.io = io
+        self._waiting: dict[ConversationKey, list[Untold]] = {}
+        self._timers: dict[ConversationKey, asyncio.TimerHandle] = {}
+        self._telling: set[asyncio.Task[bool]] = set()
+        self.telling: set[str] = set()  # event ids this process has yet to tell
+
+    def add(self, key: ConversationKey, refusal: Refusal, *, named: bool) -> None:
+        self._waiting.setdefault(key, []).append(Untold(refusal, named))
+        self.telling.add(refusal.event_id)
         if key not in self._timers:
             loop = asyncio.get_running_loop()
-            self._timers[key] = loop.call_later(GATHER_SECONDS, self._tell, key)
+            self._timers[key] = loop.call_later(GATHER_SECONDS, self._tell_later, key)
 
     async def flush(self) -> None:
         """Tell every thread now (a graceful shutdown)."""
         for key in list(self._timers):
             self._timers[key].cancel()
-            self._tell(key)
+            self._tell_later(key)
+        if self._telling:
+            await asyncio.gather(*self._telling, return_exceptions=True)
 
-    def _tell(self, key: ConversationKey) -> None:
+    def _tell_later(self, key: ConversationKey) -> None:
         self._timers.pop(key, None)
-        messages = self._waiting.pop(key, [])
-        if messages:
-            self.emit([notice(key, messages)])
+        untold = self._waiting.pop(key, [])
+        if not untold:
+            return
+        task = asyncio.create_task(self._tell(key, untold))
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
+
+    async def _tell(self, key: ConversationKey, untold: list[Untold]) -> bool:
+        try:
+            return await tell(
+                self.sink(),
+                self.store,
+                self.io,
+                key,
+                [u.refusal for u in untold],
+                named=[u.refusal.event_id for u in untold if u.named],
+                counted=sum(1 for u in untold if not u.named),
+            )
+        finally:  # told, or left on the record for the thread's holder
+            self.telling.difference_update(u.refusal.event_id for u in untold)
 
 
-def notice(key: ConversationKey, messages: list[UserMessage]) -> Notice:
-    people = sorted({m.user for m in messages})
-    count = len(messages)
+async def tell(
+    sink: OutcomeSink | None,
+    store: Store,
+    io: Io,
+    key: ConversationKey,
+    refusals: Sequence[Refusal],
+    *,
+    more: int = 0,
+    named: Sequence[str],
+    counted: int,
+    maybe_posted: bool = False,
+) -> bool:
+    """Post one notice for these refusals (and `more` known only by number), then mark them
+    told; False when the post failed (they stay untold, for a later teller)."""
+    if not refusals and not more:
+        return True
+    told = notice(key, refusals, more)
+    first = refusals[0].event_id if refusals else f"more{counted}"
+    try:
+        if sink is not None:
+            await sink(told, DeliveryRef(f"not_taken.{first}", maybe_posted))
+    except DeliveryFailed as failure:
+        if not failure.permanent:
+            log.warning("%s: telling %d refusals failed: %s", key, len(refusals), failure.reason)
+            return False
+        log.error("%s: refusals undeliverable: %s", key, failure.reason)
+    except Exception:
+        log.exception("%s: telling %d refusals failed", key, len(refusals))
+        return False
+    try:
+        await io(store.refusals_told, key, list(named), counted)
+    except StorageError:  # told, but not marked: a later teller looks before posting
+        log.warning("%s: could not mark %d refusals told", key, len(refusals), exc_info=True)
+        return False
+    return True
+
+
+async def tell_untold(
+    sink: OutcomeSink | None,
+    store: Store,
+    io: Io,
+    record: Conversation,
+    *,
+    idle: bool,
+    telling: Collection[str] = (),
+) -> Conversation:
+    """Tell the refusals `record` holds that their process did not tell within
+    `TELL_AFTER`; returns the record without those told. Younger ones are left to that
+    process, unless the serve is `idle` (about to let the thread go): then it waits until they
+    are due and reads them again, so that none is left untold if that process is gone
+    (refusals made meanwhile moved `inbox_seq`: the release sends the serve round again);
+    except those this process is `telling` itself."""
+    now = store.clock()
+    due = [r for r in record.refused if r.at + TELL_AFTER <= now]
+    young = [r for r in record.refused if r not in due and r.event_id not in telling]
+    if young and idle:
+        youngest = max(r.at for r in young)
+        await asyncio.sleep(max((youngest + TELL_AFTER - now).total_seconds(), 0))
+        fresh = await io(store.get, record.key)
+        if not isinstance(fresh, Conversation):
+            return record.model_copy(update={"refused": [], "refused_more": 0})
+        now = store.clock()
+        record = record.model_copy(
+            update={"refused": fresh.refused, "refused_more": fresh.refused_more}
+        )
+        due = [r for r in record.refused if r.at + TELL_AFTER <= now]
+    more = record.refused_more if len(due) == len(record.refused) else 0
+    if not due and not more:
+        return record
+    told = await tell(
+        sink,
+        store,
+        io,
+        record.key,
+        due,
+        more=more,
+        named=[r.event_id for r in due],
+        counted=more,
+        maybe_posted=True,
+    )
+    if not told:
+        return record
+    return with_refusals_told(record, [r.event_id for r in due], more)
+
+
+def notice(key: ConversationKey, refusals: Sequence[Refusal], more: int = 0) -> Notice:
+    """One notice naming the refused messages: quoted (the first `QUOTED`), then counted."""
+    people = sorted({r.user for r in refusals if r.user})
+    count = len(refusals) + more
+    authors = ", ".join(f"<@{user}>" for user in people)
+    if more and authors:
+        authors += " and others"
+    unquoted = count - min(len(refusals), QUOTED)
     return Notice(
         key=key,
         kind=NoticeKind.NOT_TAKEN,
-        text=f"I couldn't take {count} message{'s' if count != 1 else ''} "
-        f"(from {', '.join(f'<@{user}>' for user in people)}): too many messages are waiting "
-        "for an answer in this thread already. Please send "
+        text=f"I couldn't take {count} message{'s' if count != 1 else ''}"
+        + (f" (from {authors})" if authors else "")
+        + ": too many messages are waiting for an answer in this thread already. Please send "
         f"{'them' if count != 1 else 'it'} again once I have answered:",
-        details=[quote(m.text) for m in messages[:QUOTED]]
-        + ([f"… and {count - QUOTED} more"] if count > QUOTED else []),
+        details=[quote(r.text) for r in refusals[:QUOTED]]
+        + ([f"… and {unquoted} more"] if unquoted > 0 else []),
     )

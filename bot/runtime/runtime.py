@@ -69,9 +69,11 @@ from storage import (
     LeaseLost,
     NotFound,
     PersonKey,
+    Refusal,
     Status,
     Store,
 )
+from storage.models import REFUSAL_TEXT
 
 log = logging.getLogger(__name__)
 NEUTRAL = (
@@ -154,7 +156,7 @@ class ConversationRuntime(Queries, People):
         self.history = HistoryCache()
         self._serving: set[asyncio.Task[Any]] = set()
         self.keeps = KeepsFirst()
-        self.not_taken = NotTaken(self._emit_later)
+        self.not_taken = NotTaken(lambda: self.sink, self.store, self.io)
         self._emitting: set[asyncio.Task[None]] = set()  # outcomes sent after an ack
         # Threads taken by the write that kept their message, for `serve` to use at once.
         self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
@@ -207,10 +209,13 @@ class ConversationRuntime(Queries, People):
             viewing=viewing,
         )
         payload = message.model_dump_json()
-        kept = await self._keep(key, event_id, payload, create=create, user=user, take=take)
-        if kept is Kept.NOT_TAKEN:
-            self.not_taken.add(key, message)
-        elif kept is Kept.KEPT:
+        refusal = Refusal(
+            event_id=event_id, user=user, text=message.text[:REFUSAL_TEXT], at=self.store.clock()
+        )
+        kept = await self._keep(
+            key, event_id, payload, create=create, user=user, take=take, refusal=refusal
+        )
+        if kept is Kept.KEPT:
             if len(self._requesters) >= REQUESTERS_KEPT:  # kept here, served elsewhere
                 self._requesters.pop(next(iter(self._requesters)))
             self._requesters[key] = user
@@ -247,7 +252,10 @@ class ConversationRuntime(Queries, People):
         user: str | None,
         take: bool,
         stop_by: str | None = None,
+        refusal: Refusal | None = None,
     ) -> Kept:
+        """Keep one inbox entry; `refusal` says what to record, and tell the thread, if the
+        backlog is full (a message; a stop is told privately instead)."""
         try:
             with self.keeps.keeping():
                 kept = await self.io.urgent(
@@ -260,12 +268,15 @@ class ConversationRuntime(Queries, People):
                     owner=new_owner(self.process) if take and not self.draining else None,
                     token=uuid.uuid4().hex,
                     stop_by=stop_by,
+                    refusal_text=refusal.text if refusal else "",
                 )
         except NotFound:
             return Kept.NOT_OURS
         if kept.lease is not None and kept.record is not None:
             self._taken[key] = (kept.lease, kept.record)
         if kept.refused:
+            if refusal is not None:
+                self.not_taken.add(key, refusal, named=kept.named)
             return Kept.NOT_TAKEN
         return Kept.KEPT if kept.kept else Kept.DUPLICATE
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agents import RunState, TResponseInputItem
 
 from bot import metrics
-from bot.runtime import approvals, expiry, stopping, trust
+from bot.runtime import approvals, expiry, not_taken, stopping, trust
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
 from bot.runtime.envelope import (
@@ -200,6 +200,15 @@ class Serving:
                 continue
             await self.outbox.deliver()
             await self.end_showing()
+            if self.record.refusals_untold and not self.stopped:  # none left untold
+                self.record = await not_taken.tell_untold(
+                    self.rt.sink,
+                    self.store,
+                    self.io,
+                    self.record,
+                    idle=True,
+                    telling=self.rt.not_taken.telling,
+                )
             left = self.stopped or self.outbox.pending
             status = Status.RUNNING if left else self.final_status
             waiting = status is Status.AWAITING_APPROVAL
@@ -287,6 +296,10 @@ class Serving:
         if self.record.expired_from is not None:  # the thread is told first
             await expiry.announce(self, entries)
             return
+        if self.record.refusals_untold:  # a notice its process did not live to post
+            self.record = await not_taken.tell_untold(
+                self.rt.sink, self.store, self.io, self.record, idle=False
+            )
         unlisted = await self.rt.mcp.ready()
         if unlisted:  # the fingerprint is not final: nothing can be verified or committed
             await paused_for(self, unlisted)

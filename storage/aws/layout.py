@@ -21,6 +21,9 @@ lives in `INBOX#` rows (counted in `inbox_rows`), whose event claims are `CLAIM#
 rows, so that the record, and with it the cost of every write to it, stays small however
 long the backlog. `inbox_count` counts every queued message (the backlog cap); while
 `spill_until` has not passed, claims may live in rows, so every keep goes to a row.
+A message refused at the backlog cap is named in the record until the thread has been told
+(`rf:<event id>`, its `Refusal` JSON; at most `REFUSALS_NAMED` or so, the rest counted in
+`refused_more`).
 
 The record's own TTL (`expires_at`) lies `tombstone_ttl` beyond its state's expiry
 (`state_expires`, epoch seconds; records written before it have only `expires_at`): past
@@ -80,6 +83,7 @@ from storage.models import (
     Expiry,
     FeedbackTally,
     InboxEntry,
+    Refusal,
     Status,
 )
 
@@ -98,6 +102,7 @@ ROW_SUFFIX = "#~row"  # ends the id of such an entry, so that consuming it delet
 SPILL_SUFFIX = "#~spill"  # ends the id of a message kept in a row (counted in `inbox_rows`)
 LEGACY_CLAIM = "ev:"  # + event id: a claim as written before the sets (its expiry, epoch s)
 CLAIM_SETS = ("ev0", "ev1", "ev2")  # event claims by period (see `claim_sets`)
+REFUSED_ATTRIBUTE = "rf:"  # + event id: a refusal the thread was not told of (its JSON)
 INDEXED = frozenset(status for status in Status if status is not Status.IDLE)
 PLACED = frozenset(PAUSED_IN_CHANNEL)  # the statuses in the place index
 # What the status index carries besides its keys: enough for lists and recovery.
@@ -294,8 +299,20 @@ def record_from_item(item: Item, *, with_inbox: bool = False) -> Conversation:
         feedback=FeedbackTally(
             good=max(_number(item, "fb_good"), 0), bad=max(_number(item, "fb_bad"), 0)
         ),
+        refused=named_refusals(item),
+        refused_more=max(_number(item, "refused_more"), 0),
         inbox=_inbox(item) if with_inbox else None,
     )
+
+
+def named_refusals(item: Item) -> list[Refusal]:
+    """The refusals a record names (not yet told), oldest first."""
+    found = [
+        Refusal.model_validate_json(value["S"])
+        for name, value in item.items()
+        if name.startswith(REFUSED_ATTRIBUTE) and "S" in value
+    ]
+    return sorted(found, key=lambda refusal: refusal.at)
 
 
 def _waiting(item: Item) -> dict[str, object]:

@@ -41,14 +41,17 @@ from storage.aws.layout import (
     ms,
     record_from_item,
 )
+from storage.aws.refusals import record_refusal
 from storage.aws.tables import Tables
 from storage.base import DROPPED_KEPT, Kept, revived
 from storage.errors import LeaseBusy, LeaseLost, NotFound, StorageError
 from storage.models import (
+    REFUSAL_TEXT,
     Conversation,
     ConversationKey,
     InboxEntry,
     Lease,
+    Refusal,
     Status,
     inbox_stamp,
     stamp_ms,
@@ -216,6 +219,7 @@ class Records:
         owner: str | None,
         token: str | None,
         stop_by: str | None = None,
+        refusal_text: str = "",
     ) -> Kept:
         token = token or uuid.uuid4().hex
         now = self.t.clock()
@@ -273,7 +277,13 @@ class Records:
                     )
                     return Kept(kept=mine)
                 if _number(old, "inbox_count") >= self.t.backlog_limit:
-                    return self._refuse(key, entry, token)
+                    refusal = Refusal(
+                        event_id=event_id,
+                        user=participant or "",
+                        text=refusal_text[:REFUSAL_TEXT],
+                        at=now,
+                    )
+                    return self._refuse(key, entry, token, refusal, old)
                 self.hints.note(old)
                 if take and not _lease_free(old, self.t.takeover_cutoff(now)):
                     take = False  # the thread is busy: keep only; its holder will serve it
@@ -395,17 +405,21 @@ class Records:
         ]
         self.t.dynamodb.transact_write_items(TransactItems=actions, ClientRequestToken=token)
 
-    def _refuse(self, key: ConversationKey, entry: InboxEntry, token: str) -> Kept:
+    def _refuse(
+        self, key: ConversationKey, entry: InboxEntry, token: str, refusal: Refusal, old: Item
+    ) -> Kept:
         """The backlog is full: the message is not kept, but its event is claimed (a claim
         row, and the thread's keeps go to rows meanwhile, where claim rows are checked), so
         that another delivery of it (a mention's `message` and `app_mention` events) is a
         duplicate, not kept after the thread was told it was not taken. A claim row already
-        there: a duplicate (or this keep's own earlier refusal, whose answer was lost)."""
+        there: a duplicate (or this keep's own earlier refusal, whose answer was lost). The
+        same write records the refusal (see `refusals`) until the thread is told."""
         now = entry.received_at
         update = Update()
         until = now + self.t.claim_ttl + self.t.lease_skew
         update.set("spill_until", n(epoch_seconds(until) + 1))
         update.require(f"attribute_exists({update.name('pk')})")
+        named = record_refusal(update, refusal, old)
         mine = s(f"{REFUSED}{token}")
         claim_row: Item = {
             "pk": s(conv_pk(key)),
@@ -435,7 +449,7 @@ class Records:
             claim = _failed_claim(exc)
             if claim is not None and claim.get("token") != mine:
                 return Kept(kept=False)  # a duplicate: its first delivery decided
-        return Kept(kept=False, refused=True)
+        return Kept(kept=False, refused=True, named=named)
 
     def revive(self, key: ConversationKey, old: Item, now: datetime) -> bool:
         """Replace a record whose state expired by the one that brings its thread back (see

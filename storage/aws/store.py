@@ -27,6 +27,7 @@ from storage.aws.migrate import Migrated, migrate
 from storage.aws.people import People
 from storage.aws.queries import Queries
 from storage.aws.records import Records
+from storage.aws.refusals import refusals_told
 from storage.aws.replicas import Replicas
 from storage.aws.tables import Tables
 from storage.base import INDEXED, Commit, Committed, Kept, SessionPage, Store
@@ -170,6 +171,7 @@ class AwsStore(Store):
         owner: str | None = None,
         token: str | None = None,
         stop_by: str | None = None,
+        refusal_text: str = "",
     ) -> Kept:
         return self.records.keep(
             key,
@@ -180,6 +182,7 @@ class AwsStore(Store):
             owner=owner,
             token=token,
             stop_by=stop_by,
+            refusal_text=refusal_text,
         )
 
     @translated
@@ -187,6 +190,12 @@ class AwsStore(Store):
         self, key: ConversationKey, generation: int | None = None, limit: int | None = None
     ) -> list[InboxEntry]:
         return self.records.read_inbox(key, generation, limit)
+
+    @translated
+    def refusals_told(
+        self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
+    ) -> None:
+        refusals_told(self.tables, key, event_ids, counted)
 
     # -- ledgers ------------------------------------------------------------------------
 

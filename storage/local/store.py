@@ -5,6 +5,7 @@ and housekeeping here; the database and the record's rows in `database`, ledgers
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -34,13 +35,17 @@ from storage.local.people import People
 from storage.local.queries import Queries
 from storage.local.replicas import Replicas
 from storage.models import (
+    REFUSAL_TEXT,
     Conversation,
     ConversationKey,
     DeliveryMark,
     InboxEntry,
     Lease,
+    Refusal,
     Status,
     inbox_stamp,
+    with_refusal,
+    with_refusals_told,
 )
 
 CONTENT_GRACE = timedelta(days=1)  # content outlives the history rows that refer to it
@@ -247,6 +252,7 @@ class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
         owner: str | None = None,
         token: str | None = None,
         stop_by: str | None = None,
+        refusal_text: str = "",
     ) -> Kept:
         now = self.clock()
         with self._write() as db:
@@ -272,7 +278,15 @@ class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
                 # after the thread was told this one was not taken.
                 if token:
                     self._claim(db, refusal, now.timestamp(), self.claim_ttl)
-                return Kept(kept=False, refused=True)
+                told = Refusal(
+                    event_id=event_id,
+                    user=participant or "",
+                    text=refusal_text[:REFUSAL_TEXT],
+                    at=now,
+                )
+                record = with_refusal(record, told)
+                self._save(db, record)
+                return Kept(kept=False, refused=True, named=told in record.refused)
             entry = InboxEntry(
                 entry_id=f"{inbox_stamp(now)}#{event_id}",
                 event_id=event_id,
@@ -325,6 +339,15 @@ class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
         self, key: ConversationKey, generation: int | None = None, limit: int | None = None
     ) -> list[InboxEntry]:
         return read_inbox(self._connection(), key, limit)
+
+    @translated
+    def refusals_told(
+        self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
+    ) -> None:
+        with self._write() as db:
+            record = read_record(db, key)
+            if record is not None and record.refusals_untold:
+                self._save(db, with_refusals_told(record, event_ids, counted))
 
     # -- blobs and housekeeping ---------------------------------------------------------
 

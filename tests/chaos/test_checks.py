@@ -28,7 +28,6 @@ from bench.chaos.run import holder_pid
 from bench.chaos.slack import SlackSide
 from bot.runtime import DeliveryRef, not_taken, stopping
 from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, ClosedCalls
-from bot.runtime.envelope import UserMessage
 from bot.runtime.expiry import expiry_text
 from bot.runtime.guard import UNKNOWN_OUTCOME
 from bot.runtime.holder import new_owner
@@ -49,6 +48,7 @@ from storage import (
     Conversation,
     ConversationKey,
     Expiry,
+    Refusal,
     Status,
     ToolCallRecord,
     ToolCallStatus,
@@ -318,7 +318,9 @@ def burst(count: int, sent_at: float = 3.0) -> list[SentMessage]:
 
 async def test_messages_not_taken_are_named_or_counted() -> None:
     refused = burst(12)
-    told = not_taken.notice(KEY, [UserMessage(user="UBOB", text=m.text) for m in refused])
+    told = not_taken.notice(
+        KEY, [Refusal(event_id=m.tag, user="UBOB", text=m.text, at=NOW) for m in refused]
+    )
     posts = [clean().posts[0], await notice_post(told, at=5)]
     assert kinds(facts([clean(posts=posts)], messages=[message(), *refused])) == []
     # Named (10) or counted ("… and 2 more"): a thirteenth is neither.

@@ -208,6 +208,7 @@ def workload(store: Store) -> set[str]:
     store.enqueue(KEY, "Ev4", '{"user":"U","text":"much later"}')  # expired: brought back
     for i in range(6):  # a busy thread: its further messages go to rows
         store.keep(KEY, f"Ev5.{i}", '{"user":"U","text":"busy"}', create=False)
+    store.refusals_told(KEY, ["Ev5.0"], counted=1)
     digest = store.put_content(b"a shared file")
     store.put_content(b"a shared file")  # shared again: kept once
     store.get_content(digest)
@@ -258,6 +259,7 @@ def workload(store: Store) -> set[str]:
         "delete_installation",
         "issue_state",
         "consume_state",
+        "refusals_told",
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -127,3 +128,52 @@ async def test_a_burst_past_the_cap_is_kept_or_told(backend: Backend, tmp_path: 
     taken = given & sent
     assert refused == short - len(taken) and refused >= short - limit, (refused, len(taken))
     assert quoted and quoted <= sent - taken  # the ones it names were never given
+
+
+async def test_messages_not_taken_are_told_though_their_process_died(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The refusals are recorded in the write that refused them: SIGKILLed before it could
+    tell them (a burst's notice waits a second for the rest of the burst), the process left
+    them on the record, and the next process, recovering the thread, tells them once."""
+    script = HeldThenEcho()
+    sent = [f"S{n:04d}" for n in range(6)]
+    async with deployment(
+        backend, tmp_path, script, BOT_LEASE_SECONDS="2", BOT_BACKLOG_LIMIT="3"
+    ) as bot:
+        await bot.start()
+        people = bot.people()
+        try:
+            thread = await bot.mention(ALICE, "read these slowly")
+            await asyncio.to_thread(wait_until, lambda: script.held == 1, 20)
+            for token in sent:  # past the cap: the last ones are acked and refused
+                await people.reply(BOB, f"{token}x please", thread.ts)
+            assert await bot.signal(signal.SIGKILL) == -signal.SIGKILL
+            assert not_taken(bot, thread.ts) == (0, set())  # it died before telling
+            script.release.set()
+            await bot.start()
+            key = thread_key(thread.ts)
+
+            def drained() -> bool:
+                record = bot.store.get(key)
+                return (
+                    record is not None
+                    and record.status is Status.IDLE
+                    and not record.refusals_untold
+                    and not bot.store.read_inbox(key)
+                )
+
+            await asyncio.to_thread(wait_until, drained, 40)
+            await asyncio.sleep(1.0)  # a second notice would be posted by now
+        finally:
+            await people.close()
+    given = given_to_the_agent(script) & set(sent)
+    refused, quoted = not_taken(bot, thread.ts)
+    assert refused >= 3 and refused == len(sent) - len(given), (refused, given)
+    assert quoted == set(sent) - given  # named once, each of them, and never given
+    notices = [
+        post
+        for post in bot.api.bot_replies(CHANNEL, thread.ts)
+        if ((post.metadata or {}).get("event_payload") or {}).get("notice") == "not_taken"
+    ]
+    assert len(notices) == 1

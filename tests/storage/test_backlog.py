@@ -15,6 +15,7 @@ import pytest
 from storage import CONSUME_LIMIT, Commit, Lease, Store
 from storage.aws import AwsStore
 from storage.aws.layout import meta_key
+from storage.models import REFUSAL_TEXT, REFUSALS_NAMED
 from tests.conftest import Backend
 from tests.storage.conftest import KEY
 
@@ -107,6 +108,53 @@ def test_past_the_cap_a_keep_is_refused_not_failed(backend: Backend) -> None:
     store.apply(Commit(key=KEY, lease=lease, consume=[e.entry_id for e in page]))
     assert store.keep(KEY, "Ev-next", payload(100), create=False).kept  # room again
     assert len(store.read_inbox(KEY)) == 30 - 10 + 1
+
+
+def test_a_refusal_is_recorded_until_the_thread_is_told(backend: Backend) -> None:
+    """A refusal is on the record from the write that refused it (a notice lost with its
+    process is told by whoever serves the thread next): the first ones named, with their
+    author and text, the rest counted; it moves `inbox_seq`, so that the holder's release
+    sees it; telling removes exactly what was told."""
+    store = backend.open(lease_seconds=600, backlog_limit=5)
+    lease = hold(store)
+    for i in range(4):
+        assert store.keep(KEY, f"Ev{i}", payload(i), create=False).kept
+    before = store.get(KEY)
+    assert before is not None and not before.refusals_untold
+    verdicts = [
+        store.keep(
+            KEY,
+            f"Ev-over{i}",
+            payload(i),
+            create=False,
+            participant="U7",
+            refusal_text=f"refused {i} " + "y" * 400,
+        )
+        for i in range(REFUSALS_NAMED + 3)
+    ]
+    assert all(v.refused and not v.kept for v in verdicts)
+    assert [v.named for v in verdicts] == [True] * REFUSALS_NAMED + [False] * 3
+    record = store.get(KEY)
+    assert record is not None
+    assert [r.event_id for r in record.refused] == [f"Ev-over{i}" for i in range(REFUSALS_NAMED)]
+    assert record.refused[0].user == "U7"
+    assert record.refused[0].text.startswith("refused 0 ")
+    assert len(record.refused[0].text) == REFUSAL_TEXT
+    assert record.refused_more == 3
+    assert record.inbox_seq == before.inbox_seq + REFUSALS_NAMED + 3
+    # A duplicate of a refused message is not recorded again.
+    again = store.keep(KEY, "Ev-over0", payload(0), create=False, participant="U7")
+    assert not again.refused
+    store.refusals_told(KEY, ["Ev-over0", "Ev-over1"], counted=2)
+    record = store.get(KEY)
+    assert record is not None
+    assert [r.event_id for r in record.refused][:1] == ["Ev-over2"]
+    assert (len(record.refused), record.refused_more) == (REFUSALS_NAMED - 2, 1)
+    assert store.read_inbox(KEY, lease.generation, 10)  # the backlog itself is untouched
+    store.refusals_told(KEY, [r.event_id for r in record.refused], counted=5)  # more than left
+    record = store.get(KEY)
+    assert record is not None and not record.refusals_untold and record.refused_more == 0
+    store.refusals_told(KEY, ["Ev-over0"], counted=1)  # told twice: harmless
 
 
 def test_a_message_refused_at_the_cap_is_not_kept_when_delivered_again(

@@ -1,0 +1,107 @@
+"""Messages refused at a full backlog are told in the thread even when the process that
+refused them dies before its notice (it waits a second for the rest of a burst): the
+refusal is on the record, and the replica holding the thread tells it as it lets go, once,
+under the id the dead process would have posted it with, on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from agents.testing import ModelStep, ScriptedModel, assistant_message
+
+from bot.runtime import ConversationRuntime, DeliveryRef, Kept, Notice, NoticeKind, not_taken
+from storage import Status
+from testkit.runtime import KEY, SideEffects, build_agent
+from tests.conftest import Backend
+
+
+def gated_model(gate: asyncio.Event, started: asyncio.Event) -> ScriptedModel:
+    async def respond(call: Any) -> Any:
+        started.set()
+        await gate.wait()  # the run holds the thread until the test lets it go
+        return [assistant_message("Done with the first.")]
+
+    return ScriptedModel([ModelStep.respond(respond), [assistant_message("Read the rest.")]])
+
+
+async def test_a_refusal_whose_process_died_is_told_by_the_holder(
+    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(not_taken, "TELL_AFTER", timedelta(seconds=1))
+    store = backend.open(
+        lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3
+    )  # the first message waits too
+    told: list[tuple[Any, DeliveryRef]] = []
+
+    async def sink(outcome: Any, ref: DeliveryRef) -> None:
+        told.append((outcome, ref))
+
+    gate, started = asyncio.Event(), asyncio.Event()
+    rt = ConversationRuntime(
+        store, build_agent(gated_model(gate, started), effects), on_outcome=sink, owner="A"
+    )
+    running = asyncio.create_task(rt.handle_message(KEY, event_id="E1", user="U1", text="hi"))
+    await started.wait()
+    for number in (2, 3):  # the backlog fills up
+        kept = await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+        assert kept is Kept.KEPT
+    # Another replica refuses E4 and dies before its notice: only the record knows.
+    payload = json.dumps({"user": "U2", "text": "and this one please"})
+    refused = await asyncio.to_thread(
+        store.keep,
+        KEY,
+        "E4",
+        payload,
+        create=False,
+        participant="U2",
+        refusal_text="and this one please",
+    )
+    assert refused.refused and refused.named
+    gate.set()
+    await asyncio.wait_for(running, 20)
+    notices = [
+        (o, ref) for o, ref in told if isinstance(o, Notice) and o.kind is NoticeKind.NOT_TAKEN
+    ]
+    assert len(notices) == 1, notices
+    notice, ref = notices[0]
+    assert "couldn't take 1 message (from <@U2>)" in notice.text
+    assert notice.details == ["“and this one please”"]
+    # Named as the refusing process would have named it, and looked for before posting.
+    assert ref == DeliveryRef("not_taken.E4", maybe_posted=True)
+    record = store.get(KEY)
+    assert record is not None and not record.refusals_untold
+    assert (record.status, record.lease_owner) == (Status.IDLE, None)
+
+
+async def test_the_refusing_process_tells_once_and_marks_them_told(
+    backend: Backend, effects: SideEffects
+) -> None:
+    store = backend.open(
+        lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3
+    )  # the first message waits too
+    told: list[tuple[Any, DeliveryRef]] = []
+
+    async def sink(outcome: Any, ref: DeliveryRef) -> None:
+        told.append((outcome, ref))
+
+    gate, started = asyncio.Event(), asyncio.Event()
+    rt = ConversationRuntime(
+        store, build_agent(gated_model(gate, started), effects), on_outcome=sink, owner="A"
+    )
+    running = asyncio.create_task(rt.handle_message(KEY, event_id="E1", user="U1", text="hi"))
+    await started.wait()
+    for number in range(2, 7):  # two kept, three refused
+        await rt.keep_message(KEY, event_id=f"E{number}", user="U3", text=f"more {number}")
+    await asyncio.sleep(not_taken.GATHER_SECONDS + 0.5)
+    [(notice, ref)] = [(o, ref) for o, ref in told if isinstance(o, Notice)]
+    assert notice.kind is NoticeKind.NOT_TAKEN and "couldn't take 3 messages" in notice.text
+    assert ref == DeliveryRef("not_taken.E4")  # the first refused, posted without looking
+    record = store.get(KEY)
+    assert record is not None and not record.refusals_untold  # told: no one tells it again
+    gate.set()
+    await asyncio.wait_for(running, 20)
+    assert len([o for o, _ in told if isinstance(o, Notice)]) == 1

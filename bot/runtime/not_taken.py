@@ -138,27 +138,34 @@ async def tell_untold(
     idle: bool,
     telling: Collection[str] = (),
 ) -> Conversation:
-    """Tell the refusals `record` holds that their process did not tell within
-    `TELL_AFTER`; returns the record without those told. Younger ones are left to that
-    process, unless the serve is `idle` (about to let the thread go): then it waits until they
-    are due and reads them again, so that none is left untold if that process is gone
-    (refusals made meanwhile moved `inbox_seq`: the release sends the serve round again);
-    except those this process is `telling` itself."""
+    """Tell the refusals `record` holds that no process told within `TELL_AFTER` (their
+    process died, or its post failed), except those this process is `telling` itself;
+    returns the record with what is still untold. Younger ones are left to their process,
+    unless the serve is `idle` (about to let the thread go): then it waits until they are
+    due, so that none is left untold if that process is gone (refusals made meanwhile move
+    `inbox_seq`: the release sends the serve round again). The record is read again before
+    telling: the one a serve holds may be older than the telling it would repeat."""
+    others = [r for r in record.refused if r.event_id not in telling]
+    counted = record.refused_more if not telling else 0  # whose they are is not known
+    if not others and not counted:
+        return record
     now = store.clock()
-    due = [r for r in record.refused if r.at + TELL_AFTER <= now]
-    young = [r for r in record.refused if r not in due and r.event_id not in telling]
+    young = [r for r in others if r.at + TELL_AFTER > now]
+    if young and not idle and len(young) == len(others):
+        return record  # not due yet; a later pass, or the release, looks again
     if young and idle:
         youngest = max(r.at for r in young)
         await asyncio.sleep(max((youngest + TELL_AFTER - now).total_seconds(), 0))
-        fresh = await io(store.get, record.key)
-        if not isinstance(fresh, Conversation):
-            return record.model_copy(update={"refused": [], "refused_more": 0})
-        now = store.clock()
-        record = record.model_copy(
-            update={"refused": fresh.refused, "refused_more": fresh.refused_more}
-        )
-        due = [r for r in record.refused if r.at + TELL_AFTER <= now]
-    more = record.refused_more if len(due) == len(record.refused) else 0
+    fresh = await io(store.get, record.key)
+    if not isinstance(fresh, Conversation):
+        return record.model_copy(update={"refused": [], "refused_more": 0})
+    record = record.model_copy(
+        update={"refused": fresh.refused, "refused_more": fresh.refused_more}
+    )
+    now = store.clock()
+    due = [r for r in record.refused if r.at + TELL_AFTER <= now and r.event_id not in telling]
+    every = len(due) == len(record.refused) and not telling
+    more = record.refused_more if every else 0
     if not due and not more:
         return record
     told = await tell(

@@ -298,7 +298,12 @@ class Serving:
             return
         if self.record.refusals_untold:  # a notice its process did not live to post
             self.record = await not_taken.tell_untold(
-                self.rt.sink, self.store, self.io, self.record, idle=False
+                self.rt.sink,
+                self.store,
+                self.io,
+                self.record,
+                idle=False,
+                telling=self.rt.not_taken.telling,
             )
         unlisted = await self.rt.mcp.ready()
         if unlisted:  # the fingerprint is not final: nothing can be verified or committed

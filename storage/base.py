@@ -415,8 +415,8 @@ class Store(InstallationRecords, PersonRecords, ContentBlobs, ReplicaBeats, ABC)
         self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
     ) -> None:
         """The thread was told of these refusals: the named ones (by event id) and `counted`
-        of those only counted are no longer untold (telling the same ones twice is harmless:
-        the count stays at or above zero). No lease needed."""
+        of those only counted are no longer untold; a count below `counted` (told twice) is
+        left as it is. No lease needed."""
 
     def enqueue(
         self,

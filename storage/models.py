@@ -392,9 +392,10 @@ def with_refusals_told(
 ) -> Conversation:
     """The record once the thread was told of these refusals (see `Store.refusals_told`)."""
     told = set(event_ids)
+    lowered = counted if record.refused_more >= counted else 0  # (below it: told twice)
     return record.model_copy(
         update={
             "refused": [r for r in record.refused if r.event_id not in told],
-            "refused_more": max(record.refused_more - counted, 0),
+            "refused_more": record.refused_more - lowered,
         }
     )

@@ -6,9 +6,10 @@ The write that refused a message recorded it on the thread's record (`Conversati
 so the notice survives its process: the process that refused the messages tells them after
 `GATHER_SECONDS`, then marks them told (`Store.refusals_told`); whoever serves the thread
 next tells those still untold `TELL_AFTER` their refusal (`tell_untold`: recovery after a
-crash, or the holder whose release saw the refusal). Both name the notice after its first
-message, so a second teller finds the first one's post in the thread instead of posting it
-again."""
+crash, or the holder whose release saw the refusal), except those a live teller in its own
+process still has. Both name the notice after its first message, so a second teller of the
+same burst (whose first teller posted, then died before marking it told) finds that post in
+the thread instead of posting it again."""
 
 from __future__ import annotations
 

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,7 +29,6 @@ from bot.runtime.closing import NOT_RUN, UNKNOWN_OUTCOME
 from bot.settings import RuntimeSettings
 from storage import Status, Store, ToolCallStatus
 from storage.aws import AwsStore
-from storage.local import LocalStore
 from testkit.runtime import (
     KEY,
     SideEffects,
@@ -43,72 +39,8 @@ from testkit.runtime import (
     kinds,
     last_user_text,
 )
+from testkit.storage_faults import storage_fault
 from tests.conftest import Backend
-
-# -- faults from outside the application ----------------------------------------------------
-
-
-@contextmanager
-def storage_fault(store: Store, seconds: float) -> Iterator[Callable[[], None]]:
-    """Yields `start()`: from then on, for `seconds`, the store's writes fail as a real
-    backend fails: the sqlite database is locked by another connection (local), or
-    DynamoDB answers ThrottlingException to every TransactWriteItems (aws, through
-    botocore's event system, after boto3's own retries)."""
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-    handler: Callable[..., Any] | None = None
-
-    def start() -> None:
-        nonlocal handler
-        if isinstance(store, LocalStore):
-            store.busy_timeout = 0.05
-            db_path = store.db_path
-            locked = threading.Event()
-
-            def hold() -> None:
-                db = sqlite3.connect(db_path, isolation_level=None)
-                db.execute("BEGIN EXCLUSIVE")
-                locked.set()
-                stop.wait(seconds)
-                db.execute("COMMIT")
-                db.close()
-
-            thread = threading.Thread(target=hold, daemon=True)
-            thread.start()
-            threads.append(thread)
-            locked.wait(5)
-        else:
-            assert isinstance(store, AwsStore)
-            until = time.monotonic() + seconds
-
-            def throttle(**kwargs: Any) -> Any:
-                if time.monotonic() > until:
-                    return None
-                body = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
-                return _Response(400), {**body, "ResponseMetadata": {"HTTPStatusCode": 400}}
-
-            handler = throttle
-            store.dynamodb.meta.events.register("before-call.dynamodb.TransactWriteItems", throttle)
-
-    try:
-        yield start
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(5)
-        if handler is not None:
-            assert isinstance(store, AwsStore)
-            store.dynamodb.meta.events.unregister(
-                "before-call.dynamodb.TransactWriteItems", handler
-            )
-
-
-class _Response:
-    def __init__(self, status: int) -> None:
-        self.status_code = status
-        self.headers: dict[str, str] = {}
-        self.content = b""
-        self.raw = None
 
 
 def email_agent(model: ScriptedModel, effects: SideEffects, on_send: Callable[[], None]) -> Any:

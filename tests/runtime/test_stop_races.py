@@ -6,10 +6,8 @@ delivered, i.e. while the serve still holds the thread."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -28,7 +26,7 @@ from bot.runtime import (
 from bot.runtime.progress import Quiet, Step
 from storage import ConversationKey, Status, ToolCallStatus
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, email_then_answer
-from testkit.storage_faults import WriteFault, failing_writes
+from testkit.storage_faults import failing_writes, healed_as_a_serve_gives_up
 from tests.conftest import Backend
 
 
@@ -351,26 +349,6 @@ async def test_a_discard_during_a_running_tool_records_its_result(
     assert len(effects.calls("transfer")) == 1
 
 
-@contextmanager
-def healed_as_the_serve_gives_up(fault: WriteFault) -> Iterator[None]:
-    """Heals `fault` the moment a serve gives up on storage (its error line, written before
-    it lets the thread go), so that its release lands: a fault that ends between the run's
-    last retry and its release, as in chaos seed 130020."""
-
-    class Heal(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if "storage unavailable, run stopped" in record.getMessage():
-                fault.heal()
-
-    handler = Heal(logging.ERROR)
-    serving_log = logging.getLogger("bot.runtime.serving")
-    serving_log.addHandler(handler)
-    try:
-        yield
-    finally:
-        serving_log.removeHandler(handler)
-
-
 async def test_a_stop_whose_serve_failed_on_storage_is_applied_once_storage_answers(
     backend: Backend, effects: SideEffects
 ) -> None:
@@ -382,7 +360,7 @@ async def test_a_stop_whose_serve_failed_on_storage_is_applied_once_storage_answ
     a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
     [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
-    with failing_writes(a.store) as fault, healed_as_the_serve_gives_up(fault):
+    with failing_writes(a.store) as fault, healed_as_a_serve_gives_up(fault):
         stopping = await a.keep_stop(KEY, "U1")  # kept: the Stop control is acked now
         assert stopping.accepted and stopping.serve and stopping.text == "Stopping it now."
         fault.start()

@@ -118,7 +118,8 @@ class Serving:
         self.keeper: LeaseKeeper | None = None
         self.outcomes: list[Outcome] = []
         self.final_status: Status = Status.IDLE
-        self.recovering = recovering
+        self.recovering = recovering  # announce the resumption (once)
+        self.by_recovery = recovering  # a recovery sweep's serve
         # Found with no holder (it waited for a slot, or a shutdown gave it up): messages
         # that never started a run are not announced as an interruption.
         self.unheld = unheld
@@ -137,6 +138,7 @@ class Serving:
         self.notes: list[Outcome] = []  # for the thread, with the next commit (`model_input`)
         self.stopped_by = ""  # who stopped a run of this serve (a later stop is told so)
         self.waiting_on: str | None = None  # the person a decision waits on (see below)
+        self.read: set[str] = set()  # the inbox entries this serve's passes have read
 
     def await_decision(self, started_by: str) -> None:
         """The run waits for a decision: released as awaiting approval, listed for the
@@ -262,22 +264,73 @@ class Serving:
             log.warning("%s: could not release the lease on shutdown", self.key, exc_info=True)
 
     async def _storage_down(self, exc: StorageUnavailable) -> None:
+        """Storage failed through every retry: the run stops here, its checkpoint intact.
+        The thread waits, interrupted, for a person's `/resume` or next message, unless its
+        inbox holds what that notice does not answer (`_owed`): then it is given up as
+        `running`, and the recovery sweep serves it once storage answers (no release may
+        pass over a message or a stop)."""
         reference = new_reference()
         log.error("%s [%s]: storage unavailable, run stopped: %s", self.key, reference, exc)
+        status: Status | None = None
+        try:
+            status = await self._give_up_for_storage()
+        except Exception:  # still down: the lease expires, and recovery tries again later
+            log.warning("%s [%s]: could not record the interruption", self.key, reference)
+        if status is not Status.INTERRUPTED and self.by_recovery:
+            return  # a sweep's attempt: the thread was told when its run first stopped
+        after = (
+            "send a message or use /resume to continue."
+            if status is Status.INTERRUPTED
+            else "I'll pick this up again as soon as it answers."
+        )
         notice = Notice(
             key=self.key,
             kind=NoticeKind.RUN_FAILED,
-            text="I lost contact with my storage, so I stopped here. Nothing was lost; send "
-            "a message or use /resume to continue.",
+            text=f"I lost contact with my storage, so I stopped here. Nothing was lost; {after}",
             reference=reference,
         )
         self.outcomes.append(notice)
+        if status is not None:  # else nothing could be written: it is not posted either
+            await self.outbox.emit_now(notice)
+
+    async def _give_up_for_storage(self) -> Status:
+        """Release the thread as `interrupted` when nothing in its inbox is owed an answer
+        (the inbox read after the record, the release conditioned on the record's inbox
+        counter, so that nothing kept meanwhile is passed over); else, or when storage
+        cannot say, as `running`."""
         try:
-            await self.io(self.store.release, self.lease, status=Status.INTERRUPTED, touch=False)
-        except Exception:  # still down: the lease expires, and recovery tries again later
-            log.warning("%s [%s]: could not record the interruption", self.key, reference)
-            return
-        await self.outbox.emit_now(notice)
+            inbox: list[InboxEntry] = []
+            record = await self.io(self.store.get, self.key)
+            if record is not None:
+                generation, limit = record.generation, CONSUME_LIMIT + 1
+                inbox = await self.io(self.store.read_inbox, self.key, generation, limit)
+        except StorageUnavailable:
+            record, inbox = None, []  # nobody can tell what waits: recovery looks again
+        if record is not None and not any(self._owed(entry) for entry in inbox):
+            try:
+                await self.io(
+                    self.store.release,
+                    self.lease,
+                    status=Status.INTERRUPTED,
+                    inbox_seen=record.inbox_seq,
+                    touch=False,
+                )
+                return Status.INTERRUPTED
+            except InboxChanged:
+                pass  # kept just now: it is owed an answer
+        await self.io(self.store.release, self.lease, status=Status.RUNNING, touch=False)
+        return Status.RUNNING
+
+    def _owed(self, entry: InboxEntry) -> bool:
+        """An inbox entry that the storage notice does not answer: a message this serve never
+        read (sent after it looked), or a request to act (a stop, a decision) that it could
+        not carry out. The messages it read are its run's, continued by `/resume`."""
+        if entry.entry_id not in self.read:
+            return True
+        try:
+            return not isinstance(parse_payload(entry.payload), UserMessage)
+        except ValueError:  # unreadable: dropped by the next pass that reads it
+            return False
 
     # -- one pass -----------------------------------------------------------------------
 
@@ -293,6 +346,7 @@ class Serving:
             )
         self.more = len(inbox) > CONSUME_LIMIT
         entries = Entries(inbox[:CONSUME_LIMIT])
+        self.read.update(entries.ids)
         if self.record.expired_from is not None:  # the thread is told first
             await expiry.announce(self, entries)
             return
@@ -324,6 +378,8 @@ class Serving:
         # A crash is announced; a delivery retried after its backoff just arrives.
         redelivery = self.outbox.pending and self.record.delivery_attempts > 0
         waited = entries.ids and not self.unheld  # kept while a holder had the thread
+        if entries.stops:
+            self.recovering = False  # a stop comes first: nothing resumes to be announced
         if self.recovering and (runnable or waited or self.outbox.pending) and not redelivery:
             self.recovering = False
             await self.emit_now(

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,10 +26,10 @@ from bot.runtime import (
     retry_safe,
 )
 from bot.runtime.closing import NOT_RUN, UNKNOWN_OUTCOME
+from bot.runtime.envelope import UserMessage
 from bot.settings import RuntimeSettings
 from storage import Status, Store, ToolCallStatus
 from storage.aws import AwsStore
-from storage.local import LocalStore
 from testkit.runtime import (
     KEY,
     SideEffects,
@@ -43,72 +40,8 @@ from testkit.runtime import (
     kinds,
     last_user_text,
 )
+from testkit.storage_faults import failing_writes, healed_as_a_serve_gives_up, storage_fault
 from tests.conftest import Backend
-
-# -- faults from outside the application ----------------------------------------------------
-
-
-@contextmanager
-def storage_fault(store: Store, seconds: float) -> Iterator[Callable[[], None]]:
-    """Yields `start()`: from then on, for `seconds`, the store's writes fail as a real
-    backend fails: the sqlite database is locked by another connection (local), or
-    DynamoDB answers ThrottlingException to every TransactWriteItems (aws, through
-    botocore's event system, after boto3's own retries)."""
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-    handler: Callable[..., Any] | None = None
-
-    def start() -> None:
-        nonlocal handler
-        if isinstance(store, LocalStore):
-            store.busy_timeout = 0.05
-            db_path = store.db_path
-            locked = threading.Event()
-
-            def hold() -> None:
-                db = sqlite3.connect(db_path, isolation_level=None)
-                db.execute("BEGIN EXCLUSIVE")
-                locked.set()
-                stop.wait(seconds)
-                db.execute("COMMIT")
-                db.close()
-
-            thread = threading.Thread(target=hold, daemon=True)
-            thread.start()
-            threads.append(thread)
-            locked.wait(5)
-        else:
-            assert isinstance(store, AwsStore)
-            until = time.monotonic() + seconds
-
-            def throttle(**kwargs: Any) -> Any:
-                if time.monotonic() > until:
-                    return None
-                body = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
-                return _Response(400), {**body, "ResponseMetadata": {"HTTPStatusCode": 400}}
-
-            handler = throttle
-            store.dynamodb.meta.events.register("before-call.dynamodb.TransactWriteItems", throttle)
-
-    try:
-        yield start
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(5)
-        if handler is not None:
-            assert isinstance(store, AwsStore)
-            store.dynamodb.meta.events.unregister(
-                "before-call.dynamodb.TransactWriteItems", handler
-            )
-
-
-class _Response:
-    def __init__(self, status: int) -> None:
-        self.status_code = status
-        self.headers: dict[str, str] = {}
-        self.content = b""
-        self.raw = None
 
 
 def email_agent(model: ScriptedModel, effects: SideEffects, on_send: Callable[[], None]) -> Any:
@@ -177,6 +110,66 @@ async def test_storage_down_for_longer_interrupts_with_the_checkpoint_kept(
     again = await rt.resume(KEY)
     assert [o.text for o in again if isinstance(o, Answer)] == ["Saved now."], again
     assert store.read_inbox(KEY) == []
+
+
+def saved_later(on_answer: Callable[[], None]) -> ScriptedModel:
+    """Answers once (calling `on_answer` first: a fault starts there), then "Saved now."."""
+
+    def respond(call: Any) -> Any:
+        on_answer()
+        return [assistant_message("an answer that cannot be saved yet")]
+
+    return ScriptedModel([ModelStep.respond(respond), [assistant_message("Saved now.")]])
+
+
+async def test_a_run_interrupted_by_storage_with_nothing_new_waits_for_resume(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """The run's commit fails through every retry, and the fault ends just before the
+    release: the thread is interrupted with its own message still queued, and the recovery
+    sweep leaves it alone (a person continues it with /resume)."""
+    store, other = backend.open(), backend.open()
+    with failing_writes(store) as fault, healed_as_a_serve_gives_up(fault):
+        rt = ConversationRuntime(store, build_agent(saved_later(fault.start), effects))
+        await rt.handle_message(KEY, event_id="E1", user="U1", text="hello")
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.INTERRUPTED
+    assert record.lease_owner is None and len(store.read_inbox(KEY)) == 1
+    sweep = ConversationRuntime(other, build_agent(saved_later(lambda: None), effects))
+    assert await sweep.recover() == []
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.INTERRUPTED
+    again = await rt.resume(KEY)
+    assert [o.text for o in again if isinstance(o, Answer)] == ["Saved now."], again
+
+
+async def test_a_message_kept_while_storage_failed_is_answered_once_it_answers(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """A second message is kept (by another replica) while the run's commit fails: the run
+    gives the thread up, but not as interrupted past that message: the recovery sweep
+    answers both once storage answers, with no further message."""
+    store, other = backend.open(), backend.open()
+    later = UserMessage(user="U1", text="are you there?").model_dump_json()
+    with failing_writes(store) as fault, healed_as_a_serve_gives_up(fault):
+
+        def second_message_then_fault() -> None:
+            assert other.enqueue(KEY, "E2", later, create=False, participant="U1")
+            fault.start()
+
+        model = saved_later(second_message_then_fault)
+        rt = ConversationRuntime(store, build_agent(model, effects))
+        outcomes = await rt.handle_message(KEY, event_id="E1", user="U1", text="hello")
+    [notice] = [o for o in outcomes if isinstance(o, Notice)]
+    assert notice.kind is NoticeKind.RUN_FAILED
+    sweep = ConversationRuntime(other, build_agent(model, effects))
+    answered = await sweep.recover()
+    assert [o.text for o in answered if isinstance(o, Answer)] == ["Saved now."], answered
+    assert last_user_text(model.calls[-1]).endswith("are you there?")
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.IDLE
+    assert store.read_inbox(KEY) == []
+    assert "/resume" not in notice.text  # it said it would pick the thread up itself
 
 
 async def test_a_holder_that_lost_its_lease_inside_a_tool_stops_quietly(

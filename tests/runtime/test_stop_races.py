@@ -26,6 +26,7 @@ from bot.runtime import (
 from bot.runtime.progress import Quiet, Step
 from storage import ConversationKey, Status, ToolCallStatus
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, email_then_answer
+from testkit.storage_faults import failing_writes, healed_as_a_serve_gives_up
 from tests.conftest import Backend
 
 
@@ -346,3 +347,44 @@ async def test_a_discard_during_a_running_tool_records_its_result(
     call = backend.open().get_tool_call(KEY, "call-t")
     assert call is not None and call.status is ToolCallStatus.COMPLETED
     assert len(effects.calls("transfer")) == 1
+
+
+async def test_a_stop_whose_serve_failed_on_storage_is_applied_once_storage_answers(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """Issue 30, chaos seed 130020: a stop was acked ("Stopping it now."), then the serve
+    that was to apply it failed on storage and gave the thread up as interrupted with the
+    stop still in its inbox; recovery lists only running threads, so the stop waited for
+    the next message for ever. Once storage answers, the sweep (here another replica's)
+    applies it, with no further message."""
+    a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    with failing_writes(a.store) as fault, healed_as_a_serve_gives_up(fault):
+        stopping = await a.keep_stop(KEY, "U1")  # kept: the Stop control is acked now
+        assert stopping.accepted and stopping.serve and stopping.text == "Stopping it now."
+        fault.start()
+        await a.serve(KEY)
+    [failed] = sink.notices(NoticeKind.RUN_FAILED)
+    assert "storage" in failed.text
+    assert sink.notices(NoticeKind.STOPPED) == []
+    record = b.store.get(KEY)
+    assert record is not None and record.lease_owner is None
+    await b.recover()
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert notice.text.startswith("Stopped by <@U1>.") and "Not run: `send_email`" in notice.text
+    assert [c.call_id for c in notice.settles] == ["call-email"]
+    assert sink.notices(NoticeKind.RESUMED_AFTER_RESTART) == []  # nothing resumed
+    assert effects.calls() == []
+    record = b.store.get(KEY)
+    assert record is not None and record.status is Status.IDLE and record.stop_by is None
+    assert b.store.read_inbox(KEY) == []
+    late = await b.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert effects.calls() == [] and not any(isinstance(o, Answer) for o in late)
+    assert "/resume" not in failed.text  # it said the stop would be seen to, not to resume

@@ -904,8 +904,18 @@ async def run_workspace(
         model = "offline demo model (no OPENAI_API_KEY)" if demo else "OpenAI"
         print(f"local mode: open http://{LOOPBACK}:{port}", flush=True)
         workspace._say(f"model: {model}; state in {data_dir}; this log: {workspace.log.path}")
-        took = await workspace.start_bot()
+        # Ctrl-C while the bot is still starting stops at once (a slow machine takes many
+        # seconds to start it): the start is given up, and the bot stopped on the way out.
+        starting = asyncio.create_task(workspace.start_bot())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            return
+        took = starting.result()
         if took is not None and workspace.bot is not None:
             queued = f"; delivering {len(workspace.outbox)} queued" if workspace.outbox else ""
             workspace._say(f"bot started: pid {workspace.bot.pid} up in {took:.1f} s{queued}")
-        await stop.wait()
+        await stopping

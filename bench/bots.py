@@ -21,28 +21,22 @@ import aiohttp
 
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
+from testkit.child_env import child_bot_env
 from testkit.services import free_port
-from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers
+from testkit.slack import CHANNEL, TEAM, running_api, signed_headers
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def bot_env(api_url: str, storage: dict[str, str], **extra: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        **storage,
-        "PYTHONPATH": str(ROOT),
-        "SLACK_BOT_TOKEN": "xoxb-bench",
-        "SLACK_SIGNING_SECRET": SECRET,
-        "SLACK_API_URL": f"{api_url}/api/",
-        "HOST": "127.0.0.1",
-        "BOT_AGENT": "bench.agents:build_agent",
-        "OPENAI_AGENTS_DISABLE_TRACING": "1",
-        "LOG_LEVEL": "WARNING",
+    return child_bot_env(
+        storage,
+        api_url=api_url,
+        bot_token="xoxb-bench",
+        BOT_AGENT="bench.agents:build_agent",
+        LOG_LEVEL="WARNING",
         **extra,
-    }
-    env.pop("SLACK_APP_TOKEN", None)
-    return env
+    )
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,13 +19,13 @@ import aiohttp
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
 from storage import Conversation, Status, Store
+from testkit.child_env import child_bot_env
 from testkit.health import stop_children, wait_healthy
 from testkit.responses import ScriptedResponses, responses_server
 from testkit.runtime import record_of
 from testkit.services import free_port, wait_until
 from testkit.slack import (
     CHANNEL,
-    SECRET,
     TEAM,
     Harness,
     running_api,
@@ -173,23 +172,15 @@ async def deployment(
     with responses_server(script) as model_url:
         async with running_api(api) as api_url:
             port = free_port()
-            settings = {
-                **os.environ,
-                **backend.env,
-                "SLACK_BOT_TOKEN": "xoxb-test",
-                "SLACK_SIGNING_SECRET": SECRET,
-                "SLACK_API_URL": f"{api_url}/api/",
-                "PORT": str(port),
-                "HOST": "127.0.0.1",
-                "OPENAI_API_KEY": "sk-test",
-                "OPENAI_BASE_URL": model_url,
-                "BOT_MODEL": "gpt-scripted",
-                "BOT_AGENT": "testkit.survival_agent:build_agent",
-                "EFFECTS_FILE": str(tmp_path / "effects.jsonl"),
-                "OPENAI_AGENTS_DISABLE_TRACING": "1",
+            settings = child_bot_env(
+                backend.env,
+                api_url=api_url,
+                model_url=model_url,
+                port=port,
+                BOT_AGENT="testkit.survival_agent:build_agent",
+                EFFECTS_FILE=str(tmp_path / "effects.jsonl"),
                 **env,
-            }
-            settings.pop("SLACK_APP_TOKEN", None)
+            )
             bot = Deployment(
                 api,
                 settings,

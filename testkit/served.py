@@ -6,7 +6,6 @@ server. People speak to it through a `Harness` (signed requests, as Slack sends 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -20,10 +19,10 @@ import aiohttp
 
 from bot.standin.slack_api import SlackWebApi
 from storage import Status, Store
+from testkit.child_env import child_bot_env
 from testkit.health import stop_children, wait_healthy
 from testkit.responses import ScriptedResponses, responses_server
-from testkit.services import free_port
-from testkit.slack import CHANNEL, CLIENT_ID, CLIENT_SECRET, SECRET, TEAM, Harness, running_api
+from testkit.slack import CHANNEL, CLIENT_ID, CLIENT_SECRET, TEAM, Harness, running_api
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,24 +109,6 @@ def _serve(env: dict[str, str], stdout: Any, stderr: Any) -> subprocess.Popen[by
     )
 
 
-def bot_env(storage_env: dict[str, str], **extra: str) -> dict[str, str]:
-    """The environment of a bot process: this one's, the storage's, and `extra`."""
-    env = {
-        **os.environ,
-        **storage_env,
-        "PYTHONPATH": str(ROOT),
-        "HOST": "127.0.0.1",
-        "PORT": str(free_port()),
-        "SLACK_SIGNING_SECRET": SECRET,
-        "OPENAI_API_KEY": "sk-test",
-        "BOT_MODEL": "gpt-scripted",
-        "OPENAI_AGENTS_DISABLE_TRACING": "1",
-        **extra,
-    }
-    env.pop("SLACK_APP_TOKEN", None)
-    return env
-
-
 @asynccontextmanager
 async def served_bot(
     storage_env: dict[str, str],
@@ -146,10 +127,11 @@ async def served_bot(
     api = SlackWebApi(team=TEAM)
     with responses_server(script) as model_url:
         async with running_api(api) as api_url:
-            settings = bot_env(
+            settings = child_bot_env(
                 storage_env,
-                SLACK_API_URL=f"{api_url}/api/",
-                OPENAI_BASE_URL=model_url,
+                api_url=api_url,
+                model_url=model_url,
+                bot_token=None,
                 BOT_AGENT=agent,
                 **env,
             )

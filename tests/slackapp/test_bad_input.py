@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import sqlite3
 import string
@@ -29,6 +28,7 @@ from bot.slackapp.text import escape, split_text
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from storage.local import LocalStore
+from testkit.child_env import child_bot_env
 from testkit.health import wait_healthy
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, history
 from testkit.services import free_port
@@ -320,20 +320,14 @@ async def test_fuzzed_requests_leave_the_bot_up_and_storage_empty(tmp_path: Path
     api = SlackWebApi(team=TEAM)
     async with running_api(api) as api_url:
         port = free_port()
-        env = {
-            **os.environ,
-            "BOT_STORAGE": "local",
-            "BOT_DATA_DIR": str(tmp_path / "data"),
-            "SLACK_BOT_TOKEN": "xoxb-test",
-            "SLACK_SIGNING_SECRET": SECRET,
-            "SLACK_API_URL": f"{api_url}/api/",
-            "PORT": str(port),
-            "HOST": "127.0.0.1",
-            "BOT_DEMO_MODEL": "1",
-            "BOT_DEMO_DELAY": "0",
-            "BOT_ADMINS": "U1",
-        }
-        env.pop("SLACK_APP_TOKEN", None)
+        env = child_bot_env(
+            {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(tmp_path / "data")},
+            api_url=api_url,
+            port=port,
+            BOT_DEMO_MODEL="1",
+            BOT_DEMO_DELAY="0",
+            BOT_ADMINS="U1",
+        )
         process = _start_bot(env, tmp_path / "bot.log")
         url = f"http://127.0.0.1:{port}"
         statuses: dict[int, int] = {}

@@ -5,7 +5,6 @@ scripted /v1/responses server, the Web API stand-in, signed requests."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -18,10 +17,11 @@ import pytest
 
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
+from testkit.child_env import child_bot_env
 from testkit.health import wait_healthy
 from testkit.responses import ScriptedResponses, message, responses_server, tool_call
 from testkit.services import free_port, wait_until
-from testkit.slack import CHANNEL, SECRET, TEAM, running_api, signed_headers
+from testkit.slack import CHANNEL, TEAM, running_api, signed_headers
 
 pytestmark = pytest.mark.slow
 
@@ -40,22 +40,14 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
     with responses_server(script) as model_url:
         async with running_api(api) as api_url:
             port = free_port()
-            env = {
-                **os.environ,
-                "BOT_STORAGE": "local",
-                "BOT_DATA_DIR": str(tmp_path / "data"),
-                "SLACK_BOT_TOKEN": "xoxb-test",
-                "SLACK_SIGNING_SECRET": SECRET,
-                "SLACK_API_URL": f"{api_url}/api/",
-                "PORT": str(port),
-                "HOST": "127.0.0.1",
-                "OPENAI_API_KEY": "sk-test",
-                "OPENAI_BASE_URL": model_url,
-                "BOT_MODEL": "gpt-scripted",
-                "BOT_LEASE_SECONDS": "2",
-                "BOT_LEASE_SKEW_SECONDS": "0",
-            }
-            env.pop("SLACK_APP_TOKEN", None)
+            env = child_bot_env(
+                {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(tmp_path / "data")},
+                api_url=api_url,
+                model_url=model_url,
+                port=port,
+                BOT_LEASE_SECONDS="2",
+                BOT_LEASE_SKEW_SECONDS="0",
+            )
             log = (tmp_path / "bot.log").open("wb")
             command = [sys.executable, "-m", "bot", "serve"]
             first = _start(command, env, log)

@@ -185,8 +185,12 @@ async def test_reply_approve_decides(bot: Harness, effects: SideEffects) -> None
     top = await bot.mention(ALICE, "email Ana")
     await bot.bot_replies(top.ts, 1)
     await bot.reply(ALICE, "approve", top.ts)
-    replies = await bot.bot_replies(top.ts, 3)
-    assert replies[-1].text == "Done: email sent."
+    replies = await bot.bot_replies(top.ts, 2)
+    # The card, found by its call, says the decision; the answer follows, nothing between.
+    assert [r.text for r in replies] == [
+        ":white_check_mark: `send_email` approved by <@UALICE>",
+        "Done: email sent.",
+    ]
     assert len(effects.calls("send_email")) == 1
 
 

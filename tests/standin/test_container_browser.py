@@ -48,6 +48,7 @@ def test_dm_prompts_title_home_approve_session_stop_names_and_files(tmp_path: Pa
         expect(ticket).to_contain_text("Done: Filed ticket", timeout=15_000)
         # The thread's card says the decision taken on Home, once.
         decided = ticket.locator(".msg.bot", has_text="file_ticket approved by @alice")
+        expect(ticket.locator(".msg.bot", has_text="approved by @alice")).to_have_count(1)
         expect(decided).to_have_count(1)
         expect(decided.get_by_role("button", name="Approve")).to_have_count(0)
         tickets = (tmp_path / "data" / "tickets.jsonl").read_text().splitlines()

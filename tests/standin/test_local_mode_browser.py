@@ -131,7 +131,7 @@ def test_mention_approve_restart_resume(tmp_path: Path) -> None:
         # The card itself says who decided what (its buttons gone), and nothing repeats it.
         decided = page.locator(".msg.bot", has_text="file_ticket approved by @alice")
         expect(decided).to_be_visible(timeout=30_000)
-        expect(decided).to_have_count(1)
+        expect(page.locator(".msg.bot", has_text="approved by @alice")).to_have_count(1)
         expect(page.get_by_role("button", name="Approve")).to_have_count(0)
         # The tool ran (its step is shown done only once the ledger holds its result); the
         # model is still "thinking": kill the bot process now.

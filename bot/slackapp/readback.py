@@ -85,9 +85,9 @@ class Readback:
     async def card(
         self, key: ConversationKey, call_id: str, *, strict: bool = False
     ) -> Message | None:
-        """The approval request for `call_id` in the thread, as Slack shows it now, if any.
-        A thread read a moment ago is looked at first; not found there, it is read again
-        (the card may have been posted since). `strict`: see `messages`."""
+        """The approval request for `call_id` in the thread, as last read, if any. A thread
+        read a moment ago is looked at first; not found there, it is read again (the card
+        may have been posted since). `strict`: see `messages`."""
         for fresh in (False, True) if self._recent(key) else (True,):
             for message in await self.messages(key, fresh=fresh, strict=strict):
                 payload = payload_of(message) or {}

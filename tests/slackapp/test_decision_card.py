@@ -187,6 +187,25 @@ async def test_a_transient_edit_failure_is_retried_not_replaced_by_a_post(
     assert len(effects.calls("send_email")) == 1
 
 
+async def test_a_thread_that_cannot_be_read_is_no_thread_without_a_card(
+    bot: Harness, local_store: LocalStore
+) -> None:
+    """A reply decides: its card is looked for in the thread, which Slack will not give
+    back just then. That is a failure to retry, not a missing card: no post says it."""
+    top, card = await waiting_card(bot)
+    bot.api.method_errors["conversations.replies"] = "internal_error"
+    await bot.reply(ALICE, "yes", top.ts)
+    await bot.api.wait_for(lambda: bot.api.called("conversations.replies:internal_error"))
+    await bot.settled(top.ts, Status.RUNNING)  # its delivery owed, retried later
+    assert [r.ts for r in said(bot, top)] == [card.ts] and decision_posts(bot, top) == []
+    bot.api.method_errors.clear()
+    later = utcnow() + timedelta(minutes=1)  # past the backoff
+    local_store.clock = lambda: later
+    await bot.runtime.serve(bot.key(top.ts))
+    assert [r.text for r in said(bot, top)] == [APPROVED, "Done: email sent."]
+    assert decision_posts(bot, top) == []
+
+
 def transfer_script() -> ScriptedResponses:
     return ScriptedResponses(
         [

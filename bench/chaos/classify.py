@@ -3,8 +3,9 @@ request (or a reminder), a notice of some kind, or a decision.
 
 Slack message `metadata` wins when present (`event_type` plus an `event_payload` naming the
 outcome kind and its outbox id); otherwise the shape of today's posts decides: approval
-requests carry Approve/Reject buttons, notices start with one of the poster's icons,
-decisions read "`tool` approved by <@U>"."""
+requests carry Approve/Reject buttons, decisions read ":white_check_mark: `tool` approved by
+<@U>" (the request's card edited to say it, or a post when the card could not be; see
+`is_decision`), notices start with one of the poster's icons."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ class Classified:
 
 
 _ICON_KIND = {icon: kind.value for kind, icon in reversed(list(NOTICE_ICONS.items()))}
-_DECISION = re.compile(r"^`[^`]+` (approved|rejected) by ")
+# The poster's `decision_text`: its icon (shared with notices), then the tool and verdict.
+_DECISION = re.compile(r"^(?::[a-z_]+: )?`[^`]+` (approved|rejected) by <@")
 _KIND_NAMES = {
     "answer": PostKind.ANSWER,
     "approvalrequest": PostKind.APPROVAL_REQUEST,
@@ -82,15 +84,30 @@ def classify_post(args: dict[str, Any]) -> Classified:
             call_ids=tuple(call for call, _ in buttons),
             version=buttons[0][1],
         )
+    if is_decision(args):
+        return Classified(kind=PostKind.DECISION)
     text = str(args.get("text") or "")
     icon = text.split(" ", 1)[0]
     if icon in _ICON_KIND:
         return Classified(kind=PostKind.NOTICE, notice=_ICON_KIND[icon])
-    if _DECISION.match(text):
-        return Classified(kind=PostKind.DECISION)
     if text:
         return Classified(kind=PostKind.ANSWER)
     return Classified(kind=PostKind.OTHER)
+
+
+def is_decision(args: dict[str, Any]) -> bool:
+    """A `chat.postMessage` or `chat.update` that says a decision: the approval request's
+    card edited to say it (it keeps the request's metadata), or the post saying it when the
+    card could not be edited. Checked before the notice icons: the approval's is shared."""
+    return bool(_DECISION.match(str(args.get("text") or ""))) and not approval_buttons(
+        args.get("blocks")
+    )
+
+
+def approved(args: dict[str, Any]) -> bool:
+    """A decision (`is_decision`) that approved its call."""
+    found = _DECISION.match(str(args.get("text") or ""))
+    return found is not None and found.group(1) == "approved"
 
 
 def _json(value: Any) -> Any:

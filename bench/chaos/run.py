@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.chaos.classify import approval_buttons, classify_post
+from bench.chaos.classify import approval_buttons, approved, classify_post, is_decision
 from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.invariants import (
     KEYED_ATTEMPTS,
@@ -569,15 +569,16 @@ class Run:
         return await self.deliverer.next_ack(within)
 
     async def tool_holder(self, within: float) -> str | None:
-        """The replica running an approved tool: wait for the next "approved" decision post
-        in this run, then find its thread's lease holder."""
+        """The replica running an approved tool: wait for the next "approved" decision in
+        this run (its card edited to say it, or a post), then find its thread's lease
+        holder."""
         channels = set(self.plan.channels)
         seen = len(self.slack.posts)
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             await asyncio.sleep(0.02)
             for post in self.slack.posts[seen:]:
-                if post.channel in channels and " approved by " in str(post.args.get("text")):
+                if post.channel in channels and is_decision(post.args) and approved(post.args):
                     key = ConversationKey(
                         team=TEAM, channel=post.channel, thread_ts=post.thread_ts or post.ts
                     )

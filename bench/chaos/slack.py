@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 import aiohttp
 from aiohttp import web
 
+from bench.chaos.classify import is_decision
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 
@@ -59,8 +60,10 @@ class SlackFault:
 
 @dataclass
 class Post:
-    """A message the bot posted (chat.postMessage that reached the stand-in and succeeded).
-    `deleted`: the bot deleted it since (a second copy found by its read-back)."""
+    """A message the bot posted (chat.postMessage that reached the stand-in and succeeded),
+    or an approval request's card edited to say its decision (`chat.update`: the same ts as
+    the request, recorded apart from it). `deleted`: the bot deleted it since (a second copy
+    found by its read-back)."""
 
     channel: str
     ts: str
@@ -219,6 +222,9 @@ class SlackSide:
                 )
             )
             return
+        if method == "chat.update" and "metadata" not in args and is_decision(args):
+            self._card_decided(args)
+            return
         payload = (_object(args.get("metadata")) or {}).get("event_payload") or {}
         if not payload or payload.get("kind") in ("Preview", "Interrupted"):
             return
@@ -237,6 +243,24 @@ class SlackSide:
             if (earlier.channel, earlier.ts) == (post.channel, post.ts):
                 # One message (a stream closed, then replaced): the thread shows it once.
                 post.deleted = earlier.deleted
+                self.posts[index] = post
+                return
+        self.posts.append(post)
+
+    def _card_decided(self, args: dict[str, Any]) -> None:
+        """An approval request's card edited to say its decision: the decision's
+        announcement, from then on (the request itself stays what it was posted as). An
+        edit repeated says nothing new: the thread shows the card once."""
+        message = self.api.messages.get((str(args["channel"]), str(args["ts"])))
+        if message is None:
+            return
+        said = {"text": args.get("text"), "blocks": args.get("blocks")}
+        post = Post(message.channel, message.ts, message.thread_ts, said, time.time())
+        for index, earlier in enumerate(self.posts):
+            if (earlier.channel, earlier.ts) == (post.channel, post.ts) and is_decision(
+                earlier.args
+            ):
+                post.at, post.deleted = earlier.at, earlier.deleted
                 self.posts[index] = post
                 return
         self.posts.append(post)

@@ -15,6 +15,7 @@ APPROVE = "approval_approve"
 REJECT = "approval_reject"
 RESUME = "resume_thread"
 ARGUMENTS_LIMIT = 2500
+SECTION_LIMIT = 3000  # characters of a section block's text
 
 
 def readable_arguments(arguments: str, limit: int = ARGUMENTS_LIMIT) -> str:
@@ -109,12 +110,43 @@ def closed_blocks(tool_name: str, arguments: str, verdict: str) -> list[dict[str
     ]
 
 
+def decision_text(decided: Decided) -> str:
+    """What became of an approval request, said once: the card's own text (and its first
+    section), or the post that says it when there is no card to edit."""
+    if decided.approved:
+        icon, verdict = ":white_check_mark:", "approved"
+    else:
+        icon, verdict = ":no_entry_sign:", "rejected"
+    reason = f": {escape(decided.reason)}" if decided.reason else ""
+    return f"{icon} `{escape(decided.tool_name)}` {verdict} by <@{decided.user}>{reason}"
+
+
 def decided_blocks(decided: Decided) -> list[dict[str, Any]]:
-    verdict = "Approved" if decided.approved else "Rejected"
-    icon = ":white_check_mark:" if decided.approved else ":no_entry_sign:"
-    reason = f" — {escape(decided.reason)}" if decided.reason else ""
-    text = f"{icon} {verdict} by <@{decided.user}>{reason}"
-    return closed_blocks(decided.tool_name, decided.arguments, text)
+    """The request's card once decided: the decision, then the arguments it was about."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": _decision_section(decided)}}
+    ]
+    if decided.arguments:
+        blocks.append(
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": readable_arguments(decided.arguments)},
+            }
+        )
+    return blocks
+
+
+def shows_decision(message: dict[str, Any], decided: Decided) -> bool:
+    """The card already says this decision (Slack adds block ids: the text is compared)."""
+    wanted = _decision_section(decided)
+    return any(
+        isinstance(block, dict) and (block.get("text") or {}).get("text") == wanted
+        for block in message.get("blocks") or []
+    )
+
+
+def _decision_section(decided: Decided) -> str:
+    return truncate(decision_text(decided), SECTION_LIMIT)
 
 
 def set_aside_blocks(call: PendingCall, why: str) -> list[dict[str, Any]]:

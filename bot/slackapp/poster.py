@@ -9,8 +9,10 @@ first read-back) is deleted (`duplicates`), so that the thread keeps one. Answer
 part; the first part closes the reply this process streamed while the run worked (`live`),
 if any. Failures are sorted for the runtime: permanent Slack errors (the bot left the
 channel, the message is invalid, the token was revoked) are not retried; anything else is,
-later, with backoff. Approval requests decided by a reply, or set aside, get their buttons
-replaced like clicked ones. Each post goes out with the token of its conversation's
+later, with backoff. A decision is said once, by its request's card, edited (the clicked
+one, or the one found by call id for a reply or a click on the Home tab); a post says it only
+when there is no card or Slack will not let it be edited. Requests set aside get their
+buttons replaced too. Each post goes out with the token of its conversation's
 workspace (`clients`); a workspace where the app is no longer installed is a permanent
 failure, and nothing is sent."""
 
@@ -39,7 +41,13 @@ from bot.runtime import (
     StatusReply,
 )
 from bot.slackapp.agent_blocks import feedback_blocks, markdown_block
-from bot.slackapp.blocks import approval_blocks, decided_blocks, set_aside_blocks
+from bot.slackapp.blocks import (
+    approval_blocks,
+    decided_blocks,
+    decision_text,
+    set_aside_blocks,
+    shows_decision,
+)
 from bot.slackapp.clients import NOT_INSTALLED, SlackClients, TeamNotInstalled, as_clients
 from bot.slackapp.duplicates import RECHECK_SECONDS, DuplicateCheck
 from bot.slackapp.home import ON_HOME
@@ -99,6 +107,20 @@ PERMANENT_ERRORS = frozenset(
         "ekm_access_denied",
         "message_not_found",
         "invalid_arguments",
+    }
+)
+# chat.update answers after which the card will never show a decision: it is said in a post
+# instead (https://api.slack.com/methods/chat.update#errors).
+EDIT_REFUSED = frozenset(
+    {
+        "message_not_found",
+        "cant_update_message",
+        "edit_window_closed",
+        "msg_too_long",
+        "invalid_blocks",
+        "invalid_blocks_format",
+        "no_text",
+        "is_inactive",
     }
 )
 FALLBACK_LIMIT = 300  # characters of an answer in its notification text
@@ -171,15 +193,7 @@ class SlackPoster:
         elif isinstance(outcome, Notice) and outcome.kind is not NoticeKind.QUEUED:
             await self._notice(outcome, ref)
         elif isinstance(outcome, Decided):
-            card = outcome.request_message or await self.readback.find_card(
-                outcome.key, outcome.call_id
-            )
-            if card:
-                await self._update(card, outcome, decided_blocks(outcome))
-            verdict = "approved" if outcome.approved else "rejected"
-            reason = f": {escape(outcome.reason)}" if outcome.reason else ""
-            text = f"`{escape(outcome.tool_name)}` {verdict} by <@{outcome.user}>{reason}"
-            await self._post(outcome, ref, 0, text=truncate(text, MESSAGE_LIMIT))
+            await self._decided(outcome, ref)
             if self.after_decision is not None:
                 self.after_decision(outcome)
         elif isinstance(outcome, Refused | StatusReply):
@@ -227,6 +241,64 @@ class SlackPoster:
                 unfurl_links=False,
             )
             self._check_later(key, ref, part)
+
+    async def _decided(self, outcome: Decided, ref: DeliveryRef) -> None:
+        """A decision is said once, by its request's card: the clicked one, else the one
+        found in the thread by call id. A post says it only when there is no card, or Slack
+        refuses to edit it for good (a card gone is looked for once more: a second copy of
+        it may be the one left). A transient failure is raised, for the outbox to retry."""
+        key = outcome.key
+        if ref.maybe_posted and await self._decision_said(outcome, ref):
+            log.info("%s: the decision %s is already in the thread", key, ref.id)
+            return
+        card = outcome.request_message or await self._find_card(outcome)
+        for again in (False, True):
+            if card is None:
+                break
+            refused = await self._show_decision(card, outcome)
+            if refused is None:
+                return
+            if refused != "message_not_found" or again:
+                break
+            self.readback.forget(key)
+            other = await self._find_card(outcome)
+            card = other if other != card else None
+        text = truncate(decision_text(outcome), MESSAGE_LIMIT)
+        await self._post(outcome, ref, 0, text=text)
+
+    async def _find_card(self, outcome: Decided) -> str | None:
+        """`channel:ts` of the call's card in the thread; a thread Slack would not let us
+        read is a failure to retry, not a thread without a card."""
+        card = await self.readback.card(outcome.key, outcome.call_id, strict=True)
+        return f"{outcome.key.channel}:{card['ts']}" if card else None
+
+    async def _decision_said(self, outcome: Decided, ref: DeliveryRef) -> bool:
+        """After an attempt that may have landed: its post is in the thread, or the card
+        shows the decision already."""
+        if ref.id and await self.readback.already_posted(outcome.key, ref.id, 0):
+            return True
+        card = await self.readback.card(outcome.key, outcome.call_id, strict=True)
+        return card is not None and shows_decision(card, outcome)
+
+    async def _show_decision(self, card: str, outcome: Decided) -> str | None:
+        """The card edited to say the decision; None when it was, else the error code
+        of an edit Slack will never accept. Any other failure is raised."""
+        channel, _, ts = card.partition(":")
+        client = await self.clients.for_key(outcome.key)
+        try:
+            await client.chat_update(
+                channel=channel,
+                ts=ts,
+                text=truncate(decision_text(outcome), MESSAGE_LIMIT),
+                blocks=decided_blocks(outcome),
+            )
+        except SlackApiError as exc:
+            reason = slack_error(exc)
+            if reason not in EDIT_REFUSED:
+                raise
+            log.warning("%s: %s cannot show the decision: %s", outcome.key, card, reason)
+            return reason
+        return None
 
     async def _notice(self, outcome: Notice, ref: DeliveryRef) -> None:
         metrics.NOTICES.labels(outcome.kind.value).inc()

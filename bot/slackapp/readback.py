@@ -31,9 +31,12 @@ class Readback:
         self._seen: dict[ConversationKey, tuple[float, list[Message]]] = {}
         self._bot_ids: dict[tuple[str | None, str], str] = {}  # per workspace
 
-    async def messages(self, key: ConversationKey, *, fresh: bool) -> list[Message]:
+    async def messages(
+        self, key: ConversationKey, *, fresh: bool, strict: bool = False
+    ) -> list[Message]:
         """The thread's messages, oldest first; [] when it cannot be read (the caller then
-        posts anyway: at least once beats never)."""
+        posts anyway: at least once beats never). `strict`: Slack's error is raised instead,
+        unless the thread is gone (there is nothing in it to find)."""
         if not fresh and self._recent(key):
             return self._seen[key][1]
         found: list[Message] = []
@@ -53,7 +56,10 @@ class Readback:
                 if not cursor:
                     break
         except SlackApiError as exc:
-            log.warning("%s: could not read the thread: %s", key, exc.response.get("error"))
+            error = exc.response.get("error")
+            log.warning("%s: could not read the thread: %s", key, error)
+            if strict and error != "thread_not_found":
+                raise
             return []
         self._seen[key] = (time.monotonic(), found)
         return found
@@ -72,14 +78,21 @@ class Readback:
         return any(delivers(message, outbox_id, part) for message in messages)
 
     async def find_card(self, key: ConversationKey, call_id: str) -> str | None:
-        """`channel:ts` of the approval request for `call_id` in the thread, if any. A
-        thread read a moment ago is looked at first; not found there, it is read again (the
-        card may have been posted since)."""
+        """`channel:ts` of the approval request for `call_id` in the thread, if any."""
+        card = await self.card(key, call_id)
+        return f"{key.channel}:{card['ts']}" if card else None
+
+    async def card(
+        self, key: ConversationKey, call_id: str, *, strict: bool = False
+    ) -> Message | None:
+        """The approval request for `call_id` in the thread, as last read, if any. A thread
+        read a moment ago is looked at first; not found there, it is read again (the card
+        may have been posted since). `strict`: see `messages`."""
         for fresh in (False, True) if self._recent(key) else (True,):
-            for message in await self.messages(key, fresh=fresh):
+            for message in await self.messages(key, fresh=fresh, strict=strict):
                 payload = payload_of(message) or {}
                 if call_id in str(payload.get("calls", "")).split(","):
-                    return f"{key.channel}:{message['ts']}"
+                    return message
         return None
 
     async def open_cards(self, key: ConversationKey) -> list[Message]:

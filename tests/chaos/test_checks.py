@@ -13,7 +13,7 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bench.chaos.agent import SECRET
-from bench.chaos.classify import PostKind, classify_post
+from bench.chaos.classify import PostKind, approved, classify_post, is_decision
 from bench.chaos.invariants import (
     KEYED_ATTEMPTS,
     BotPost,
@@ -62,12 +62,14 @@ NOW = datetime.now(UTC)
 class RecordingClient:
     def __init__(self) -> None:
         self.posts: list[dict[str, Any]] = []
+        self.updates: list[dict[str, Any]] = []
 
     async def chat_postMessage(self, **kwargs: Any) -> dict[str, Any]:
         self.posts.append(kwargs)
         return {"ok": True}
 
     async def chat_update(self, **kwargs: Any) -> dict[str, Any]:
+        self.updates.append(kwargs)
         return {"ok": True}
 
     async def conversations_replies(self, **kwargs: Any) -> dict[str, Any]:
@@ -78,10 +80,15 @@ class RecordingClient:
 
 
 async def posted(outcome: Outcome, ref: str = "3.0") -> list[dict[str, Any]]:
+    return (await sent(outcome, ref)).posts
+
+
+async def sent(outcome: Outcome, ref: str = "3.0") -> RecordingClient:
+    """What the real poster sent for `outcome`: its posts and its edits."""
     client = RecordingClient()
     clients = OneWorkspace(client)  # type: ignore[arg-type]
     await SlackPoster(clients)(outcome, DeliveryRef(id=ref))
-    return client.posts
+    return client
 
 
 @pytest.mark.parametrize("kind", [k for k in NoticeKind if k is not NoticeKind.QUEUED])
@@ -105,8 +112,17 @@ async def test_answers_requests_and_decisions_from_the_poster() -> None:
         False,
     )
     decided = Decided(key=KEY, call_id="c", tool_name="transfer", approved=True, user="U1")
-    [decision] = await posted(decided)
+    [decision] = await posted(decided)  # no card in the thread: a post says it
     assert classify_post(decision).kind is PostKind.DECISION
+    clicked = decided.model_copy(update={"request_message": f"{KEY.channel}:1.000002"})
+    done = await sent(clicked)  # the clicked card says it: nothing is posted
+    assert done.posts == [] and len(done.updates) == 1
+    [edit] = done.updates
+    assert is_decision(edit) and approved(edit)
+    assert classify_post(edit).kind is PostKind.DECISION
+    rejected = await sent(clicked.model_copy(update={"approved": False, "reason": "no"}))
+    assert is_decision(rejected.updates[0]) and not approved(rejected.updates[0])
+    assert not is_decision(asked)  # the request itself, with its buttons
     [answer] = await posted(Answer(key=KEY, text="answer #s1t0m0 [resp 4]"))
     assert classify_post(answer).kind is PostKind.ANSWER
 
@@ -304,6 +320,46 @@ async def test_a_post_the_bot_deleted_is_not_counted_as_shown() -> None:
     ]
 
 
+async def test_a_card_edited_to_say_its_decision_counts_as_the_decision() -> None:
+    """The soak's Slack side: the real poster's edit of an approval card (`chat.update`,
+    recorded by the stand-in) is the decision's announcement, apart from the request it
+    edits; the same edit again says nothing new, and a card closed otherwise is no
+    decision."""
+    call = PendingCall(call_id="call_x_1", tool_name="transfer", arguments="{}")
+    request = ApprovalRequest(key=KEY, calls=[call], checkpoint_version=3, requested_by="U1")
+    [asked] = await posted(request)
+    slack = SlackSide()
+    url = await slack.start(free_port())
+    try:
+        client = AsyncWebClient(token="xoxb-chaos", base_url=f"{url}/api/")
+        cards = []
+        for _ in range(2):
+            cards.append(await client.chat_postMessage(**asked))
+        decided = Decided(
+            key=KEY,
+            call_id="call_x_1",
+            tool_name="transfer",
+            approved=True,
+            user="U1",
+            request_message=f"{KEY.channel}:{cards[0]['ts']}",
+        )
+        clients = OneWorkspace(client)
+        for _ in range(2):  # a redelivery that edits the card again
+            await SlackPoster(clients)(decided, DeliveryRef(id="4.0"))
+        closing = Notice(key=KEY, kind=NoticeKind.DISCARDED, text="gone", closes_cards=True)
+        await SlackPoster(clients)(closing, DeliveryRef(id="5.0"))  # closes the second card
+    finally:
+        await slack.stop()
+    kinds_shown = [(p.ts, classify_post(p.args).kind) for p in slack.posts]
+    assert kinds_shown == [
+        (cards[0]["ts"], PostKind.APPROVAL_REQUEST),
+        (cards[1]["ts"], PostKind.APPROVAL_REQUEST),
+        (cards[0]["ts"], PostKind.DECISION),
+        (slack.posts[3].ts, PostKind.NOTICE),
+    ]
+    assert "`transfer` approved by <@U1>" in slack.posts[2].shown
+
+
 async def notice_post(notice: Notice, at: float) -> BotPost:
     [sent] = await posted(notice, ref=f"{at}.0")
     return BotPost(at=at, text=sent["text"], what=classify_post(sent))
@@ -458,7 +514,7 @@ async def test_nothing_of_a_stopped_run_comes_after_its_notice() -> None:
         )
     )
     request = BotPost(at=4.3, text="Approval needed: transfer", what=classify_post(buttons[0]))
-    decision = post("`transfer` approved by <@UBOB>", at=4.8)
+    decision = post(":white_check_mark: `transfer` approved by <@UBOB>", at=4.8)
     found = with_stops(clean(posts=[notice, request, decision]), stop())
     found.messages = [message(), held]
     found.calls[asked.call_id] = asked

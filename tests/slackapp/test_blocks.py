@@ -16,8 +16,10 @@ from bot.slackapp.blocks import (
     approval_blocks,
     button_value,
     decided_blocks,
+    decision_text,
     mentions,
     parse_button_value,
+    shows_decision,
 )
 from storage import ConversationKey, Verdict
 
@@ -125,13 +127,25 @@ def decided(approved: bool, reason: str | None = None) -> Decided:
 
 
 def test_a_decided_card_has_no_buttons_and_says_who_decided() -> None:
-    blocks = decided_blocks(decided(approved=True))
+    outcome = decided(approved=True)
+    blocks = decided_blocks(outcome)
     assert all(b["type"] != "actions" for b in blocks)
-    assert blocks[0]["text"]["text"] == "*Approval*: `send_&lt;email&gt;`"
-    assert blocks[-1]["elements"][0]["text"] == ":white_check_mark: Approved by <@U7>"
+    said = ":white_check_mark: `send_&lt;email&gt;` approved by <@U7>"
+    assert decision_text(outcome) == said
+    assert blocks[0]["text"]["text"] == said
+    assert "ana" in blocks[1]["text"]["text"]  # what was approved
+    assert shows_decision({"blocks": blocks}, outcome)
+    assert not shows_decision({"blocks": blocks}, decided(approved=False))
 
 
 def test_a_rejection_shows_its_reason_escaped() -> None:
     blocks = decided_blocks(decided(approved=False, reason="not <!here>"))
-    verdict = blocks[-1]["elements"][0]["text"]
-    assert verdict == ":no_entry_sign: Rejected by <@U7> — not &lt;!here&gt;"
+    verdict = blocks[0]["text"]["text"]
+    assert verdict == ":no_entry_sign: `send_&lt;email&gt;` rejected by <@U7>: not &lt;!here&gt;"
+
+
+def test_a_long_reason_is_cut_to_a_section() -> None:
+    outcome = decided(approved=False, reason="no " * 2000)
+    [said, _] = decided_blocks(outcome)
+    assert len(said["text"]["text"]) <= 3000
+    assert shows_decision({"blocks": [{"block_id": "x", **said}]}, outcome)

@@ -406,6 +406,7 @@ async def test_a_stop_as_the_card_is_posted_then_approve_runs_nothing(pair: Pair
         assert f"Stopped by <@{ALICE}>." in stopped.text and "Not run: `transfer`" in stopped.text
         assert not answers(posts) and not [p for p in posts if kind(p) == "Decided"]
         assert card_is_closed(pair, card)
+        assert "approved by" not in pair.api.messages[(card.channel, card.ts)].text
         call = await pair.ledger(top, tag)
         the_truth(pair, posts, tag, call)
         assert call is None and pair.ran(tag) == 0
@@ -561,10 +562,12 @@ async def test_two_approvals_at_once_run_the_call_once_and_the_loser_is_told(
         )
         await quiet(pair, top)
         posts = pair.posts(top)
-        [decided] = [p for p in posts if kind(p) == "Decided"]
+        # The card says the decision, once; no post says it again.
+        assert not [p for p in posts if kind(p) == "Decided"]
+        decided = pair.api.messages[(card.channel, card.ts)]
         winner = ALICE if f"<@{ALICE}>" in decided.text else BOB
         loser = BOB if winner == ALICE else ALICE
-        assert f"approved by <@{winner}>" in decided.text
+        assert decided.text == f":white_check_mark: `transfer` approved by <@{winner}>"
         assert told(a, tokens[loser]) == [f"That call was already approved by <@{winner}>."]
         assert told(a, tokens[winner]) == []
         call = await pair.ledger(top, tag)

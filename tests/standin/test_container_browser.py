@@ -46,7 +46,11 @@ def test_dm_prompts_title_home_approve_session_stop_names_and_files(tmp_path: Pa
         expect(home).to_contain_text("Nothing is waiting on you.", timeout=15_000)
         page.get_by_role("tab", name="agent").click()
         expect(ticket).to_contain_text("Done: Filed ticket", timeout=15_000)
-        expect(ticket.locator(".context", has_text="Approved by @alice")).to_have_count(1)
+        # The thread's card says the decision taken on Home, once.
+        decided = ticket.locator(".msg.bot", has_text="file_ticket approved by @alice")
+        expect(ticket.locator(".msg.bot", has_text="approved by @alice")).to_have_count(1)
+        expect(decided).to_have_count(1)
+        expect(decided.get_by_role("button", name="Approve")).to_have_count(0)
         tickets = (tmp_path / "data" / "tickets.jsonl").read_text().splitlines()
         assert [json.loads(t)["requested_by"] for t in tickets] == ["U0ALICE"]  # filed once
 

@@ -128,10 +128,10 @@ def test_mention_approve_restart_resume(tmp_path: Path) -> None:
         expect(page.get_by_text("Approval needed")).to_be_visible()
         expect(page.locator("#hint")).to_contain_text("Approvers (alice)")
         approve.click()
-        # The buttons are replaced by who decided what.
-        expect(page.locator(".context", has_text="Approved by @alice")).to_be_visible(
-            timeout=30_000
-        )
+        # The card itself says who decided what (its buttons gone), and nothing repeats it.
+        decided = page.locator(".msg.bot", has_text="file_ticket approved by @alice")
+        expect(decided).to_be_visible(timeout=30_000)
+        expect(page.locator(".msg.bot", has_text="approved by @alice")).to_have_count(1)
         expect(page.get_by_role("button", name="Approve")).to_have_count(0)
         # The tool ran (its step is shown done only once the ledger holds its result); the
         # model is still "thinking": kill the bot process now.
@@ -233,7 +233,7 @@ def test_a_long_channel_answers_where_you_typed_and_links_stay_here(tmp_path: Pa
         page.select_option("#user", "alice")
         stapler = page.locator(".thread", has_text="file a ticket about the stapler")
         stapler.get_by_role("button", name="Approve").click(timeout=30_000)
-        expect(stapler).to_contain_text("Approved by @alice", timeout=30_000)
+        expect(stapler).to_contain_text("file_ticket approved by @alice", timeout=30_000)
         expect(stapler).to_contain_text("Done: Filed ticket 'the stapler'.", timeout=30_000)
 
 

@@ -33,9 +33,7 @@ def bot_env(api_url: str, storage: dict[str, str], **extra: str) -> dict[str, st
         storage,
         api_url=api_url,
         bot_token="xoxb-bench",
-        BOT_AGENT="bench.agents:build_agent",
-        LOG_LEVEL="WARNING",
-        **extra,
+        **{"BOT_AGENT": "bench.agents:build_agent", "LOG_LEVEL": "WARNING", **extra},
     )
 
 

@@ -177,9 +177,11 @@ async def deployment(
                 api_url=api_url,
                 model_url=model_url,
                 port=port,
-                BOT_AGENT="testkit.survival_agent:build_agent",
-                EFFECTS_FILE=str(tmp_path / "effects.jsonl"),
-                **env,
+                **{
+                    "BOT_AGENT": "testkit.survival_agent:build_agent",
+                    "EFFECTS_FILE": str(tmp_path / "effects.jsonl"),
+                    **env,  # the caller's agent, if it names one
+                },
             )
             bot = Deployment(
                 api,

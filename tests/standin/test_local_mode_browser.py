@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -68,6 +69,9 @@ def local_mode(tmp_path: Path, delay: str, **extra: str) -> Iterator[str]:
         stderr=log,
     )
     try:
+        # The page is up before a browser opens it (seconds on a loaded machine: opened
+        # sooner, the browser is refused).
+        wait_until(lambda: page_listens(process, port), seconds=60)
         yield f"http://127.0.0.1:{port}"
     finally:
         process.send_signal(signal.SIGINT)  # Ctrl-C: stops the stand-in and the bot
@@ -79,6 +83,15 @@ def local_mode(tmp_path: Path, delay: str, **extra: str) -> Iterator[str]:
         log.close()
         if process.returncode not in (0, -signal.SIGINT):
             print((tmp_path / "local.log").read_text())
+
+
+def page_listens(process: subprocess.Popen[bytes], port: int) -> bool:
+    assert process.poll() is None, "local mode exited"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 @contextmanager

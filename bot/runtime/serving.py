@@ -203,14 +203,7 @@ class Serving:
             await self.outbox.deliver()
             await self.end_showing()
             if self.record.refusals_untold and not self.stopped:  # none left untold
-                self.record = await not_taken.tell_untold(
-                    self.rt.sink,
-                    self.store,
-                    self.io,
-                    self.record,
-                    idle=True,
-                    telling=self.rt.not_taken.telling,
-                )
+                await self._tell_refusals(idle=True)
             left = self.stopped or self.outbox.pending
             status = Status.RUNNING if left else self.final_status
             waiting = status is Status.AWAITING_APPROVAL
@@ -332,6 +325,17 @@ class Serving:
         except ValueError:  # unreadable: dropped by the next pass that reads it
             return False
 
+    async def _tell_refusals(self, *, idle: bool) -> None:
+        """Messages refused at the backlog cap that no live teller has told (`not_taken`)."""
+        self.record = await not_taken.tell_untold(
+            self.rt.sink,
+            self.store,
+            self.io,
+            self.record,
+            idle=idle,
+            telling=self.rt.not_taken.telling,
+        )
+
     # -- one pass -----------------------------------------------------------------------
 
     async def step(self) -> None:
@@ -351,14 +355,7 @@ class Serving:
             await expiry.announce(self, entries)
             return
         if self.record.refusals_untold:  # a notice its process did not live to post
-            self.record = await not_taken.tell_untold(
-                self.rt.sink,
-                self.store,
-                self.io,
-                self.record,
-                idle=False,
-                telling=self.rt.not_taken.telling,
-            )
+            await self._tell_refusals(idle=False)
         unlisted = await self.rt.mcp.ready()
         if unlisted:  # the fingerprint is not final: nothing can be verified or committed
             await paused_for(self, unlisted)

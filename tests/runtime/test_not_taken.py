@@ -14,7 +14,7 @@ import pytest
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 
 from bot.runtime import ConversationRuntime, DeliveryRef, Kept, Notice, NoticeKind, not_taken
-from storage import Status
+from storage import Status, Store
 from testkit.runtime import KEY, SideEffects, build_agent
 from tests.conftest import Backend
 
@@ -28,13 +28,11 @@ def gated_model(gate: asyncio.Event, started: asyncio.Event) -> ScriptedModel:
     return ScriptedModel([ModelStep.respond(respond), [assistant_message("Read the rest.")]])
 
 
-async def test_a_refusal_whose_process_died_is_told_by_the_holder(
-    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(not_taken, "TELL_AFTER", timedelta(seconds=1))
-    store = backend.open(
-        lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3
-    )  # the first message waits too
+async def holding(
+    store: Store, effects: SideEffects
+) -> tuple[ConversationRuntime, list[tuple[Any, DeliveryRef]], asyncio.Event, asyncio.Task[Any]]:
+    """A runtime whose run holds the thread (its first message waits in the backlog too)
+    until `gate` is set; what it tells the thread goes to `told`."""
     told: list[tuple[Any, DeliveryRef]] = []
 
     async def sink(outcome: Any, ref: DeliveryRef) -> None:
@@ -46,6 +44,15 @@ async def test_a_refusal_whose_process_died_is_told_by_the_holder(
     )
     running = asyncio.create_task(rt.handle_message(KEY, event_id="E1", user="U1", text="hi"))
     await started.wait()
+    return rt, told, gate, running
+
+
+async def test_a_refusal_whose_process_died_is_told_by_the_holder(
+    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(not_taken, "TELL_AFTER", timedelta(seconds=1))
+    store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3)
+    rt, told, gate, running = await holding(store, effects)
     for number in (2, 3):  # the backlog fills up
         kept = await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
         assert kept is Kept.KEPT
@@ -80,20 +87,8 @@ async def test_a_refusal_whose_process_died_is_told_by_the_holder(
 async def test_the_refusing_process_tells_once_and_marks_them_told(
     backend: Backend, effects: SideEffects
 ) -> None:
-    store = backend.open(
-        lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3
-    )  # the first message waits too
-    told: list[tuple[Any, DeliveryRef]] = []
-
-    async def sink(outcome: Any, ref: DeliveryRef) -> None:
-        told.append((outcome, ref))
-
-    gate, started = asyncio.Event(), asyncio.Event()
-    rt = ConversationRuntime(
-        store, build_agent(gated_model(gate, started), effects), on_outcome=sink, owner="A"
-    )
-    running = asyncio.create_task(rt.handle_message(KEY, event_id="E1", user="U1", text="hi"))
-    await started.wait()
+    store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3)
+    rt, told, gate, running = await holding(store, effects)
     for number in range(2, 7):  # two kept, three refused
         await rt.keep_message(KEY, event_id=f"E{number}", user="U3", text=f"more {number}")
     await asyncio.sleep(not_taken.GATHER_SECONDS + 0.5)

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
 from bot.runtime.outcomes import DeliveryRef, Notice, NoticeKind
+from bot.runtime.storage_calls import StorageCalls
 from bot.runtime.text import quote
 from storage import Conversation, ConversationKey, Refusal, StorageError, Store
 from storage.models import with_refusals_told
@@ -39,13 +40,12 @@ class Untold:
     named: bool
 
 
-Io = Callable[..., Awaitable[object]]
-
-
 class NotTaken:
     """The refusals this process made, gathered per thread and told together."""
 
-    def __init__(self, sink: Callable[[], OutcomeSink | None], store: Store, io: Io) -> None:
+    def __init__(
+        self, sink: Callable[[], OutcomeSink | None], store: Store, io: StorageCalls
+    ) -> None:
         self.sink = sink
         self.store = store
         self.io = io
@@ -96,7 +96,7 @@ class NotTaken:
 async def tell(
     sink: OutcomeSink | None,
     store: Store,
-    io: Io,
+    io: StorageCalls,
     key: ConversationKey,
     refusals: Sequence[Refusal],
     *,
@@ -133,7 +133,7 @@ async def tell(
 async def tell_untold(
     sink: OutcomeSink | None,
     store: Store,
-    io: Io,
+    io: StorageCalls,
     record: Conversation,
     *,
     idle: bool,
@@ -158,7 +158,7 @@ async def tell_untold(
         youngest = max(r.at for r in young)
         await asyncio.sleep(max((youngest + TELL_AFTER - now).total_seconds(), 0))
     fresh = await io(store.get, record.key)
-    if not isinstance(fresh, Conversation):
+    if fresh is None:
         return record.model_copy(update={"refused": [], "refused_more": 0})
     record = record.model_copy(
         update={"refused": fresh.refused, "refused_more": fresh.refused_more}

@@ -7,13 +7,15 @@ so the notice survives its process: the process that refused the messages tells 
 `GATHER_SECONDS`, then marks them told (`Store.refusals_told`); whoever serves the thread
 next tells those still untold `TELL_AFTER` their refusal (`tell_untold`: recovery after a
 crash, or the holder whose release saw the refusal), except those a live teller in its own
-process still has. Both name the notice after its first message, so a second teller of the
-same burst (whose first teller posted, then died before marking it told) finds that post in
-the thread instead of posting it again."""
+process still has. Both name the notice after the refusals it tells (`delivery_id`), so a
+second teller of the same burst (whose first teller posted, then died before marking it
+told) finds that post in the thread instead of posting it again, while a notice that names
+more than an earlier one is a post of its own, never taken for a copy of it and deleted."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -110,10 +112,9 @@ async def tell(
     if not refusals and not more:
         return True
     told = notice(key, refusals, more)
-    first = refusals[0].event_id if refusals else f"more{counted}"
     try:
         if sink is not None:
-            await sink(told, DeliveryRef(f"not_taken.{first}", maybe_posted))
+            await sink(told, DeliveryRef(delivery_id(named, counted), maybe_posted))
     except DeliveryFailed as failure:
         if not failure.permanent:
             log.warning("%s: telling %d refusals failed: %s", key, len(refusals), failure.reason)
@@ -183,6 +184,13 @@ async def tell_untold(
     if not told:
         return record
     return with_refusals_told(record, [r.event_id for r in due], more)
+
+
+def delivery_id(named: Collection[str], counted: int) -> str:
+    """The outbox id of the notice telling these refusals (the named ones' event ids, and
+    how many more it counts): the same for the same refusals, whoever tells them."""
+    told = "\n".join(sorted(named)) + f"\n{counted}"
+    return f"not_taken.{hashlib.sha256(told.encode()).hexdigest()[:16]}"
 
 
 def notice(key: ConversationKey, refusals: Sequence[Refusal], more: int = 0) -> Notice:

@@ -1,7 +1,9 @@
 """Messages refused at a full backlog are told in the thread even when the process that
 refused them dies before its notice (it waits a second for the rest of a burst): the
 refusal is on the record, and the replica holding the thread tells it as it lets go, once,
-under the id the dead process would have posted it with, on both backends."""
+under the id the dead process would have posted it with, on both backends. A notice naming
+more than one a dead process posted is a post of its own (the Slack layer deletes later
+copies of one id: the refusals only it names would be lost with it)."""
 
 from __future__ import annotations
 
@@ -57,17 +59,7 @@ async def test_a_refusal_whose_process_died_is_told_by_the_holder(
         kept = await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
         assert kept is Kept.KEPT
     # Another replica refuses E4 and dies before its notice: only the record knows.
-    payload = json.dumps({"user": "U2", "text": "and this one please"})
-    refused = await asyncio.to_thread(
-        store.keep,
-        KEY,
-        "E4",
-        payload,
-        create=False,
-        participant="U2",
-        refusal_text="and this one please",
-    )
-    assert refused.refused and refused.named
+    await refuse(store, "E4", "and this one please")
     gate.set()
     await asyncio.wait_for(running, 20)
     notices = [
@@ -78,10 +70,46 @@ async def test_a_refusal_whose_process_died_is_told_by_the_holder(
     assert "couldn't take 1 message (from <@U2>)" in notice.text
     assert notice.details == ["“and this one please”"]
     # Named as the refusing process would have named it, and looked for before posting.
-    assert ref == DeliveryRef("not_taken.E4", maybe_posted=True)
+    assert ref == DeliveryRef(not_taken.delivery_id(["E4"], 0), maybe_posted=True)
     record = store.get(KEY)
     assert record is not None and not record.refusals_untold
     assert (record.status, record.lease_owner) == (Status.IDLE, None)
+
+
+async def refuse(store: Store, event_id: str, text: str) -> None:
+    """Another replica refuses a message (and dies before it tells it)."""
+    payload = json.dumps({"user": "U2", "text": text})
+    refused = await asyncio.to_thread(
+        store.keep, KEY, event_id, payload, create=False, participant="U2", refusal_text=text
+    )
+    assert refused.refused and refused.named
+
+
+async def test_a_notice_naming_more_than_a_dead_tellers_is_a_post_of_its_own(
+    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chaos seed 1000 (aws, a SIGSTOP): a teller posted E4's notice and froze before marking
+    it told; E5 was refused meanwhile. The holder's notice names both: under E4's id it
+    was deleted as a copy of the first, and E5 was never told."""
+    monkeypatch.setattr(not_taken, "TELL_AFTER", timedelta(seconds=1))
+    store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3)
+    rt, told, gate, running = await holding(store, effects)
+    for number in (2, 3):
+        await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+    await refuse(store, "E4", "first refused")
+    first_post = not_taken.delivery_id(["E4"], 0)  # what the frozen teller posted
+    await refuse(store, "E5", "refused later")
+    gate.set()
+    await asyncio.wait_for(running, 20)
+    notices = [(o, r) for o, r in told if isinstance(o, Notice)]
+    # Told together (E4 may also come due first, on a slow machine: then in two notices).
+    assert [d for o, _ in notices for d in o.details] == ["“first refused”", "“refused later”"]
+    [later] = [r for o, r in notices if "“refused later”" in o.details]
+    assert later.id != first_post and later.maybe_posted
+    if len(notices) == 1:
+        assert later.id == not_taken.delivery_id(["E4", "E5"], 0)
+    record = store.get(KEY)
+    assert record is not None and not record.refusals_untold
 
 
 async def test_the_refusing_process_tells_once_and_marks_them_told(
@@ -94,7 +122,7 @@ async def test_the_refusing_process_tells_once_and_marks_them_told(
     await asyncio.sleep(not_taken.GATHER_SECONDS + 0.5)
     [(notice, ref)] = [(o, ref) for o, ref in told if isinstance(o, Notice)]
     assert notice.kind is NoticeKind.NOT_TAKEN and "couldn't take 3 messages" in notice.text
-    assert ref == DeliveryRef("not_taken.E4")  # the first refused, posted without looking
+    assert ref == DeliveryRef(not_taken.delivery_id(["E4", "E5", "E6"], 0))  # without looking
     record = store.get(KEY)
     assert record is not None and not record.refusals_untold  # told: no one tells it again
     gate.set()

@@ -52,6 +52,7 @@ from storage import (
     StorageUnavailable,
     Store,
     ToolCallClaim,
+    ToolCallRecord,
     ToolCallStatus,
 )
 
@@ -313,12 +314,15 @@ def _guarded_invoke(
                 scope.fault = fault
                 raise
             if not claim.created:
-                if claim.record.status is ToolCallStatus.COMPLETED:
-                    await scope.show(ctx.tool_call_id, tool.name, Step.DONE)
-                    return claim.record.output
-                if claim.record.status is ToolCallStatus.CANCELLED:
-                    return STOPPED_BEFORE_IT_RAN
-                if not (keyed and await _start_again(scope, ctx.tool_call_id, tool.name)):
+                record: ToolCallRecord | None = claim.record
+                if record is not None and record.status is ToolCallStatus.STARTED and keyed:
+                    record = await _start_again(scope, ctx.tool_call_id, tool.name, record)
+                if record is not None:  # not started again: what the ledger says of it
+                    if record.status is ToolCallStatus.COMPLETED:
+                        await scope.show(ctx.tool_call_id, tool.name, Step.DONE)
+                        return record.output
+                    if record.status is ToolCallStatus.CANCELLED:
+                        return STOPPED_BEFORE_IT_RAN
                     scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
                     await scope.show(ctx.tool_call_id, tool.name, Step.UNKNOWN)
                     return UNKNOWN_OUTCOME
@@ -380,23 +384,30 @@ async def _lost(scope: TurnScope, call_id: str, tool: str, server: Any) -> str:
     return CONNECTION_LOST
 
 
-async def _start_again(scope: TurnScope, call_id: str, tool: str) -> bool:
+async def _start_again(
+    scope: TurnScope, call_id: str, tool: str, started: ToolCallRecord
+) -> ToolCallRecord | None:
     """A keyed call whose outcome is unknown (its process died, or its lease was lost,
     while it ran) is started again, with the same key, while its attempts last: the service
     applies the key once. A pause before each attempt after the second lets a service that
-    failed recover. False when its attempts are spent (outcome unknown, as for any call)."""
+    failed recover. None when it was started again; else the ledger's record, read again:
+    its attempts are spent (outcome unknown, as for any call), or the serve it was taken
+    from recorded its result meanwhile (completed: that result is the call's)."""
     try:
         again = await scope.storage(
             scope.store.retry_tool_call, scope.lease, call_id, max_attempts=scope.keyed_attempts
         )
+        if again is None:
+            now = await scope.storage(
+                scope.store.get_tool_call, scope.lease.key, call_id, scope.lease.generation
+            )
+            return now or started
     except StorageError as fault:
         scope.fault = fault
         raise
-    if again is None:
-        return False
     await asyncio.sleep(_backoff(again.attempts))
     scope.started_again.append((call_id, tool))
-    return True
+    return None
 
 
 def _backoff(attempt: int) -> float:

@@ -24,7 +24,7 @@ from bot.runtime import (
 )
 from bot.runtime.request_context import RequestContext
 from bot.settings import RuntimeSettings
-from storage import ConversationKey, ToolCallStatus
+from storage import ConversationKey, Lease, ToolCallStatus
 from testkit.keyed_service import KeyedService, call, keyed_service
 from testkit.runtime import KEY
 from tests.conftest import Backend
@@ -161,3 +161,57 @@ def test_keys_are_stable_per_call_and_differ_between_calls() -> None:
     }
     assert base not in others and len(others) == 5
     assert len(base) <= 255 and base.replace("-", "").replace("_", "").isalnum()
+
+
+async def test_a_result_recorded_while_the_call_is_taken_over_is_its_result(
+    backend: Backend, service: KeyedService
+) -> None:
+    """Chaos seed 1000 (aws, a loaded machine): the serve running a charge lost its lease
+    (too slow to renew it), and recorded its result just after the next holder found the call
+    `started`, before that holder could start it again. The result is the call's: it is not
+    said to be of unknown outcome, nor run again."""
+    dies = Deaths(1)
+    agent = charging_agent(service, keyed=True, die_after=dies)
+    store = backend.open(lease_seconds=1, lease_skew_seconds=0)
+    first = ConversationRuntime(store, agent)
+    [request] = await first.handle_message(KEY, event_id="E1", user="U1", text="charge 9")
+    assert isinstance(request, ApprovalRequest)
+    deciding = asyncio.create_task(
+        first.decide(
+            KEY,
+            call_id="c-9",
+            approve=True,
+            user="U1",
+            checkpoint_version=request.checkpoint_version,
+        )
+    )
+    await asyncio.wait_for(dies.died.wait(), 30)
+    held = store.get(KEY)  # the lease the charge runs under
+    assert held is not None and held.lease_owner and held.lease_expires_at
+    deciding.cancel()  # its result is recorded below, as if it came back late
+    await asyncio.gather(deciding, return_exceptions=True)
+    its_lease = Lease(
+        key=KEY,
+        owner=held.lease_owner,
+        fence=held.fence,
+        expires_at=held.lease_expires_at,
+        generation=held.generation,
+    )
+    later_store = backend.open()
+    begin = later_store.begin_tool_call
+
+    def begin_while_the_first_records(lease: Lease, call_id: str, *args: Any) -> Any:
+        claim = begin(lease, call_id, *args)
+        assert claim.record.status is ToolCallStatus.STARTED
+        assert store.complete_tool_call(its_lease, call_id, "charged: effect-1") is False
+        return claim
+
+    later_store.begin_tool_call = begin_while_the_first_records  # type: ignore[method-assign]
+    outcomes = await ConversationRuntime(later_store, agent).recover()
+    assert len(service.requests) == 1  # not run again
+    kinds = [o.kind for o in outcomes if isinstance(o, Notice)]
+    assert NoticeKind.TOOL_OUTCOME_UNKNOWN not in kinds, outcomes
+    assert Answer(key=KEY, text="done") in outcomes
+    ledger = backend.open().get_tool_call(KEY, "c-9")
+    assert ledger is not None and ledger.status is ToolCallStatus.COMPLETED
+    assert ledger.attempts == 1 and ledger.output == "charged: effect-1"

@@ -10,6 +10,7 @@ holder (waiting for a slot, or given up by a shutdown) wait for a slot here like
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from bot.runtime.holder import new_owner, provably_dead
 from bot.runtime.outcomes import Outcome
 from bot.runtime.progress import shown
 from bot.runtime.serving import Serving
-from storage import Conversation, LeaseBusy, NotFound, Status
+from storage import Conversation, LeaseBusy, LeaseLost, NotFound, Status
 from storage.replicas import silent
 
 if TYPE_CHECKING:
@@ -80,8 +81,11 @@ async def recover_conversations(rt: ConversationRuntime, *, limit: int) -> list[
                 except (LeaseBusy, NotFound):
                     return []  # another replica has it, or it is gone
                 if fresh.status is not Status.RUNNING:
-                    await rt.io(rt.store.release, lease, touch=False)
-                    return []  # finished meanwhile by another replica
+                    # Finished meanwhile by another replica (which may take it again before
+                    # this lets go, once this lease has run out: then it is theirs anyway).
+                    with contextlib.suppress(LeaseLost):
+                        await rt.io(rt.store.release, lease, touch=False)
+                    return []
                 if dead:
                     log.info("%s: took over from %s (%s)", key, dead, why)
                     metrics.TAKEOVERS.labels(why.split()[1]).inc()

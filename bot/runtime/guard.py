@@ -315,8 +315,8 @@ def _guarded_invoke(
                 raise
             if not claim.created:
                 record: ToolCallRecord | None = claim.record
-                if record is not None and record.status is ToolCallStatus.STARTED and keyed:
-                    record = await _start_again(scope, ctx.tool_call_id, tool.name, record)
+                if claim.record.status is ToolCallStatus.STARTED and keyed:
+                    record = await _start_again(scope, ctx.tool_call_id, tool.name, claim.record)
                 if record is not None:  # not started again: what the ledger says of it
                     if record.status is ToolCallStatus.COMPLETED:
                         await scope.show(ctx.tool_call_id, tool.name, Step.DONE)

@@ -24,7 +24,7 @@ from bot.runtime import (
 )
 from bot.runtime.request_context import RequestContext
 from bot.settings import RuntimeSettings
-from storage import ConversationKey, Lease, ToolCallStatus
+from storage import ConversationKey, Lease, ToolCallClaim, ToolCallStatus
 from testkit.keyed_service import KeyedService, call, keyed_service
 from testkit.runtime import KEY
 from tests.conftest import Backend
@@ -65,6 +65,21 @@ def charging_agent(service: KeyedService, *, keyed: bool, die_after: Deaths) -> 
     return Agent(name="shop", model=model, tools=[idempotent(charge) if keyed else charge])
 
 
+async def approved_charge(rt: ConversationRuntime) -> asyncio.Task[Any]:
+    """Ask for the charge and approve it: the decision's serve runs it, in the background."""
+    [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="charge 9")
+    assert isinstance(request, ApprovalRequest)
+    return asyncio.create_task(
+        rt.decide(
+            KEY,
+            call_id="c-9",
+            approve=True,
+            user="U1",
+            checkpoint_version=request.checkpoint_version,
+        )
+    )
+
+
 async def killed_after_the_effect(
     backend: Backend, service: KeyedService, *, keyed: bool, attempts: int = 3, deaths: int = 1
 ) -> tuple[list[Any], Any]:
@@ -74,19 +89,7 @@ async def killed_after_the_effect(
     die_after = Deaths(deaths)
     agent = charging_agent(service, keyed=keyed, die_after=die_after)
     store = backend.open(lease_seconds=1, lease_skew_seconds=0)
-    rt = ConversationRuntime(store, agent, settings)
-    [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="charge 9")
-    assert isinstance(request, ApprovalRequest)
-    deciding = asyncio.create_task(
-        rt.decide(
-            KEY,
-            call_id="c-9",
-            approve=True,
-            user="U1",
-            checkpoint_version=request.checkpoint_version,
-        )
-    )
-    running: asyncio.Task[Any] = deciding
+    running = await approved_charge(ConversationRuntime(store, agent, settings))
     for _ in range(deaths):
         await asyncio.wait_for(die_after.died.wait(), 30)
         die_after.died.clear()
@@ -173,18 +176,7 @@ async def test_a_result_recorded_while_the_call_is_taken_over_is_its_result(
     dies = Deaths(1)
     agent = charging_agent(service, keyed=True, die_after=dies)
     store = backend.open(lease_seconds=1, lease_skew_seconds=0)
-    first = ConversationRuntime(store, agent)
-    [request] = await first.handle_message(KEY, event_id="E1", user="U1", text="charge 9")
-    assert isinstance(request, ApprovalRequest)
-    deciding = asyncio.create_task(
-        first.decide(
-            KEY,
-            call_id="c-9",
-            approve=True,
-            user="U1",
-            checkpoint_version=request.checkpoint_version,
-        )
-    )
+    deciding = await approved_charge(ConversationRuntime(store, agent))
     await asyncio.wait_for(dies.died.wait(), 30)
     held = store.get(KEY)  # the lease the charge runs under
     assert held is not None and held.lease_owner and held.lease_expires_at
@@ -200,8 +192,10 @@ async def test_a_result_recorded_while_the_call_is_taken_over_is_its_result(
     later_store = backend.open()
     begin = later_store.begin_tool_call
 
-    def begin_while_the_first_records(lease: Lease, call_id: str, *args: Any) -> Any:
-        claim = begin(lease, call_id, *args)
+    def begin_while_the_first_records(
+        lease: Lease, call_id: str, tool_name: str, arguments: str
+    ) -> ToolCallClaim:
+        claim = begin(lease, call_id, tool_name, arguments)
         assert claim.record.status is ToolCallStatus.STARTED
         assert store.complete_tool_call(its_lease, call_id, "charged: effect-1") is False
         return claim

@@ -23,7 +23,7 @@ from storage import Store
 from storage.aws import AwsStore
 from storage.local import LocalStore
 
-GIVES_UP = "storage unavailable, run stopped"  # `Serving._storage_down`'s log line
+GIVES_UP = "storage unavailable, run stopped"  # `Serving._stopped_by_fault`'s log line
 FAILING_BUSY_TIMEOUT = 0.05  # seconds a local write waits for the held lock before failing
 
 

@@ -231,7 +231,6 @@ async def drive(
             )
             if next_seq is not None:
                 session.committed(next_seq)
-                serving.record = serving.record.model_copy(update={"next_seq": next_seq})
                 rt.history.put(serving.record, session.known)
             consume = []
             from_checkpoint = False

@@ -57,6 +57,12 @@ if TYPE_CHECKING:
     from bot.runtime.runtime import ConversationRuntime
 
 log = logging.getLogger(__name__)
+# What a run stopped by a fault says: why, and what happens when its inbox is owed an answer.
+STORAGE_DOWN = (
+    "I lost contact with my storage, so I stopped here.",
+    "I'll pick this up again as soon as it answers.",
+)
+FAILED_HERE = ("Something went wrong on my side, so I stopped here.", "I'll try again shortly.")
 
 
 class Entries:
@@ -169,7 +175,9 @@ class Serving:
             except LeaseLost:
                 log.warning("lost the lease on %s; another process continues", self.key)
             except StorageUnavailable as exc:
-                await self._storage_down(exc)
+                await self._stopped_by_fault(exc, STORAGE_DOWN)
+            except Exception as exc:  # a defect: logged, and the thread is not left held
+                await self._stopped_by_fault(exc, FAILED_HERE)
             except asyncio.CancelledError:
                 await self._release_quietly()
                 raise
@@ -256,37 +264,39 @@ class Serving:
         except Exception:
             log.warning("%s: could not release the lease on shutdown", self.key, exc_info=True)
 
-    async def _storage_down(self, exc: StorageUnavailable) -> None:
-        """Storage failed through every retry: the run stops here, its checkpoint intact.
-        The thread waits, interrupted, for a person's `/resume` or next message, unless its
-        inbox holds what that notice does not answer (`_owed`): then it is given up as
-        `running`, and the recovery sweep serves it once storage answers (no release may
-        pass over a message or a stop)."""
+    async def _stopped_by_fault(self, exc: Exception, said: tuple[str, str]) -> None:
+        """Storage failed through every retry, or an unexpected error: the run stops here,
+        its checkpoint intact. The thread waits, interrupted, for a person's `/resume` or
+        next message, unless its inbox holds what that notice does not answer (`_owed`):
+        then it is given up as `running`, and the recovery sweep serves it later (no
+        release may pass over a message or a stop)."""
         reference = new_reference()
-        log.error("%s [%s]: storage unavailable, run stopped: %s", self.key, reference, exc)
+        if isinstance(exc, StorageUnavailable):
+            log.error("%s [%s]: storage unavailable, run stopped: %s", self.key, reference, exc)
+        else:
+            log.error("%s [%s]: run stopped by an error", self.key, reference, exc_info=exc)
         status: Status | None = None
         try:
-            status = await self._give_up_for_storage()
+            status = await self._give_up_after_fault()
         except Exception:  # still down: the lease expires, and recovery tries again later
             log.warning("%s [%s]: could not record the interruption", self.key, reference)
         if status is not Status.INTERRUPTED and self.by_recovery:
             return  # a sweep's attempt: the thread was told when its run first stopped
+        what, later = said
         after = (
-            "send a message or use /resume to continue."
-            if status is Status.INTERRUPTED
-            else "I'll pick this up again as soon as it answers."
+            "send a message or use /resume to continue." if status is Status.INTERRUPTED else later
         )
         notice = Notice(
             key=self.key,
             kind=NoticeKind.RUN_FAILED,
-            text=f"I lost contact with my storage, so I stopped here. Nothing was lost; {after}",
+            text=f"{what} Nothing was lost; {after}",
             reference=reference,
         )
         self.outcomes.append(notice)
         if status is not None:  # else nothing could be written: it is not posted either
             await self.outbox.emit_now(notice)
 
-    async def _give_up_for_storage(self) -> Status:
+    async def _give_up_after_fault(self) -> Status:
         """Release the thread as `interrupted` when nothing in its inbox is owed an answer
         (the inbox read after the record, the release conditioned on the record's inbox
         counter, so that nothing kept meanwhile is passed over); else, or when storage
@@ -506,6 +516,8 @@ class Serving:
         self.outbox.committed()
         self.version = done.checkpoint.version
         update: dict[str, Any] = {"checkpoint": done.checkpoint, "status": status}
+        if done.next_seq is not None:  # a later pass of this serve builds on these items
+            update["next_seq"] = done.next_seq
         if clear_expiry:
             update["expired_from"] = None
         if envelope.started_by:

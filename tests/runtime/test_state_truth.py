@@ -112,6 +112,35 @@ async def test_storage_down_for_longer_interrupts_with_the_checkpoint_kept(
     assert store.read_inbox(KEY) == []
 
 
+async def test_an_unexpected_error_in_a_serve_leaves_the_thread_free_and_is_said(
+    store: Store, effects: SideEffects, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A defect of the bot's own (here its history cache failing) stops the run like a
+    storage fault does: the thread is told in plain words with a reference, the error and
+    its traceback go to the log, the thread is given up at once (it used to stay held, and
+    idle with its message unread, for nobody's recovery), and `/resume` answers it."""
+    rt = ConversationRuntime(store, build_agent(echo_model(), effects))
+    cached = rt.history.get
+
+    def broken(record: Any) -> Any:
+        raise RuntimeError("a defect")
+
+    rt.history.get = broken  # type: ignore[method-assign]
+    outcomes = await rt.handle_message(KEY, event_id="E1", user="U1", text="hello")
+    [notice] = [o for o in outcomes if isinstance(o, Notice)]
+    assert notice.kind is NoticeKind.RUN_FAILED and notice.reference
+    assert notice.text.startswith("Something went wrong on my side")
+    assert "RuntimeError" not in notice.text and "defect" not in notice.text
+    assert any(r.exc_info and notice.reference in r.getMessage() for r in caplog.records)
+    record = store.get(KEY)
+    assert record is not None and record.lease_owner is None
+    assert record.status is Status.INTERRUPTED and len(store.read_inbox(KEY)) == 1
+    rt.history.get = cached  # type: ignore[method-assign]
+    again = await rt.resume(KEY)
+    assert [o.text for o in again if isinstance(o, Answer)] == ["echo: hello"]
+    assert store.read_inbox(KEY) == []
+
+
 def saved_later(on_answer: Callable[[], None]) -> ScriptedModel:
     """Answers once (calling `on_answer` first: a fault starts there), then "Saved now."."""
 

@@ -19,6 +19,7 @@ from bot.runtime import (
     ApprovalRequest,
     ConversationRuntime,
     Decided,
+    Kept,
     Notice,
     NoticeKind,
     Refused,
@@ -133,6 +134,38 @@ async def test_a_stop_that_arrives_as_the_run_finishes_is_told_so(
     assert sink.notices(NoticeKind.STOPPED) == []
     record = backend.open().get(KEY)
     assert record is not None and record.stop_by is None and backend.open().read_inbox(KEY) == []
+
+
+async def test_a_message_after_a_stop_starts_a_fresh_run_in_the_same_serve(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """A stop, then a message, wait in a paused run's inbox: the run is stopped and the
+    message is answered by a fresh run in the same serve. The stop's commit appends the
+    closed calls' outputs to the history; the fresh run used to build on the history as it
+    was before them, its commit failed as a session conflict, and the message was left
+    unanswered in an idle thread (chaos seed 140000 on aws)."""
+    model = ScriptedModel(
+        [
+            [function_call("send_email", {"to": "ana@example.com", "body": "hi"}, call_id="c1")],
+            [assistant_message("A fresh start.")],
+        ]
+    )
+    a, _, sink = replicas(backend, build_agent(model, effects))
+    [request, *_] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    stopping = await a.keep_stop(KEY, "U1")
+    assert stopping.accepted and stopping.serve
+    kept = await a.keep_message(KEY, event_id="E2", user="U1", text="what else is new?")
+    assert kept is Kept.KEPT
+    outcomes = await a.serve(KEY)
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Not run: `send_email`" in notice.text
+    assert [o.text for o in outcomes if isinstance(o, Answer)] == ["A fresh start."]
+    assert effects.calls() == []
+    store = backend.open()
+    record = store.get(KEY)
+    assert record is not None and (record.status, record.lease_owner) == (Status.IDLE, None)
+    assert store.read_inbox(KEY) == []
 
 
 async def test_approve_then_stop_before_the_call_says_not_run(

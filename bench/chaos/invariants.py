@@ -671,9 +671,16 @@ def _notices_against_ledger(
                     out.append(("notice_contradicts_ledger", f"{call_id} completed; it never ran"))
     if expired or thread.record is None:
         return out  # a state that expired took its tool ledger with it
+    never_ran = {  # told later: a stop kept it from starting after a discard said unknown
+        call
+        for p in thread.posts
+        if p.what.notice == "tool_finished_late" and "never ran" in p.text
+        for call in NAMED_CALL.findall(p.text)
+    }
     for call_id in sorted(said_unknown & set(mine)):
         record = thread.tool_records.get(call_id)
-        if record is None or record.status is ToolCallStatus.CANCELLED:
+        cancelled = record is not None and record.status is ToolCallStatus.CANCELLED
+        if record is None or (cancelled and call_id not in never_ran):
             state = "cancelled" if record is not None else "never started"
             out.append(
                 ("notice_contradicts_ledger", f"{call_id} said unknown; the ledger: {state}")

@@ -149,16 +149,35 @@ async def stop_requests(serving: Serving, entries: Entries, runnable: Envelope |
 async def _cancel_armed(serving: Serving) -> None:
     """Calls this serve recorded as started (with the commit that approved them, or claimed
     just before running them) and never started (the stop came first): the ledger says they
-    did not run, rather than "outcome unknown"."""
+    did not run, rather than "outcome unknown". When the thread was taken from this serve
+    meanwhile (a discard, which may have read such a call as started and said its outcome
+    is unknown), the ledger is still set right, and the thread is told."""
     for call_id in sorted(serving.armed):
-        await serving.io(
+        held = await serving.io(
             serving.store.complete_tool_call,
             serving.lease,
             call_id,
             STOPPED_BEFORE_IT_RAN,
             status=ToolCallStatus.CANCELLED,
         )
+        if not held:
+            await _tell_cancelled_late(serving, call_id)
     serving.armed.clear()
+
+
+async def _tell_cancelled_late(serving: Serving, call_id: str) -> None:
+    record = await serving.io(
+        serving.store.get_tool_call, serving.key, call_id, serving.record.generation
+    )
+    tool = record.tool_name if record is not None else "a tool"
+    await serving.emit_now(
+        Notice(
+            key=serving.key,
+            kind=NoticeKind.TOOL_FINISHED_LATE,
+            text=f"`{tool}` (call {call_id}) was settled after this conversation's saved state "
+            "was set aside: the run was stopped before the call started, so it never ran.",
+        )
+    )
 
 
 def _nothing_to_stop(serving: Serving) -> str:

@@ -599,6 +599,22 @@ async def test_stopped_and_late_notices_agree_with_the_ledger() -> None:
     said = clean(posts=[clean().posts[0], await notice_post(unknown, at=6.0)])
     said.tool_records = {"call_s1t0m0_1": cancelled}
     assert "notice_contradicts_ledger" in kinds(facts([said], effects=0))
+    # Unless the thread was told afterwards that the call never ran (a stop kept it from
+    # starting after a discard read it as started: `stopping._tell_cancelled_late`).
+    settled = Notice(
+        key=KEY,
+        kind=NoticeKind.TOOL_FINISHED_LATE,
+        text="`transfer` (call call_s1t0m0_1) was settled after this conversation's saved "
+        "state was set aside: the run was stopped before the call started, so it never ran.",
+    )
+    told_unknown = clean(
+        posts=[await notice_post(unknown, at=6.0)],
+        items=session(STOPPED_BEFORE_IT_RAN),
+        tool_records={"call_s1t0m0_1": cancelled},
+    )
+    assert kinds(facts([told_unknown], effects=0, messages=[])) == ["notice_contradicts_ledger"]
+    told_unknown.posts.append(await notice_post(settled, at=7.0))
+    assert kinds(facts([told_unknown], effects=0, messages=[])) == []
 
 
 # -- keyed calls ----------------------------------------------------------------------------

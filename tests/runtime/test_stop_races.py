@@ -194,6 +194,39 @@ async def test_approve_then_stop_before_the_call_says_not_run(
     assert call is not None and call.status is ToolCallStatus.CANCELLED
 
 
+async def test_a_call_stopped_before_it_ran_after_a_discard_said_unknown_is_told_so(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """Approve; a stop lands, then an admin discards on another replica, before the armed
+    call starts: the discard reads the call as started (outcome unknown), the stopped serve
+    records that it never ran, and the thread is told so (chaos seed 140011: the ledger said
+    cancelled, and the thread only ever heard "outcome unknown")."""
+    a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+
+    async def stop_then_discard() -> None:
+        assert (await a.request_stop(KEY, "U1")).accepted
+        await b.discard(KEY, by="UADMIN")
+
+    sink.when(Decided, stop_then_discard)  # the decision is committed (the call armed)
+    await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert effects.calls() == []
+    [discarded] = sink.notices(NoticeKind.DISCARDED)
+    assert "outcome unknown" in discarded.text  # true when it was said
+    [late] = sink.notices(NoticeKind.TOOL_FINISHED_LATE)
+    assert "`send_email` (call call-email)" in late.text and "never ran" in late.text
+    assert sink.sent.index(late) > sink.sent.index(discarded)
+    call = backend.open().get_tool_call(KEY, "call-email")
+    assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
 class StopWhileShowing(Quiet):
     """Progress on which showing a call as running is slow (a Slack call in flight), and
     where a stop is asked meanwhile."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from bot import metrics
@@ -25,7 +26,9 @@ async def keep_beating(rt: ConversationRuntime, interval: float = BEAT) -> None:
     not taken over)."""
     silent: set[str] = set()  # replicas already swept for
     sweeps: set[asyncio.Task[Any]] = set()
+    previous: datetime | None = None  # when this replica's last successful beat began
     while True:
+        began = rt.store.clock()
         try:
             await rt.io(rt.store.beat, rt.process)
             beats = await rt.io(rt.store.beats)
@@ -33,7 +36,9 @@ async def keep_beating(rt: ConversationRuntime, interval: float = BEAT) -> None:
             log.warning("heartbeat failed; beating again in %ss", interval, exc_info=True)
             await asyncio.sleep(interval)
             continue
-        since = rt.store.clock() - SILENCE
+        since = silent_before(began, previous, interval)
+        previous = began
+        rt.silent_before = since
         gone = {name for name, at in beats.items() if at < since and name != rt.process}
         if gone - silent and not rt.draining:
             news = sorted(gone - silent)
@@ -43,6 +48,17 @@ async def keep_beating(rt: ConversationRuntime, interval: float = BEAT) -> None:
             task.add_done_callback(sweeps.discard)
         silent = gone
         await asyncio.sleep(interval)
+
+
+def silent_before(now: datetime, previous: datetime | None, interval: float) -> datetime:
+    """A replica whose last beat is older than this is taken for dead. Counted from this
+    replica's own previous beat when that is further back than one interval: while storage
+    stalled (or this process was paused), no replica could beat, and the others' silence
+    over that time says nothing of them (every replica took the others' threads over after
+    a storage stall of a few seconds, each thread moving twice)."""
+    if previous is None:
+        return now - SILENCE
+    return min(now, previous + timedelta(seconds=interval)) - SILENCE
 
 
 async def _sweep(rt: ConversationRuntime) -> None:

@@ -43,6 +43,9 @@ async def recover_conversations(rt: ConversationRuntime, *, limit: int) -> list[
     gate = asyncio.Semaphore(rt.settings.recovery_concurrency)
     held = any(r.lease_expires_at and r.lease_expires_at >= cutoff for r in running)
     beats = await rt.io(rt.store.beats) if held else {}  # one read, for every thread held
+    # Silence over a time this replica could not beat either (a storage stall) proves
+    # nothing: counted as the heartbeat counts it (`heartbeat.silent_before`).
+    quiet_since = min(now - SILENCE, rt.silent_before or now)
 
     async def recover_one(record: Conversation) -> list[Outcome]:
         if record.delivery_retry_at is not None and record.delivery_retry_at > now:
@@ -52,7 +55,7 @@ async def recover_conversations(rt: ConversationRuntime, *, limit: int) -> list[
         if record.lease_owner and record.lease_expires_at and record.lease_expires_at >= cutoff:
             if provably_dead(record.lease_owner):
                 why = "its process is gone"
-            elif silent(record.lease_owner, beats, now - SILENCE):
+            elif silent(record.lease_owner, beats, quiet_since):
                 why = "its replica stopped beating"
             else:
                 return []  # a live holder serves it

@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -148,6 +148,8 @@ class ConversationRuntime(Queries, People):
         self.mcp.on_change = self._listings_changed
         self.mcp.on_back = self._continue_waiting
         self.process = owner or process_identity()
+        # Replicas whose last beat is older are taken for dead (set by `heartbeat`).
+        self.silent_before: datetime | None = None
         self.sink = on_outcome
         self.progress: Progress = progress or Quiet()
         self.source: ContextSource = source or NoSource()  # earlier messages, names, files

@@ -722,6 +722,7 @@ def _stops(
         told = stop.via == "reply" and any(
             told_kind(p) == "expiry" and p.at >= stop.sent_at for p in posts
         )
+        told = told or expired_unserved(facts, thread)  # as an unanswered message is
         if not (applied or answered or given or told):
             heard = ", ".join(repr(a[:40]) for a in stop.answers) or "nothing"
             out.append(("stop_unanswered", f"{what}: no stopped notice after it; answers: {heard}"))

@@ -58,6 +58,7 @@ class Outbox:
         self.retry_at: datetime | None = None
         self.error: str | None = None
         self.changed = False  # a delivery cursor must be written
+        self.unrecorded: list[Owed] = []  # delivered since the cursor was last written
         self._staged: tuple[int, list[Owed]] = (-1, [])
 
     # -- what is owed -------------------------------------------------------------------
@@ -99,6 +100,7 @@ class Outbox:
         """The checkpoint staged by `for_commit` is committed: its outbox is now owed."""
         version, fresh = self._staged
         self.owed = self.owed + fresh
+        self.unrecorded = []  # the commit's outbox leaves out what was delivered
         self.version, self.count = version, 0
         self.changed = True
 
@@ -126,11 +128,24 @@ class Outbox:
             except Exception as exc:
                 log.exception("%s: delivering %s failed", owed.outcome.key, owed.id)
                 return self._failed(owed, type(exc).__name__)
-            self.owed.pop(0)
+            self.unrecorded.append(self.owed.pop(0))
             self.count += 1
             self.changed = True
         self.attempts, self.retry_at = 0, None
         return True
+
+    async def recheck(self) -> None:
+        """The thread was taken from this serve before its deliveries were recorded: the
+        next holder may deliver them again (a post still in flight here cannot be seen by
+        its read-back), so the sink looks once more for copies of each, later."""
+        unrecorded, self.unrecorded = self.unrecorded, []
+        if self.sink is None:
+            return
+        for owed in unrecorded:
+            try:
+                await self.sink(owed.outcome, DeliveryRef(owed.id, True, recheck=True))
+            except Exception:  # a look for copies; the thread is another serve's now
+                log.warning("%s: could not look again for %s", owed.outcome.key, owed.id)
 
     def _failed(self, owed: Owed, reason: str) -> bool:
         owed.maybe_posted = True  # the post may have landed although the answer was lost

@@ -126,10 +126,14 @@ RECORDED = (Answer, ApprovalRequest, Decided, Notice, StatusReply)
 class DeliveryRef:
     """How an outcome is being delivered: `id` names it in its conversation's outbox (""
     for one that is not recorded there); `maybe_posted` says an earlier attempt may have
-    posted it already, so the sink should look before posting again."""
+    posted it already, so the sink should look before posting again. `recheck`: it was
+    delivered by a serve whose thread was then taken from it before that was recorded, so
+    the new holder may deliver it again; the sink posts nothing, and looks a little later
+    for copies of it (keeping the earliest)."""
 
     id: str = ""
     maybe_posted: bool = False
+    recheck: bool = False
 
 
 def to_outbox(outcome: Outcome, outbox_id: str) -> dict[str, object]:

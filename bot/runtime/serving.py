@@ -174,6 +174,7 @@ class Serving:
                 await self._loop(opening)
             except LeaseLost:
                 log.warning("lost the lease on %s; another process continues", self.key)
+                await self.outbox.recheck()
             except StorageUnavailable as exc:
                 await self._stopped_by_fault(exc, STORAGE_DOWN)
             except Exception as exc:  # a defect: logged, and the thread is not left held

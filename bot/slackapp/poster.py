@@ -156,6 +156,9 @@ class SlackPoster:
         await self.duplicates.close()
 
     async def __call__(self, outcome: Outcome, ref: DeliveryRef) -> None:
+        if ref.recheck:
+            self._look_again(outcome, ref)
+            return
         metrics.OUTCOMES.labels(type(outcome).__name__).inc()
         try:
             await self._deliver(outcome, ref)
@@ -346,6 +349,18 @@ class SlackPoster:
         self._check_later(key, ref, part)
         if self.live is not None:
             self.live.posted_below(key)
+
+    def _look_again(self, outcome: Outcome, ref: DeliveryRef) -> None:
+        """Delivered by a serve that lost the thread before recording it: every part it
+        posted is checked for copies later, as after a redelivery (`duplicates`)."""
+        if isinstance(outcome, Answer):
+            parts = len(split_markdown(safe_markdown(outcome.text).strip() or "_(no answer)_"))
+        elif isinstance(outcome, ApprovalRequest):
+            parts = len(outcome.calls)
+        else:
+            parts = 1
+        for part in range(parts):
+            self.duplicates.after_post(outcome.key, ref.id, part)
 
     def _check_later(self, key: ConversationKey, ref: DeliveryRef, part: int) -> None:
         """A post that may repeat one still in flight from a dead process: the thread is

@@ -4,16 +4,22 @@ API stand-in on loopback; the process-level proof is in test_survival."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.runtime import Answer, ConversationRuntime, DeliveryRef
 from bot.slackapp.duplicates import DuplicateCheck, later_copies
 from bot.slackapp.marks import mark
+from bot.slackapp.poster import SlackPoster
 from bot.slackapp.readback import Readback
 from bot.standin.slack_api import Message, SlackWebApi
-from testkit.slack import CHANNEL, running_api, thread_key
+from storage import Status
+from testkit.runtime import SideEffects, build_agent, echo_model
+from testkit.slack import CHANNEL, TEAM, running_api, thread_key
+from tests.conftest import Backend
 
 QUESTION_TS = f"{int(time.time())}.000000"
 
@@ -119,3 +125,47 @@ async def test_a_failing_check_is_logged_and_dropped_and_a_stop_runs_the_waiting
         await stuck.close(within=0.05)
         assert stuck.pending == 0  # cancelled, not left behind
         answered.set()
+
+
+async def test_a_serve_that_lost_its_thread_after_posting_removes_its_late_copy(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """A's answer is still in flight when its thread is taken over: B redelivers it (the
+    read-back cannot see A's post yet) and B's second look comes and goes before A's copy
+    lands. A's release then finds the thread gone, so A looks again for copies of what it
+    delivered, and the later copy goes (chaos seed 140008: one answer posted twice)."""
+    api = SlackWebApi(team=TEAM)
+    async with running_api(api) as url:
+        top = api.add_user_message(CHANNEL, "UALICE", "<@UBOT> hi")
+        key = thread_key(top.ts)
+
+        def poster() -> SlackPoster:
+            client = AsyncWebClient(token="xoxb-test", base_url=f"{url}/api/")
+            return SlackPoster(client, recheck_after=0.2)
+
+        poster_a, poster_b = poster(), poster()
+        b = ConversationRuntime(
+            backend.open(), build_agent(echo_model(), effects), on_outcome=poster_b, owner="B"
+        )
+
+        async def in_flight(outcome: Any, ref: DeliveryRef) -> None:
+            if isinstance(outcome, Answer) and not ref.recheck:  # taken over meanwhile
+                store = backend.open()
+                record = store.get(key)
+                assert record is not None and record.lease_owner
+                lease, _ = store.acquire(key, "B|x", create=False, takeover_from=record.lease_owner)
+                store.release(lease, status=Status.RUNNING, touch=False)
+                await b.recover()  # B redelivers the answer
+                await asyncio.sleep(0.6)  # and its second look found one copy
+            await poster_a(outcome, ref)
+
+        a = ConversationRuntime(
+            backend.open(), build_agent(echo_model(), effects), on_outcome=in_flight, owner="A"
+        )
+        await a.handle_message(key, event_id="E1", user="UALICE", text="hi")
+        await api.wait_for(lambda: api.called("chat.delete"), within=10)
+        await poster_a.close()
+        await poster_b.close()
+        answers = [m for m in api.bot_replies(CHANNEL, top.ts) if m.text == "echo: hi"]
+        assert len(answers) == 1
+        assert len(api.called("chat.delete")) == 1

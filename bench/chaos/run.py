@@ -711,7 +711,8 @@ class Run:
                 index=thread.plan.index,
                 key=key,
                 dead_channel=key.channel in self.injector.dead_channels,
-                discarded=any(step.kind == "discard" for step in thread.plan.steps),
+                discarded=any(step.kind == "discard" for step in thread.plan.steps)
+                or thread.plan.discard_after_approval is not None,
                 approved_clicks=thread.approved_clicks,
                 rejected_clicks=thread.rejected_clicks,
                 approve_replies=thread.approve_replies,

@@ -455,7 +455,13 @@ class Records:
         """Replace a record whose state expired by the one that brings its thread back (see
         `Store.revived`); False when it changed meanwhile (someone else brought it back)."""
         record = record_from_item(old)
-        dropped = [entry.payload for entry in inline_entries(old)[0]][:DROPPED_KEPT]
+        entries, in_rows = inline_entries(old)
+        if in_rows:  # a busy thread's later messages: named like those in the record
+            cutoff = self._generation_cutoff(record.generation)
+            rows = self._row_entries(key, cutoff, DROPPED_KEPT)
+            entries = sorted(entries + rows, key=lambda e: e.entry_id)
+            entries = [e for e in entries if not cutoff or stamp_ms(e.entry_id) >= cutoff]
+        dropped = [entry.payload for entry in entries][:DROPPED_KEPT]
         fresh = revived(record, now, state_ttl=self.t.state_ttl, dropped=dropped)
         item: Item = {
             **meta_key(key),
@@ -515,10 +521,7 @@ class Records:
         item: Item | None = found.get("Item")
         if item is None:
             return []
-        # Left behind by an expired record: every message of that record arrived at least a
-        # TTL before it expired and this generation began. (A message kept a moment before
-        # the record's creation by another replica is this generation's.)
-        cutoff = generation - int(self.t.state_ttl.total_seconds() * 1000) // 2 if generation else 0
+        cutoff = self._generation_cutoff(generation)
         entries, in_rows = inline_entries(item)
         if in_rows:  # the oldest `limit` rows are all the merge below can need
             entries = sorted(
@@ -527,6 +530,13 @@ class Records:
         if cutoff:
             entries = [e for e in entries if stamp_ms(e.entry_id) >= cutoff]
         return entries if limit is None else entries[:limit]
+
+    def _generation_cutoff(self, generation: int | None) -> int:
+        """Entries older than this (ms) were left behind by an earlier, expired record:
+        every message of that record arrived at least a TTL before it expired and this
+        generation began. (A message kept a moment before the record's creation by another
+        replica is this generation's.)"""
+        return generation - int(self.t.state_ttl.total_seconds() * 1000) // 2 if generation else 0
 
     def _row_entries(
         self, key: ConversationKey, cutoff_ms: int, limit: int | None

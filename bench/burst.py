@@ -25,9 +25,9 @@ from bench.common import percentile, section, table
 from bench.emulators import Emulators
 from bot.runtime.envelope import UserMessage
 from bot.runtime.holder import new_owner
-from bot.runtime.storage_calls import URGENT_THREADS
 from storage import ConversationKey
 from storage.aws import AwsStore
+from storage.calls import URGENT_THREADS
 from testkit.slack import CHANNEL, TEAM
 
 TARGET_P99_MS = 100.0

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from storage.base import CONSUME_LIMIT, KEEP, Commit, Committed, SessionPage, Store
+from storage.calls import StorageCalls
 from storage.config import StorageSettings
 from storage.errors import (
     CheckpointConflict,
@@ -87,6 +88,7 @@ __all__ = [
     "SessionItemError",
     "SessionPage",
     "Status",
+    "StorageCalls",
     "StorageError",
     "StorageSettings",
     "StorageUnavailable",

@@ -9,6 +9,7 @@ import logging
 from types import TracebackType
 
 from storage.base import Store
+from storage.calls import StorageCalls
 from storage.errors import LeaseLost, StorageError
 from storage.models import Lease
 
@@ -31,8 +32,10 @@ class LeaseKeeper:
         *,
         interval: float | None = None,
         stop_poll: float | None = STOP_POLL,
+        calls: StorageCalls | None = None,
     ) -> None:
         self.store = store
+        self.calls = calls or StorageCalls(store)
         self.lease = lease
         self.interval = interval or min(store.lease_duration.total_seconds() / 3, STOP_CHECK)
         self.stop_poll = stop_poll
@@ -87,7 +90,7 @@ class LeaseKeeper:
             await asyncio.sleep(self.stop_poll)
             applied = self._applied
             try:
-                user = await asyncio.to_thread(self.store.stop_requested, self.lease.key)
+                user = await self.calls(self.store.stop_requested, self.lease.key)
             except Exception:  # the renewal reports what matters; look again soon
                 log.debug("looking for a stop on %s failed", self.lease.key, exc_info=True)
                 continue
@@ -98,7 +101,7 @@ class LeaseKeeper:
             await asyncio.sleep(self.interval)
             try:
                 applied = self._applied
-                self.lease = await asyncio.to_thread(self.store.renew, self.lease)
+                self.lease = await self.calls(self.store.renew, self.lease)
                 self._learned_stop(self.lease.stop_by, applied)
             except LeaseLost:
                 log.warning("lease lost on %s (fence %s)", self.lease.key, self.lease.fence)

@@ -9,7 +9,6 @@ Two modes:
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from storage.base import Store
+from storage.calls import StorageCalls
 from storage.models import ConversationKey, Lease
 
 if TYPE_CHECKING:
@@ -56,8 +56,10 @@ class ConversationSession:
         staged: bool = False,
         session_settings: SessionSettings | None = None,
         known: KnownHistory | None = None,
+        calls: StorageCalls | None = None,
     ) -> None:
         self.store = store
+        self.calls = calls or StorageCalls(store)  # retried like every storage call
         self.key = key
         self.lease = lease
         self.staged = staged
@@ -85,7 +87,7 @@ class ConversationSession:
                     known.items if wanted is None else known.items[-wanted:] if wanted else []
                 )
             else:
-                page = await asyncio.to_thread(self.store.read_items, self.key, wanted)
+                page = await self.calls(self.store.read_items, self.key, wanted)
                 if self._base_seq is None or not self._pending:
                     self._base_seq = page.next_seq
                 committed = page.items
@@ -101,23 +103,23 @@ class ConversationSession:
         texts = [dump_item(item) for item in items]
         if self.staged:
             if self._base_seq is None:
-                page = await asyncio.to_thread(self.store.read_items, self.key, 0)
+                page = await self.calls(self.store.read_items, self.key, 0)
                 self._base_seq = page.next_seq
             self._pending.extend(texts)
             return
-        await asyncio.to_thread(self.store.append_items, self.key, texts, self.lease)
+        await self.calls(self.store.append_items, self.key, texts, self.lease)
 
     async def pop_item(self) -> TResponseInputItem | None:
         self.known = None
         if self._pending:
             return json.loads(self._pending.pop())  # type: ignore[no-any-return]
-        text = await asyncio.to_thread(self.store.pop_item, self.key, self.lease)
+        text = await self.calls(self.store.pop_item, self.key, self.lease)
         return json.loads(text) if text is not None else None
 
     async def clear_session(self) -> None:
         self.known = None
         self._pending.clear()
-        await asyncio.to_thread(self.store.clear_items, self.key, self.lease)
+        await self.calls(self.store.clear_items, self.key, self.lease)
         self._base_seq = None
 
     # -- staging (for the runtime's commit) ---------------------------------------------

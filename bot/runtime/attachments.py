@@ -32,7 +32,7 @@ from bot.runtime.context_source import ContextSource, SharedFile, Unavailable
 from storage import ContentMissing, ConversationKey
 
 if TYPE_CHECKING:
-    from bot.runtime.storage_calls import StorageCalls
+    from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 MB = 1024 * 1024

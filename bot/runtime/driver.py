@@ -59,6 +59,7 @@ async def drive(
         staged=True,
         session_settings=rt.session_settings,
         known=rt.history.get(serving.record),
+        calls=rt.io,
     )
     from_checkpoint = isinstance(start, RunState)
     progress = rt.progress

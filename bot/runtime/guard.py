@@ -44,7 +44,6 @@ from bot.runtime.agent_graph import agents_of, is_agent_tool
 from bot.runtime.closing import CONNECTION_LOST, STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
 from bot.runtime.mcp_servers import watched_call
 from bot.runtime.progress import Step, shown
-from bot.runtime.storage_calls import StorageCalls
 from storage import (
     Lease,
     LeaseLost,
@@ -55,6 +54,7 @@ from storage import (
     ToolCallRecord,
     ToolCallStatus,
 )
+from storage.calls import StorageCalls
 
 RETRY_SAFE = "_bot_retry_safe"
 RETRY_SAFE_TOOLS = "_bot_retry_safe_tools"  # on an MCP server: those of its tools

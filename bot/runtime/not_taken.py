@@ -23,9 +23,9 @@ from datetime import timedelta
 
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
 from bot.runtime.outcomes import DeliveryRef, Notice, NoticeKind
-from bot.runtime.storage_calls import StorageCalls
 from bot.runtime.text import quote
 from storage import Conversation, ConversationKey, Refusal, StorageError, Store
+from storage.calls import StorageCalls
 from storage.models import with_refusals_told
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bot.runtime.storage_calls import StorageCalls
 from bot.runtime.viewing import Viewing
 from storage import Conversation, ConversationKey, PersonKey, Store
+from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 

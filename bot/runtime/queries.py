@@ -7,9 +7,9 @@ import asyncio
 import logging
 from datetime import timedelta
 
-from bot.runtime.storage_calls import StorageCalls
 from bot.settings import RuntimeSettings
 from storage import Conversation, ConversationKey, FeedbackTally, Status, Store, Verdict
+from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 PAUSED = (Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.NEEDS_RESTART)
@@ -91,7 +91,7 @@ class Queries:
     async def healthy(self) -> bool:
         """Storage answers (a read of a record that does not exist)."""
         try:
-            await asyncio.wait_for(asyncio.to_thread(self.store.get, PROBE), timeout=5)
+            await asyncio.wait_for(self.io.once(self.store.get, PROBE), timeout=5)
         except Exception:
             log.warning("health check: storage unavailable", exc_info=True)
             return False

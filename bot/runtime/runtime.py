@@ -132,7 +132,7 @@ class ConversationRuntime(Queries, People):
         agent_version: str = "",
         source: ContextSource | None = None,
     ) -> None:
-        from bot.runtime.storage_calls import StorageCalls
+        from storage.calls import StorageCalls
 
         self.store = store
         self.io = StorageCalls(store)

@@ -168,7 +168,7 @@ class Serving:
 
     async def run(self, opening: Callable[[], Awaitable[None]] | None = None) -> list[Outcome]:
         """Serve until nothing is left; `opening` replaces the first pass (e.g. a discard)."""
-        async with LeaseKeeper(self.store, self.initial_lease) as keeper:
+        async with LeaseKeeper(self.store, self.initial_lease, calls=self.rt.io) as keeper:
             self.keeper = keeper
             try:
                 await self._loop(opening)

@@ -27,8 +27,8 @@ from storage import CheckpointError, Conversation, ConversationKey, Status
 
 if TYPE_CHECKING:
     from bot.runtime.serving import Serving
-    from bot.runtime.storage_calls import StorageCalls
     from storage import Store
+    from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 

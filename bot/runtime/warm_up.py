@@ -24,7 +24,7 @@ from types import ModuleType
 from pydantic import BaseModel
 
 from bot.runtime.queries import PROBE
-from bot.runtime.storage_calls import URGENT_THREADS, StorageCalls
+from storage.calls import URGENT_THREADS, StorageCalls
 
 log = logging.getLogger(__name__)
 

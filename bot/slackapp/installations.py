@@ -19,8 +19,8 @@ from slack_bolt.error import BoltError
 from slack_sdk.oauth.installation_store import Bot, Installation
 from slack_sdk.oauth.installation_store.async_installation_store import AsyncInstallationStore
 
-from bot.runtime.storage_calls import StorageCalls
 from storage import StorageError, Store
+from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 NONE = "-"  # stands for an absent enterprise or team in an installation id

@@ -20,12 +20,12 @@ from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.runtime.storage_calls import StorageCalls
 from bot.slackapp.clients import InstalledWorkspaces
 from bot.slackapp.installations import StoredInstallations
 from bot.slackapp.oauth_state import SignedStates
 from bot.slackapp.settings import SlackSettings
 from storage import Store
+from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 # What the app asks for when installed; slack-app-manifest.yaml asks for the same (a test

@@ -19,8 +19,8 @@ from typing import Any
 
 from slack_sdk.oauth.state_store.async_state_store import AsyncOAuthStateStore
 
-from bot.runtime.storage_calls import StorageCalls
 from storage import StorageError, Store
+from storage.calls import StorageCalls
 from storage.installations import INSTALL_ID_LIMIT
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ import types
 import pytest
 
 from bot.runtime.queries import PROBE
-from bot.runtime.storage_calls import URGENT_THREADS, StorageCalls
 from bot.runtime.warm_up import complete_models, freeze_heap, open_pools
 from storage import Conversation, ConversationKey, Store
+from storage.calls import URGENT_THREADS, StorageCalls
 
 REPLIES = """
 from pydantic import BaseModel

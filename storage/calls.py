@@ -1,4 +1,5 @@
-"""The store as the runtime uses it: off the event loop (on a pool sized for I/O, not for the
+"""The one bridge from async code to the (synchronous) store, the runtime's and the
+session's and lease keeper's alike: off the event loop (on a pool sized for I/O, not for the
 CPU count), typed end to end, and with transient failures (`StorageUnavailable`) retried with
 backoff before they reach the caller. Every storage operation is safe to repeat: writes
 carry idempotency tokens or recognise their own earlier effect."""
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from storage import StorageUnavailable, Store
+from storage.base import Store
+from storage.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -62,6 +64,11 @@ class StorageCalls:
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay *= 2
         raise AssertionError("unreachable")
+
+    async def once(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """One attempt, not retried: for a probe whose caller wants the store's state now."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, functools.partial(function, *args, **kwargs))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from storage.base import CONSUME_LIMIT, KEEP, Commit, Committed, SessionPage, Store
+from storage.base import Store
 from storage.calls import StorageCalls
 from storage.config import StorageSettings
 from storage.errors import (
@@ -41,6 +41,7 @@ from storage.models import (
     Verdict,
 )
 from storage.people import Person, PersonKey
+from storage.writes import CONSUME_LIMIT, KEEP, Commit, Committed, SessionPage
 
 if TYPE_CHECKING:
     from storage.session import ConversationSession

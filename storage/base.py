@@ -6,20 +6,17 @@ The runtime's session stages what the SDK appends during a turn and hands it to 
 so a crash can never leave a turn's items without its checkpoint, or the reverse. Each
 pointer also records the session watermark (`session_seq`) it was committed with.
 
-Longer than the other modules on purpose: the whole contract both backends implement (26
-abstract operations, each with the promise it keeps) reads best in one place (with the
-installations', people's and replicas' parts in `installations`, `people` and
-`replicas`).
+Records, leases, checkpoints, the session and the inbox are here; the contract's other
+parts are in modules of their own: `ledger` (events and tool calls), `listings`
+(operational queries and feedback), `installations`, `people`, `content` and `replicas`.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,6 +24,8 @@ from storage.codec import decode_state, encode_state
 from storage.content import ContentBlobs
 from storage.errors import BlobExists, SessionConflict
 from storage.installations import InstallationRecords
+from storage.ledger import ToolLedger
+from storage.listings import ConversationListings
 from storage.models import (
     CheckpointMeta,
     CheckpointPointer,
@@ -34,112 +33,35 @@ from storage.models import (
     ConversationKey,
     DeliveryMark,
     Expiry,
-    FeedbackTally,
     InboxEntry,
     Lease,
     Status,
-    ToolCallClaim,
     ToolCallRecord,
-    ToolCallStatus,
-    Verdict,
     utcnow,
 )
 from storage.people import PersonRecords
 from storage.replicas import ReplicaBeats
-
-# DynamoDB's limits shape what one atomic append may hold; both backends honour them so
-# that the contract (and its tests) are the same.
-INLINE_ITEM_LIMIT = 300_000  # bytes of one item kept in the table, below the 400 KB item cap
-INLINE_CHECKPOINT_LIMIT = 16_000  # a finished checkpoint this small lives in its pointer
-TRANSACTION_ACTIONS_LIMIT = 100  # DynamoDB's cap on actions in one TransactWriteItems
-TRANSACTION_ITEM_LIMIT = 90  # session rows per transaction, leaving room for the rest
-TRANSACTION_BYTES_LIMIT = 3_000_000  # below the 4 MB transaction cap
-CONSUME_LIMIT = 50  # inbox entries one commit may consume; callers take larger backlogs in chunks
-BACKLOG_LIMIT = 1000  # messages a thread may have queued; past it, a keep is refused
-DROPPED_KEPT = 10  # unanswered messages an expired record names (see `Expiry.dropped`)
-APPEND_ATTEMPTS = 50
-# The statuses operational queries can find (idle conversations are not indexed).
-INDEXED = tuple(status for status in Status if status is not Status.IDLE)
-# The statuses `list_paused_in` finds: threads a person can resume.
-PAUSED_IN_CHANNEL = (Status.AWAITING_APPROVAL, Status.INTERRUPTED)
-PAUSED_PAGES = 4  # `list_paused_in` examines at most this many times its `limit`
-WAITING_PAGES = 4  # `list_waiting_in` examines at most this many times its `limit`
+from storage.writes import (
+    APPEND_ATTEMPTS,
+    BACKLOG_LIMIT,
+    DROPPED_KEPT,
+    INLINE_CHECKPOINT_LIMIT,
+    Commit,
+    Committed,
+    Kept,
+    SessionPage,
+)
 
 
-class _Keep:
-    """Marker: leave the checkpoint pointer as it is."""
-
-
-KEEP = _Keep()
-
-
-@dataclass(frozen=True)
-class Kept:
-    """What `keep` did: whether the message was kept (False: a duplicate, or `refused`
-    because the thread's backlog is full: nothing was queued, but the event is claimed, so
-    that another delivery of the same message is a duplicate), and, when the caller asked
-    to take the thread and it was free, the lease and the record (inbox included)."""
-
-    kept: bool
-    lease: Lease | None = None
-    record: Conversation | None = None
-    refused: bool = False
-    named: bool = False  # refused, and named on the record (not only counted)
-
-
-@dataclass(frozen=True)
-class SessionPage:
-    """Session items read from the store, with the counters an append must build on."""
-
-    items: list[str]
-    next_seq: int
-
-
-@dataclass(frozen=True)
-class Committed:
-    """What an atomic write left behind: enough for the writer's next write. Backends
-    report only what the write itself decided, so that no extra read is needed."""
-
-    key: ConversationKey
-    next_seq: int | None  # None when the write neither appended nor checked the session
-    checkpoint: CheckpointPointer | None  # the pointer this write committed, if any
-    status: Status | None  # None: unchanged by this write
-    armed: tuple[str, ...] = ()  # call ids this write recorded as started (not seen before)
-
-
-@dataclass
-class Commit:
-    """One atomic, fenced change to a conversation."""
-
-    key: ConversationKey
-    lease: Lease | None
-    items: Sequence[str] = ()
-    base_seq: int | None = None  # next_seq the items were staged against (None: current)
-    checkpoint: CheckpointPointer | _Keep | None = KEEP
-    expected_version: int | None = None  # checkpoint version the writer last saw
-    status: Status | None = None
-    release: bool = False
-    touch: bool = True  # counts as activity (moves last_activity_at and expires_at)
-    consume: Sequence[str] = ()  # inbox entry ids this write consumes (at most CONSUME_LIMIT)
-    arm: Sequence[ToolCallRecord] = ()  # calls this write records as started (ledger rows)
-    delivered: bool = False  # every outcome of the (resulting) checkpoint was delivered
-    delivery: DeliveryMark | None = None  # where delivery stands (overrides `delivered`)
-    inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
-    # Who started the run this write belongs to (None: unchanged). A write that sets the
-    # status to awaiting approval lists the conversation for them (`list_waiting_on`).
-    run_by: str | None = None
-    clear_expiry: bool = False  # the thread was told its state expired (`expired_from`)
-    clear_stop: bool = False  # a stop request was applied (`stop_by` goes)
-    # Makes a retried write idempotent (DynamoDB's ClientRequestToken): a retry of a write
-    # whose answer was lost is not applied twice, nor refused for its own earlier effect.
-    token: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def __post_init__(self) -> None:
-        if len(self.consume) > CONSUME_LIMIT:
-            raise ValueError(f"one commit consumes at most {CONSUME_LIMIT} inbox entries")
-
-
-class Store(InstallationRecords, PersonRecords, ContentBlobs, ReplicaBeats, ABC):
+class Store(
+    ToolLedger,
+    ConversationListings,
+    InstallationRecords,
+    PersonRecords,
+    ContentBlobs,
+    ReplicaBeats,
+    ABC,
+):
     """Durable conversation state (and the application's installations, see
     `installations`; what it keeps of people, see `people`). Blocking calls: run them off
     the event loop. Bytes referred to by digest (files people shared) are kept by
@@ -441,133 +363,6 @@ class Store(InstallationRecords, PersonRecords, ContentBlobs, ReplicaBeats, ABC)
         no more than that however long the backlog). Commits consume them
         (`Commit.consume`). With `generation`, entries left by an earlier, expired record
         are left out."""
-
-    # -- ledgers ------------------------------------------------------------------------
-
-    @abstractmethod
-    def claim_event(self, event_id: str) -> bool:
-        """True for the first claim of a Slack event id (until `event_ttl`), False after."""
-
-    @abstractmethod
-    def begin_tool_call(
-        self, lease: Lease, call_id: str, tool_name: str, arguments: str
-    ) -> ToolCallClaim:
-        """Record that a tool call starts, once per call id (fenced)."""
-
-    @abstractmethod
-    def complete_tool_call(
-        self,
-        lease: Lease,
-        call_id: str,
-        output: str,
-        *,
-        status: ToolCallStatus = ToolCallStatus.COMPLETED,
-    ) -> bool:
-        """Record a started call's result: one write, fenced by the lease (True), or, once
-        the lease was taken from the writer (a discard, a takeover), by the fence the call
-        was started under (False): only that writer ran it, so only it knows the result.
-        Raises `LeaseLost` when neither holds. With status `CANCELLED`: it was recorded as
-        started but never ran (a stop came first)."""
-
-    @abstractmethod
-    def retry_tool_call(
-        self, lease: Lease, call_id: str, *, max_attempts: int
-    ) -> ToolCallRecord | None:
-        """Start again a call whose outcome is unknown (a keyed tool: the service it calls
-        deduplicates by the call's key): fenced, and conditional on the call still being
-        `started` after fewer than `max_attempts` attempts; the call is then this lease's
-        (its fence) and its attempts grow by one. None when it is not `started` any more
-        or its attempts are spent: it is not run again."""
-
-    @abstractmethod
-    def get_tool_call(
-        self, key: ConversationKey, call_id: str, generation: int | None = None
-    ) -> ToolCallRecord | None:
-        """The ledger entry of `call_id` in the conversation's current generation (read from
-        the record unless given)."""
-
-    # -- operational queries ------------------------------------------------------------
-
-    @abstractmethod
-    def list_by_status(
-        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
-    ) -> list[Conversation]:
-        """Conversations in `status`, least recently active first, through an index.
-        Idle conversations are not indexed: listing them finds nothing."""
-
-    @abstractmethod
-    def count_by_status(self) -> dict[Status, int]: ...
-
-    @abstractmethod
-    def list_by_team(
-        self,
-        team: str | None,
-        *,
-        enterprise: str | None = None,
-        statuses: Sequence[Status] = INDEXED,
-        limit: int = 1000,
-    ) -> list[Conversation]:
-        """Conversations in one of `statuses` (never idle) whose key names `team` and
-        `enterprise` (None: a key without one); with `team` None, those of every team of
-        `enterprise`. Least recently active first. A rare operator query (a workspace that
-        uninstalled the app): it may read every conversation in those statuses."""
-
-    @abstractmethod
-    def list_paused_in(
-        self,
-        team: str,
-        channel: str,
-        *,
-        enterprise: str | None = None,
-        participant: str | None = None,
-        limit: int = 50,
-    ) -> list[Conversation]:
-        """Conversations awaiting approval or interrupted (`PAUSED_IN_CHANNEL`) in one
-        channel of one workspace (`team`, and `enterprise` as the key names it: None for a
-        key without one), most recently active first, at most `limit`; with `participant`,
-        only those that person wrote in. Expired conversations are never listed, nor
-        values that could not be parts of a key. Bounded cost whatever the store holds
-        elsewhere: it reads only that channel's paused threads, through an index of them,
-        and examines at most `limit * PAUSED_PAGES` of the most recently active (aws: at
-        most `PAUSED_PAGES` queries of `limit` index entries each). So with `participant`,
-        a thread of theirs behind that many newer paused threads of others in the channel
-        is not listed."""
-
-    @abstractmethod
-    def list_waiting_on(
-        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
-    ) -> list[Conversation]:
-        """Conversations of one workspace awaiting approval that wait on `user`: the write
-        that set the status named them as the run's starter (`Commit.run_by`; a write that
-        names nobody leaves the listing as it was, and any other status takes the
-        conversation out). The most recently waiting first, at most `limit`; never expired
-        ones, nor values that could not be parts of a key. Bounded cost: one query of that
-        person's entries in an index of waiting conversations, whatever the store holds."""
-
-    @abstractmethod
-    def list_waiting_in(
-        self, team: str, *, enterprise: str | None = None, limit: int = 50
-    ) -> list[Conversation]:
-        """Every conversation of one workspace awaiting approval and listed for someone
-        (see `list_waiting_on`): for those who may decide any of them. At most `limit`, the
-        most recently waiting first among those examined: at most `limit * WAITING_PAGES`
-        index entries of that workspace (aws: at most `WAITING_PAGES` queries), so in a
-        workspace with more waiting than that, some are not listed."""
-
-    # -- feedback on answers ------------------------------------------------------------
-
-    @abstractmethod
-    def record_feedback(
-        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
-    ) -> FeedbackTally | None:
-        """`user`'s verdict on the answer `answer` (its outbox id) of a conversation. One
-        verdict per person and answer: clicking again changes it, and the conversation's
-        tally (returned) and the overall one move with it. None when the conversation is
-        gone (expired or never existed): nothing is recorded."""
-
-    @abstractmethod
-    def count_feedback(self) -> FeedbackTally:
-        """Verdicts over all conversations, since the store was created."""
 
     # -- the atomic write every mutation goes through -----------------------------------
 

@@ -32,7 +32,9 @@ from storage.aws.layout import (
     record_from_item,
 )
 from storage.aws.tables import Tables
-from storage.base import (
+from storage.errors import CheckpointConflict, InboxChanged, LeaseLost, SessionConflict
+from storage.models import DeliveryMark, Status
+from storage.writes import (
     KEEP,
     TRANSACTION_ACTIONS_LIMIT,
     TRANSACTION_ITEM_LIMIT,
@@ -40,8 +42,6 @@ from storage.base import (
     Committed,
     _Keep,
 )
-from storage.errors import CheckpointConflict, InboxChanged, LeaseLost, SessionConflict
-from storage.models import DeliveryMark, Status
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -21,9 +21,9 @@ from storage.aws.layout import (
     seq_of,
 )
 from storage.aws.tables import Tables
-from storage.base import SessionPage
 from storage.errors import LeaseLost, SessionConflict
 from storage.models import ConversationKey, Lease
+from storage.writes import SessionPage
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef, TransactWriteItemTypeDef

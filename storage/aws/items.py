@@ -15,9 +15,9 @@ from datetime import datetime
 
 from storage.aws.expressions import Item, n, s
 from storage.aws.layout import item_sk, row
-from storage.base import INLINE_ITEM_LIMIT, TRANSACTION_BYTES_LIMIT
 from storage.errors import CheckpointMissing
 from storage.models import ConversationKey
+from storage.writes import INLINE_ITEM_LIMIT, TRANSACTION_BYTES_LIMIT
 
 log = logging.getLogger(__name__)
 PutBlob = Callable[[str, bytes], None]

@@ -75,7 +75,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from storage.aws.expressions import Item, Value, n, s
-from storage.base import PAUSED_IN_CHANNEL
+from storage.listings import PAUSED_IN_CHANNEL
 from storage.models import (
     CheckpointPointer,
     Conversation,

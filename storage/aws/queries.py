@@ -25,7 +25,7 @@ from storage.aws.layout import (
     team_prefix,
 )
 from storage.aws.tables import Tables
-from storage.base import PAUSED_PAGES, WAITING_PAGES
+from storage.listings import PAUSED_PAGES, WAITING_PAGES
 from storage.models import Conversation, Status, place_of, waitable, workspace_of
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from storage.aws.layout import (
 )
 from storage.aws.refusals import record_refusal
 from storage.aws.tables import Tables
-from storage.base import DROPPED_KEPT, Kept, revived
+from storage.base import revived
 from storage.errors import LeaseBusy, LeaseLost, NotFound, StorageError
 from storage.models import (
     REFUSAL_TEXT,
@@ -56,6 +56,7 @@ from storage.models import (
     inbox_stamp,
     stamp_ms,
 )
+from storage.writes import DROPPED_KEPT, Kept
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef, TransactWriteItemTypeDef

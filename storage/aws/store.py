@@ -30,7 +30,8 @@ from storage.aws.records import Records
 from storage.aws.refusals import refusals_told
 from storage.aws.replicas import Replicas
 from storage.aws.tables import Tables
-from storage.base import INDEXED, Commit, Committed, Kept, SessionPage, Store
+from storage.base import Store
+from storage.listings import INDEXED
 from storage.models import (
     Conversation,
     ConversationKey,
@@ -44,6 +45,7 @@ from storage.models import (
     Verdict,
 )
 from storage.people import Change, Person, PersonKey
+from storage.writes import Commit, Committed, Kept, SessionPage
 
 CLIENT_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5},

@@ -11,8 +11,8 @@ from datetime import datetime
 
 from storage.aws.expressions import Item, Update, n, s
 from storage.aws.layout import from_ms, ms, row, tool_sk
-from storage.base import INLINE_ITEM_LIMIT
 from storage.models import ConversationKey, ToolCallRecord, ToolCallStatus
+from storage.writes import INLINE_ITEM_LIMIT
 
 ARGUMENTS_INLINE_LIMIT = 100_000  # the row also holds the output; both stay under 400 KB
 

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from storage.base import DROPPED_KEPT, Store
+from storage.base import Store
 from storage.errors import (
     LeaseLost,
     StorageUnavailable,
@@ -33,6 +33,7 @@ from storage.models import (
     ToolCallRecord,
     waitable,
 )
+from storage.writes import DROPPED_KEPT
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from storage.base import INDEXED, PAUSED_IN_CHANNEL, PAUSED_PAGES, WAITING_PAGES
+from storage.listings import INDEXED, PAUSED_IN_CHANNEL, PAUSED_PAGES, WAITING_PAGES
 from storage.local.database import Database, translated
 from storage.models import (
     Conversation,

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from storage.base import KEEP, Commit, Committed, Kept, SessionPage
 from storage.content import CONTENT_PREFIX
 from storage.errors import (
     CheckpointConflict,
@@ -47,6 +46,7 @@ from storage.models import (
     with_refusal,
     with_refusals_told,
 )
+from storage.writes import KEEP, Commit, Committed, Kept, SessionPage
 
 CONTENT_GRACE = timedelta(days=1)  # content outlives the history rows that refer to it
 

@@ -19,7 +19,7 @@ from cfnlint.decode import cfn_yaml
 from storage import CheckpointMeta, ConversationKey, PersonKey, Status, Store, Verdict
 from storage.aws import AwsStore
 from storage.aws.provision import TABLE_DEFINITION, TTL_ATTRIBUTE, create_resources
-from storage.base import Commit
+from storage.writes import Commit
 from testkit.services import ROOT
 
 TEMPLATE_PATH = ROOT / "infra" / "template.yaml"

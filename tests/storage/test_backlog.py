@@ -17,8 +17,8 @@ import pytest
 from storage import CONSUME_LIMIT, Commit, Lease, Store
 from storage.aws import AwsStore
 from storage.aws.layout import meta_key
-from storage.base import DROPPED_KEPT
 from storage.models import REFUSAL_TEXT, REFUSALS_NAMED
+from storage.writes import DROPPED_KEPT
 from tests.conftest import Backend
 from tests.storage.conftest import KEY
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from storage import ConversationKey, Status, Store
 from storage.aws import AwsStore
 from storage.aws.layout import PLACE_INDEX
-from storage.base import PAUSED_PAGES
+from storage.listings import PAUSED_PAGES
 from storage.models import utcnow
 
 T1_C1 = dict(team="T1", channel="C1")

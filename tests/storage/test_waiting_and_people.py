@@ -16,7 +16,7 @@ from pathlib import Path
 from storage import ConversationKey, PersonKey, Status, Store
 from storage.aws import AwsStore
 from storage.aws.layout import WAITING_INDEX, person_key
-from storage.base import WAITING_PAGES
+from storage.listings import WAITING_PAGES
 from storage.local import LocalStore
 from storage.people import RECENT_LIMIT
 from tests.conftest import Backend

@@ -1,0 +1,59 @@
+"""The ledgers part of the storage contract: Slack event ids claimed once, and each tool
+call's `started` / `completed` record, fenced by the lease, that makes a completed side
+effect never run twice."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from storage.models import (
+    ConversationKey,
+    Lease,
+    ToolCallClaim,
+    ToolCallRecord,
+    ToolCallStatus,
+)
+
+
+class ToolLedger(ABC):
+    @abstractmethod
+    def claim_event(self, event_id: str) -> bool:
+        """True for the first claim of a Slack event id (until `event_ttl`), False after."""
+
+    @abstractmethod
+    def begin_tool_call(
+        self, lease: Lease, call_id: str, tool_name: str, arguments: str
+    ) -> ToolCallClaim:
+        """Record that a tool call starts, once per call id (fenced)."""
+
+    @abstractmethod
+    def complete_tool_call(
+        self,
+        lease: Lease,
+        call_id: str,
+        output: str,
+        *,
+        status: ToolCallStatus = ToolCallStatus.COMPLETED,
+    ) -> bool:
+        """Record a started call's result: one write, fenced by the lease (True), or, once
+        the lease was taken from the writer (a discard, a takeover), by the fence the call
+        was started under (False): only that writer ran it, so only it knows the result.
+        Raises `LeaseLost` when neither holds. With status `CANCELLED`: it was recorded as
+        started but never ran (a stop came first)."""
+
+    @abstractmethod
+    def retry_tool_call(
+        self, lease: Lease, call_id: str, *, max_attempts: int
+    ) -> ToolCallRecord | None:
+        """Start again a call whose outcome is unknown (a keyed tool: the service it calls
+        deduplicates by the call's key): fenced, and conditional on the call still being
+        `started` after fewer than `max_attempts` attempts; the call is then this lease's
+        (its fence) and its attempts grow by one. None when it is not `started` any more
+        or its attempts are spent: it is not run again."""
+
+    @abstractmethod
+    def get_tool_call(
+        self, key: ConversationKey, call_id: str, generation: int | None = None
+    ) -> ToolCallRecord | None:
+        """The ledger entry of `call_id` in the conversation's current generation (read from
+        the record unless given)."""

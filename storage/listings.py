@@ -1,0 +1,101 @@
+"""The operational queries of the storage contract: conversations listed and counted
+through indexes at bounded cost (by status, workspace, channel, who they wait on), and the
+verdicts people give answers."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import timedelta
+
+from storage.models import Conversation, ConversationKey, FeedbackTally, Status, Verdict
+
+# The statuses operational queries can find (idle conversations are not indexed).
+INDEXED = tuple(status for status in Status if status is not Status.IDLE)
+# The statuses `list_paused_in` finds: threads a person can resume.
+PAUSED_IN_CHANNEL = (Status.AWAITING_APPROVAL, Status.INTERRUPTED)
+PAUSED_PAGES = 4  # `list_paused_in` examines at most this many times its `limit`
+WAITING_PAGES = 4  # `list_waiting_in` examines at most this many times its `limit`
+
+
+class ConversationListings(ABC):
+    @abstractmethod
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        """Conversations in `status`, least recently active first, through an index.
+        Idle conversations are not indexed: listing them finds nothing."""
+
+    @abstractmethod
+    def count_by_status(self) -> dict[Status, int]: ...
+
+    @abstractmethod
+    def list_by_team(
+        self,
+        team: str | None,
+        *,
+        enterprise: str | None = None,
+        statuses: Sequence[Status] = INDEXED,
+        limit: int = 1000,
+    ) -> list[Conversation]:
+        """Conversations in one of `statuses` (never idle) whose key names `team` and
+        `enterprise` (None: a key without one); with `team` None, those of every team of
+        `enterprise`. Least recently active first. A rare operator query (a workspace that
+        uninstalled the app): it may read every conversation in those statuses."""
+
+    @abstractmethod
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        *,
+        enterprise: str | None = None,
+        participant: str | None = None,
+        limit: int = 50,
+    ) -> list[Conversation]:
+        """Conversations awaiting approval or interrupted (`PAUSED_IN_CHANNEL`) in one
+        channel of one workspace (`team`, and `enterprise` as the key names it: None for a
+        key without one), most recently active first, at most `limit`; with `participant`,
+        only those that person wrote in. Expired conversations are never listed, nor
+        values that could not be parts of a key. Bounded cost whatever the store holds
+        elsewhere: it reads only that channel's paused threads, through an index of them,
+        and examines at most `limit * PAUSED_PAGES` of the most recently active (aws: at
+        most `PAUSED_PAGES` queries of `limit` index entries each). So with `participant`,
+        a thread of theirs behind that many newer paused threads of others in the channel
+        is not listed."""
+
+    @abstractmethod
+    def list_waiting_on(
+        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
+    ) -> list[Conversation]:
+        """Conversations of one workspace awaiting approval that wait on `user`: the write
+        that set the status named them as the run's starter (`Commit.run_by`; a write that
+        names nobody leaves the listing as it was, and any other status takes the
+        conversation out). The most recently waiting first, at most `limit`; never expired
+        ones, nor values that could not be parts of a key. Bounded cost: one query of that
+        person's entries in an index of waiting conversations, whatever the store holds."""
+
+    @abstractmethod
+    def list_waiting_in(
+        self, team: str, *, enterprise: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """Every conversation of one workspace awaiting approval and listed for someone
+        (see `list_waiting_on`): for those who may decide any of them. At most `limit`, the
+        most recently waiting first among those examined: at most `limit * WAITING_PAGES`
+        index entries of that workspace (aws: at most `WAITING_PAGES` queries), so in a
+        workspace with more waiting than that, some are not listed."""
+
+    # -- feedback on answers ------------------------------------------------------------
+
+    @abstractmethod
+    def record_feedback(
+        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
+    ) -> FeedbackTally | None:
+        """`user`'s verdict on the answer `answer` (its outbox id) of a conversation. One
+        verdict per person and answer: clicking again changes it, and the conversation's
+        tally (returned) and the overall one move with it. None when the conversation is
+        gone (expired or never existed): nothing is recorded."""
+
+    @abstractmethod
+    def count_feedback(self) -> FeedbackTally:
+        """Verdicts over all conversations, since the store was created."""

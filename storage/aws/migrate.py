@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from storage.aws.errors import code
 from storage.aws.expressions import Item, Update, n, s
+from storage.aws.keeps import INLINE_ENTRY_LIMIT
 from storage.aws.layout import (
     INBOX_PREFIX,
     INDEXED,
@@ -33,7 +34,6 @@ from storage.aws.layout import (
     status_key,
     waiting_sk,
 )
-from storage.aws.records import INLINE_ENTRY_LIMIT
 from storage.aws.tables import Tables
 from storage.models import ConversationKey, Status, waitable
 

@@ -2,7 +2,8 @@
 region and endpoints (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, `AWS_ENDPOINT_URL_S3`).
 
 The store only wires its parts and translates errors (`errors.translated`): the record and
-its inbox (`records`), the atomic write (`commits`), session items (`history`), ledgers
+its lease (`records`), keeping messages (`keeps`), reading them (`inbox`), records whose
+state expired (`expired`), the atomic write (`commits`), session items (`history`), ledgers
 (`ledger`), operational queries (`queries`), verdicts on answers (`feedback`), installation
 documents and one-time states (`installations`), replicas' heartbeats (`replicas`), S3
 (`blobs`); request pieces are built in `expressions`, keys laid out in `layout`."""
@@ -19,9 +20,12 @@ from botocore.config import Config
 from storage.aws.blobs import Blobs
 from storage.aws.commits import Commits
 from storage.aws.errors import translated
+from storage.aws.expired import expired_record
 from storage.aws.feedback import Feedback
 from storage.aws.history import History
+from storage.aws.inbox import read_inbox
 from storage.aws.installations import Installations
+from storage.aws.keeps import Keeps
 from storage.aws.ledger import Ledger
 from storage.aws.migrate import Migrated, migrate
 from storage.aws.people import People
@@ -82,6 +86,7 @@ class AwsStore(Store):
         self.s3 = self.tables.s3
         self.blobs = Blobs(self.tables)
         self.records = Records(self.tables)
+        self.keeps = Keeps(self.tables, self.records)
         self.history = History(self.tables, self._get_blob)
         self.commits = Commits(self.tables, self.records.get, self._put_blob_once)
         self.ledger = Ledger(self.tables, self._generation, self._put_blob_once, self._get_blob)
@@ -113,7 +118,7 @@ class AwsStore(Store):
 
     @translated
     def expired_record(self, key: ConversationKey) -> Conversation | None:
-        return self.records.expired_record(key)
+        return expired_record(self.tables, key)
 
     @translated
     def acquire(
@@ -175,7 +180,7 @@ class AwsStore(Store):
         stop_by: str | None = None,
         refusal_text: str = "",
     ) -> Kept:
-        return self.records.keep(
+        return self.keeps.keep(
             key,
             event_id,
             payload,
@@ -191,7 +196,7 @@ class AwsStore(Store):
     def read_inbox(
         self, key: ConversationKey, generation: int | None = None, limit: int | None = None
     ) -> list[InboxEntry]:
-        return self.records.read_inbox(key, generation, limit)
+        return read_inbox(self.tables, key, generation, limit)
 
     @translated
     def refusals_told(

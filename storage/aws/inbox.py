@@ -1,0 +1,75 @@
+"""Reading a thread's queued messages on aws: those kept in the record and, for a busy
+thread, those in rows of their own; entries an earlier, expired generation left behind are
+not seen."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from storage.aws.expressions import Item, s
+from storage.aws.layout import (
+    INBOX_PREFIX,
+    conv_pk,
+    from_ms,
+    inline_entries,
+    meta_key,
+)
+from storage.aws.tables import Tables
+from storage.models import (
+    ConversationKey,
+    InboxEntry,
+    inbox_stamp,
+    stamp_ms,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
+
+
+def read_inbox(
+    t: Tables, key: ConversationKey, generation: int | None, limit: int | None
+) -> list[InboxEntry]:
+    found = t.dynamodb.get_item(TableName=t.table, Key=meta_key(key), ConsistentRead=True)
+    item: Item | None = found.get("Item")
+    if item is None:
+        return []
+    cutoff = generation_cutoff(t, generation)
+    entries, in_rows = inline_entries(item)
+    if in_rows:  # the oldest `limit` rows are all the merge below can need
+        entries = sorted(entries + row_entries(t, key, cutoff, limit), key=lambda e: e.entry_id)
+    if cutoff:
+        entries = [e for e in entries if stamp_ms(e.entry_id) >= cutoff]
+    return entries if limit is None else entries[:limit]
+
+
+def generation_cutoff(t: Tables, generation: int | None) -> int:
+    """Entries older than this (ms) were left behind by an earlier, expired record:
+    every message of that record arrived at least a TTL before it expired and this
+    generation began. (A message kept a moment before the record's creation by another
+    replica is this generation's.)"""
+    return generation - int(t.state_ttl.total_seconds() * 1000) // 2 if generation else 0
+
+
+def row_entries(
+    t: Tables, key: ConversationKey, cutoff_ms: int, limit: int | None
+) -> list[InboxEntry]:
+    start = INBOX_PREFIX + (inbox_stamp(from_ms(str(cutoff_ms))) if cutoff_ms else "")
+    query: QueryInputTypeDef = {
+        "TableName": t.table,
+        "KeyConditionExpression": "pk = :pk AND sk BETWEEN :start AND :end",
+        "ExpressionAttributeValues": {
+            ":pk": s(conv_pk(key)),
+            ":start": s(start),
+            ":end": s(INBOX_PREFIX + "~"),
+        },
+        "ConsistentRead": True,
+    }
+    if limit is not None:
+        query["Limit"] = max(limit, 1)
+    entries: list[InboxEntry] = []
+    paginator = t.dynamodb.get_paginator("query")
+    for page in paginator.paginate(**query):  # type: ignore[misc]
+        entries += [InboxEntry.model_validate_json(i["entry"]["S"]) for i in page["Items"]]
+        if limit is not None and len(entries) >= limit:
+            break
+    return entries

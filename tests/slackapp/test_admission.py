@@ -8,6 +8,7 @@ import asyncio
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,10 @@ async def test_a_third_thread_waits_queued_survives_a_kill_and_is_answered_once(
             ]
 
         [waiting] = await bot.api.wait_for(queued, within=20)
-        await asyncio.sleep(0.5)  # a third model request would have arrived by now
+        # The two admitted runs reach the model (slowly on a loaded machine), then a third
+        # request, were it sent, would have arrived by the end of the pause.
+        await asyncio.to_thread(lambda: wait_until(lambda: model.now == 2))
+        await asyncio.sleep(0.5)
         assert (model.now, model.most) == (2, 2)
         assert waiting in {q.ts for q in questions}
         assert len(model.server.requests) == 2
@@ -93,6 +97,12 @@ async def test_a_third_thread_waits_queued_survives_a_kill_and_is_answered_once(
             ]
             assert answers == [f"Answered: {question.text.split('> ', 1)[1]}"]
         assert model.most <= 2
+
+
+def wait_until(predicate: Callable[[], bool], within: float = 20) -> None:
+    deadline = time.monotonic() + within
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def wait_idle(model: SlowModel) -> None:

@@ -4,8 +4,9 @@ DynamoDB's TTL would do, late), and replaced by the record that brings the threa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -43,19 +44,7 @@ from storage.aws.inbox import generation_cutoff, row_entries
 def forget_expired(t: Tables, key: ConversationKey, old: Item) -> bool:
     """Delete a record past its TTL (what DynamoDB's TTL would do, late), so that it can be
     created again as a new generation. False if it changed meanwhile."""
-    try:
-        t.dynamodb.delete_item(
-            TableName=t.table,
-            Key=meta_key(key),
-            ConditionExpression="#expires_at = :old",
-            ExpressionAttributeNames={"#expires_at": "expires_at"},
-            ExpressionAttributeValues={":old": old["expires_at"]},
-        )
-    except ClientError as exc:
-        if code(exc) != "ConditionalCheckFailedException":
-            raise
-        return False
-    return True
+    return _if_unchanged(t.dynamodb.delete_item, old, TableName=t.table, Key=meta_key(key))
 
 
 def revive(t: Tables, key: ConversationKey, old: Item, now: datetime) -> bool:
@@ -95,19 +84,7 @@ def revive(t: Tables, key: ConversationKey, old: Item, now: datetime) -> bool:
     for name, value in old.items():
         if name in CLAIM_SETS or name.startswith(LEGACY_CLAIM) or name == "spill_until":
             item[name] = value
-    try:
-        t.dynamodb.put_item(
-            TableName=t.table,
-            Item=item,
-            ConditionExpression="#expires_at = :old",
-            ExpressionAttributeNames={"#expires_at": "expires_at"},
-            ExpressionAttributeValues={":old": old["expires_at"]},
-        )
-    except ClientError as exc:
-        if code(exc) != "ConditionalCheckFailedException":
-            raise
-        return False
-    return True
+    return _if_unchanged(t.dynamodb.put_item, old, TableName=t.table, Item=item)
 
 
 def expired_record(t: Tables, key: ConversationKey) -> Conversation | None:
@@ -117,3 +94,20 @@ def expired_record(t: Tables, key: ConversationKey) -> Conversation | None:
     if item is None or not expired(item, now) or gone(item, now):
         return None
     return record_from_item(item)
+
+
+def _if_unchanged(write: Callable[..., object], old: Item, **request: Any) -> bool:
+    """`write` the record only if it is still the one read (`old`, by its expiry); False
+    when it changed meanwhile."""
+    try:
+        write(
+            **request,
+            ConditionExpression="#expires_at = :old",
+            ExpressionAttributeNames={"#expires_at": "expires_at"},
+            ExpressionAttributeValues={":old": old["expires_at"]},
+        )
+    except ClientError as exc:
+        if code(exc) != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True

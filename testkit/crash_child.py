@@ -2,6 +2,11 @@
 
     python -m testkit.crash_child run BOUNDARY N EFFECTS OUT   handle "email Ana", die at N-th hit
     python -m testkit.crash_child recover - 0 EFFECTS OUT      recover, write outcomes to OUT
+    python -m testkit.crash_child run-guarded after_commit 1 EFFECTS OUT
+        a message the agent's input guardrail refuses, die right after the commit that ends
+        the turn (before its answer is delivered)
+    python -m testkit.crash_child stop-human after_commit 1 EFFECTS OUT
+        (after `run-human`) the starter says `stop`: die right after the stop's commit
 
 The model is deterministic in what it does (lookup, then send_email, then answer) but invents
 fresh call ids on every call, as a real model does; so only the runtime's pre-call
@@ -19,7 +24,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, function_tool
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    RunContextWrapper,
+    function_tool,
+    input_guardrail,
+)
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from bot.runtime import ConversationRuntime, retry_safe
@@ -79,6 +90,13 @@ class KillingModel(ScriptedModel):
         self.trigger.hit("after_model_response")
 
 
+@input_guardrail(name="no_secrets", run_in_parallel=False)
+def no_secrets(
+    ctx: RunContextWrapper[Any], agent: Agent[Any], text: Any
+) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered="password" in str(text))
+
+
 def build(trigger: Trigger, effects: SideEffects, *, human: bool = False) -> Agent[Any]:
     @function_tool
     def lookup(topic: str) -> str:
@@ -94,7 +112,10 @@ def build(trigger: Trigger, effects: SideEffects, *, human: bool = False) -> Age
         return f"sent to {to}"
 
     return Agent(
-        name="assistant", model=KillingModel(trigger), tools=[retry_safe(lookup), send_email]
+        name="assistant",
+        model=KillingModel(trigger),
+        tools=[retry_safe(lookup), send_email],
+        input_guardrails=[no_secrets],
     )
 
 
@@ -124,8 +145,13 @@ async def main(mode: str, boundary: str, nth: str, effects_path: str) -> list[An
     runtime = ConversationRuntime(
         store, build(trigger, SideEffects(Path(effects_path)), human=human), RuntimeSettings()
     )
-    if mode.startswith("run"):
+    if mode == "run-guarded":
+        text = "my password is plum"
+        outcomes = await runtime.handle_message(KEY, event_id="Ev1", user="U1", text=text)
+    elif mode.startswith("run"):
         outcomes = await runtime.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    elif mode == "stop-human":
+        outcomes = await runtime.handle_message(KEY, event_id="Ev2", user="U1", text="stop")
     elif mode.startswith("recover"):
         outcomes = await runtime.recover()
     else:  # approve-human: decide the pending call as the user who asked

@@ -328,7 +328,7 @@ async def guardrail_tripped(
         run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
     )
     await serving.commit(
-        finished, consume=consume, outcomes=[notice], items=closed.items, status=Status.IDLE
+        finished, consume=consume, outcomes=[notice], items=closed.items
     )
     serving.final_status = Status.IDLE
     serving.again = bool(held)

@@ -63,7 +63,6 @@ async def announce(serving: Serving, entries: Entries) -> None:
         Envelope(run_state={}, started_by="", finished=True),
         consume=consume,
         outcomes=[notice],
-        status=Status.IDLE,
         clear_expiry=True,
     )
     serving.final_status = Status.IDLE

@@ -89,7 +89,6 @@ async def stopped(
         consume=consume + waiting,
         outcomes=[notice],
         items=closed.items,
-        status=Status.IDLE,
         clear_stop=True,
     )
     if old is not None and old.inline is None:

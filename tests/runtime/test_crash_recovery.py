@@ -159,3 +159,41 @@ def test_killed_after_a_person_approved(
     assert recovered[-1]["text"] == ("Done: email unknown." if unknown else "Done: email sent.")
     assert len(effects.calls("send_email")) == 1
     assert record_of(store, KEY).status is Status.IDLE
+
+
+@pytest.mark.parametrize(
+    ("first", "mode"),
+    [(None, "run-guarded"), ("run-human", "stop-human")],
+    ids=["guardrail", "stop"],
+)
+def test_killed_after_the_commit_that_ends_a_turn_before_its_notice(
+    first: str | None,
+    mode: str,
+    store: Store,
+    child_env: Callable[..., dict[str, str]],
+    tmp_path: Path,
+    effects: SideEffects,
+) -> None:
+    """A turn ended by a guardrail or by `stop`: killed right after the commit that ends it,
+    before its notice is posted. The thread stays listed as running until the release
+    (chaos 150012: it was written idle while still held, recovery never saw it, and the
+    notice and any message kept meanwhile waited for the next message)."""
+    env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0")
+    out = tmp_path / "out.jsonl"
+    if first is not None:
+        assert _child(env, first, "none", "0", str(effects.path), str(out)) == 0
+    assert _child(env, mode, "after_commit", "1", str(effects.path), str(out)) == -9
+    assert record_of(store, KEY).status is Status.RUNNING
+    time.sleep(1.2)
+    assert _child(env, "recover", "-", "0", str(effects.path), str(out)) == 0
+    recovered = [json.loads(line) for line in out.read_text().splitlines()]
+    kind = "guardrail" if mode == "run-guarded" else "stopped"
+    # Its notice is owed: posted after the restart notice, as any other owed outcome.
+    assert [o["kind"] for o in recovered if o["type"] == "Notice"] == [
+        "resumed_after_restart",
+        kind,
+    ]
+    assert effects.calls() == []
+    record = record_of(store, KEY)
+    assert (record.status, record.lease_owner) == (Status.IDLE, None)
+    assert store.read_inbox(KEY) == []

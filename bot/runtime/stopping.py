@@ -16,13 +16,22 @@ from bot.runtime.closing import STOPPED_BEFORE_IT_RAN
 from bot.runtime.envelope import (
     DecisionMade,
     Envelope,
+    InboxPayload,
     StopRequest,
     UserMessage,
     parse_payload,
 )
 from bot.runtime.outcomes import Notice, NoticeKind, Refused
 from bot.runtime.text import quote
-from storage import CONSUME_LIMIT, KEEP, CheckpointError, Commit, Status, ToolCallStatus
+from storage import (
+    CONSUME_LIMIT,
+    KEEP,
+    CheckpointError,
+    Commit,
+    InboxEntry,
+    Status,
+    ToolCallStatus,
+)
 
 if TYPE_CHECKING:
     from bot.runtime.serving import Entries, Serving
@@ -30,17 +39,12 @@ if TYPE_CHECKING:
 QUOTED = 10  # messages dropped by a stop that the notice names
 
 
-async def stopped(
-    serving: Serving,
-    consume: list[str],
-    *,
-    by: str | None = None,
-    dropped: list[str] | None = None,
-) -> None:
+async def stopped(serving: Serving, consume: list[str], *, by: str | None = None) -> None:
     """Someone asked the run to stop: it ends here. Its open calls are closed as the ledger
     says (a call that ran is said to have run; one armed but never started was stopped before
     it ran), the checkpoint is replaced by a finished one with the notice, messages that came
-    for this run are dropped and named, stop requests waiting in the inbox are consumed with
+    for this run (held by its checkpoint, or in `consume`: given to it, not yet committed)
+    are dropped and named, stop requests waiting in the inbox are consumed with
     it, and the next message starts a fresh run. Nothing of the run is posted after the
     notice."""
     record = serving.record
@@ -54,8 +58,11 @@ async def stopped(
             envelope = None
     await _cancel_armed(serving)
     closed = await trust.close_calls(serving.io, serving.store, serving.key, record.generation)
+    inbox = await serving.io(
+        serving.store.read_inbox, serving.key, record.generation, CONSUME_LIMIT
+    )
     quotes = [quote(held.text) for held in envelope.held] if envelope else []
-    quotes += dropped or []
+    quotes += [quote(message.text) for message in _messages(inbox, consume)]
     lost = f" {closed.describe()}" if closed.all else ""
     unanswered = (
         f" {len(quotes)} message{'s' if len(quotes) != 1 else ''} sent for this run "
@@ -83,7 +90,7 @@ async def stopped(
         finished=True,
         decided=decided,
     )
-    waiting = await _waiting_stops(serving, consume)
+    waiting = _waiting_stops(inbox, consume)
     await serving.commit(
         tombstone,
         consume=consume + waiting,
@@ -114,14 +121,11 @@ async def stop_requests(serving: Serving, entries: Entries, runnable: Envelope |
             if arrived <= first_arrived
         ]
         who = entries.stops[0].user
-        dropped = []
         for _, item in before:
-            if isinstance(item, UserMessage):
-                dropped.append(quote(item.text))
-            else:  # a click: moot now
+            if not isinstance(item, UserMessage):  # a click: moot now (a message is named)
                 await serving.refuse(item, f"That call was stopped by <@{who}> before it ran.")
         consume = entries.stop_ids + [entry_id for entry_id, _ in before]
-        await stopped(serving, consume, by=who, dropped=dropped)
+        await stopped(serving, consume, by=who)
         serving.again = True  # what came after the stop is served next
         return True
     for stop in entries.stops:
@@ -185,18 +189,28 @@ def _nothing_to_stop(serving: Serving) -> str:
     return "It had already finished before your stop arrived; nothing was stopped."
 
 
-async def _waiting_stops(serving: Serving, consume: list[str]) -> list[str]:
+def _waiting_stops(inbox: list[InboxEntry], consume: list[str]) -> list[str]:
     """Stop requests in the inbox (they asked for this very stop)."""
-    inbox = await serving.io(
-        serving.store.read_inbox, serving.key, serving.record.generation, CONSUME_LIMIT
-    )
-    found = []
-    for entry in inbox:
-        if entry.entry_id in consume:
-            continue
-        try:
-            if isinstance(parse_payload(entry.payload), StopRequest):
-                found.append(entry.entry_id)
-        except ValueError:
-            continue
+    found = [
+        entry.entry_id
+        for entry in inbox
+        if entry.entry_id not in consume and isinstance(_payload(entry), StopRequest)
+    ]
     return found[: CONSUME_LIMIT - len(consume)]
+
+
+def _messages(inbox: list[InboxEntry], consume: list[str]) -> list[UserMessage]:
+    """The messages among the entries this stop consumes: dropped with the run."""
+    taken = set(consume)
+    return [
+        payload
+        for entry in inbox
+        if entry.entry_id in taken and isinstance(payload := _payload(entry), UserMessage)
+    ]
+
+
+def _payload(entry: InboxEntry) -> InboxPayload | None:
+    try:
+        return parse_payload(entry.payload)
+    except ValueError:
+        return None

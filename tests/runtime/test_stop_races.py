@@ -136,6 +136,40 @@ async def test_a_stop_that_arrives_as_the_run_finishes_is_told_so(
     assert record is not None and record.stop_by is None and backend.open().read_inbox(KEY) == []
 
 
+async def test_messages_a_stopped_run_was_given_are_named_by_its_notice(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """Two messages kept while the first run went on are the next run's input; a stop from
+    the other replica ends that run before it answers them. The notice names both (chaos
+    150123: they were consumed by the stop and named nowhere)."""
+    asked = asyncio.Event()
+
+    async def answer_while_two_more_come(call: Any) -> Any:
+        for n, text in enumerate(("note pear", "note lime")):
+            kept = await b.keep_message(KEY, event_id=f"E{n + 2}", user="U1", text=text)
+            assert kept is Kept.KEPT  # A holds the thread: kept for after this run
+        return [assistant_message("noted apple")]
+
+    async def slow(call: Any) -> Any:
+        asked.set()
+        await asyncio.sleep(5)
+        return [assistant_message("(never: stopped first)")]
+
+    model = ScriptedModel([ModelStep.respond(answer_while_two_more_come), ModelStep.respond(slow)])
+    a, b, sink = replicas(backend, build_agent(model, effects))
+    running = asyncio.create_task(
+        a.handle_message(KEY, event_id="E1", user="U1", text="note apple")
+    )
+    await asyncio.wait_for(asked.wait(), 10)
+    assert (await b.request_stop(KEY, "U1")).accepted
+    outcomes = await asyncio.wait_for(running, 10)
+    assert [o.text for o in outcomes if isinstance(o, Answer)] == ["noted apple"]
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "2 messages sent for this run were not answered" in notice.text
+    assert notice.details == ["“note pear”", "“note lime”"]
+    assert backend.open().read_inbox(KEY) == []
+
+
 async def test_a_message_after_a_stop_starts_a_fresh_run_in_the_same_serve(
     backend: Backend, effects: SideEffects
 ) -> None:

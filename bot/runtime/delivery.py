@@ -48,9 +48,17 @@ class Owed:
 class Outbox:
     """What one serving session owes its thread, and the cursor to record on release."""
 
-    def __init__(self, sink: OutcomeSink | None, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        sink: OutcomeSink | None,
+        clock: Callable[[], datetime],
+        horizon: timedelta | None = None,
+    ) -> None:
+        """`horizon`: how long the thread's state lives without activity; a retry is due well
+        within it (a retry due after the state expired would never come)."""
         self.sink = sink
         self.clock = clock
+        self.horizon = horizon
         self.version = -1  # the checkpoint whose outbox `owed` is the unsent tail of
         self.count = 0  # entries of that outbox already delivered (or given up on)
         self.owed: list[Owed] = []
@@ -165,7 +173,10 @@ class Outbox:
             self.owed = []
             self.attempts, self.retry_at = 0, None
             return True
-        self.retry_at = self.clock() + backoff(self.attempts)
+        delay = backoff(self.attempts)
+        if self.horizon is not None:
+            delay = min(delay, self.horizon / 3)
+        self.retry_at = self.clock() + delay
         return False
 
     async def emit_now(self, outcome: Outcome) -> None:

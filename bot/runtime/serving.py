@@ -131,7 +131,7 @@ class Serving:
         self.unheld = unheld
         self.yielded = False  # gave its slot to threads waiting (more arrived meanwhile)
         self.remind = remind
-        self.outbox = Outbox(runtime.sink, self.store.clock)
+        self.outbox = Outbox(runtime.sink, self.store.clock, self.store.state_ttl)
         self.active = False  # something was committed: the release counts as activity
         self.more = False  # the inbox holds more than one commit may consume
         self.again = False  # this pass set the state aside: look at the inbox once more
@@ -223,7 +223,8 @@ class Serving:
                     status=status,
                     inbox_seen=None if self.stopped else self.record.inbox_seq,
                     delivery=self.outbox.mark(),
-                    touch=self.active,
+                    # A delivery still owed keeps the state alive for its retry.
+                    touch=self.active or self.outbox.pending,
                     run_by=self.waiting_on if waiting else None,
                 )
                 return

@@ -216,3 +216,15 @@ async def test_without_a_sink_everything_counts_as_delivered() -> None:
     outbox.committed()
     assert await outbox.deliver() is True
     assert outbox.mark() == DeliveryMark(version=2, count=None)
+
+
+async def test_a_retry_is_due_well_within_the_states_lifetime() -> None:
+    """With a short TTL the backoff is cut to a third of it: a retry due after the state
+    expired would never come (chaos 150047, TTL 5 s: the first retry was due at the very
+    moment the state expired)."""
+    clock = Clock()
+    outbox = Outbox(Sink(DeliveryFailed("http_503", permanent=False)), clock, timedelta(seconds=6))
+    outbox.for_commit(1, [answer("a")])
+    outbox.committed()
+    assert await outbox.deliver() is False
+    assert outbox.retry_at == START + timedelta(seconds=2)

@@ -17,6 +17,7 @@ from bot.runtime import (
     Refused,
     StatusReply,
 )
+from bot.runtime.delivery import DeliveryFailed
 from bot.runtime.expiry import EXPIRED
 from storage import Status, Store
 from storage.models import utcnow
@@ -176,3 +177,42 @@ async def test_past_the_tombstone_the_thread_is_unknown(
     answer = await rt.handle_message(KEY, event_id="Ev-new", user="U5", text="hello")
     assert answer == [Answer(key=KEY, text="echo: hello")]
     assert record_of(store).participants == {"U5"}
+
+
+class FailsOnce(Delivered):
+    """A sink whose first post fails as Slack's 503 does, then delivers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    async def __call__(self, outcome: Any, *args: Any) -> None:
+        if not self.failed:
+            self.failed = True
+            raise DeliveryFailed("http_503", permanent=False)
+        await super().__call__(outcome, *args)
+
+
+async def test_a_failed_post_is_retried_before_a_short_lived_state_expires(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """TTL 6 s: the approval card's post fails once; its retry is due well within the TTL,
+    and a recovery sweep then delivers it (chaos 150047: the retry was due as the state
+    expired, expired records are not listed, and the card and the messages kept for the run
+    were never posted)."""
+    store = backend.open(state_ttl="6s")
+    now = [utcnow()]
+    store.clock = lambda: now[0]
+    sink = FailsOnce()
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects), on_outcome=sink)
+    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest) and sink.failed and sink.outcomes == []
+    record = record_of(store)
+    assert record.status is Status.RUNNING and record.delivery_retry_at is not None
+    assert record.delivery_retry_at <= record.expires_at - timedelta(seconds=3)
+    now[0] = record.delivery_retry_at + timedelta(seconds=0.7)  # the next sweep after it
+    await ConversationRuntime(
+        store, build_agent(email_then_answer(), effects), on_outcome=sink
+    ).recover()
+    assert [type(o) for o in sink.outcomes] == [ApprovalRequest]
+    assert record_of(store).status is Status.AWAITING_APPROVAL

@@ -72,6 +72,19 @@ class ClosedCalls:
             )
         )
 
+    def add_nested(self, call: PendingCall, record: ToolCallRecord | None) -> None:
+        """A call inside a nested run (an agent used as a tool): told as the ledger says,
+        with no output of its own in the history (the call that ran the nested agent gets
+        one)."""
+        if record is not None and record.status is ToolCallStatus.COMPLETED:
+            self.ran.append(call)
+        elif record is not None and record.status is ToolCallStatus.CANCELLED:
+            self.stopped.append(call)
+        elif record is not None:
+            self.unknown.append(call)
+        else:
+            self.not_run.append(call)
+
     @property
     def all(self) -> list[PendingCall]:
         return self.ran + self.unknown + self.not_run + self.stopped

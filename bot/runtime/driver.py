@@ -327,9 +327,7 @@ async def guardrail_tripped(
     finished = Envelope(
         run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
     )
-    await serving.commit(
-        finished, consume=consume, outcomes=[notice], items=closed.items
-    )
+    await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
     serving.final_status = Status.IDLE
     serving.again = bool(held)
 

@@ -20,10 +20,10 @@ from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 from bot.runtime.closing import ClosedCalls, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
 from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
-from bot.runtime.outcomes import Notice, NoticeKind
+from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import for_restore, request_context
-from storage import CheckpointError, Conversation, ConversationKey, Status
+from storage import CheckpointError, Conversation, ConversationKey, Status, ToolCallStatus
 
 if TYPE_CHECKING:
     from bot.runtime.serving import Serving
@@ -178,7 +178,13 @@ async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope 
     next run); say what was lost and why. Returns that finished envelope."""
     reference = new_reference()
     log.warning("%s [%s]: failing closed: %s", serving.key, reference, failure.why)
-    closed = await close_calls(serving.io, serving.store, serving.key, serving.record.generation)
+    closed = await close_calls(
+        serving.io,
+        serving.store,
+        serving.key,
+        serving.record.generation,
+        run=envelope,
+    )
     lost = closed.describe() or "The run in progress was stopped."
     notice = Notice(
         key=serving.key,
@@ -216,14 +222,42 @@ async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope 
 
 
 async def close_calls(
-    io: StorageCalls, store: Store, key: ConversationKey, generation: int, window: int = 200
+    io: StorageCalls,
+    store: Store,
+    key: ConversationKey,
+    generation: int,
+    window: int = 200,
+    *,
+    run: Envelope | None = None,
 ) -> ClosedCalls:
-    """The outputs that close every open call in the recent history, from the ledger."""
+    """The outputs that close every open call in the recent history, from the ledger. Calls
+    of `run` (the checkpoint's) that the history does not hold, those inside an agent used
+    as a tool, are told as the ledger says too: one still waiting for a person was not run,
+    one approved and started but never completed is "outcome unknown" (it was left started,
+    and nobody told, when the run stopped before it finished)."""
     page = await io(store.read_items, key, window)
     closed = ClosedCalls()
-    for call in unanswered_calls(page.items):
+    calls = unanswered_calls(page.items)
+    for call in calls:
         record = await io(store.get_tool_call, key, call["call_id"], generation)
         closed.add(call, record)
+    seen = {call["call_id"] for call in calls}
+    for pending in run.awaiting if run else []:
+        if pending.call_id not in seen:
+            seen.add(pending.call_id)
+            record = await io(store.get_tool_call, key, pending.call_id, generation)
+            closed.add_nested(pending, record)
+    approved = [c for c, made in (run.decided if run else {}).items() if made.approved]
+    for call_id in approved:
+        if call_id not in seen:
+            record = await io(store.get_tool_call, key, call_id, generation)
+            if record is not None and record.status is ToolCallStatus.STARTED:
+                closed.add_nested(
+                    PendingCall(
+                        call_id=call_id, tool_name=record.tool_name, arguments=record.arguments
+                    ),
+                    record,
+                )
     return closed
 
 

@@ -170,6 +170,55 @@ async def test_messages_a_stopped_run_was_given_are_named_by_its_notice(
     assert backend.open().read_inbox(KEY) == []
 
 
+async def test_a_stop_after_a_restart_names_a_started_call_inside_an_agent_tool(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """A call inside an agent used as a tool is approved (the decision's commit records it
+    started), the replica drains before it runs, and a stop is served by the other one. The
+    history does not hold the nested call: the notice used to name only the outer one ("Not
+    run: `pay`") and left the nested call started in the ledger, with nobody told (chaos
+    150104)."""
+
+    @function_tool(needs_approval=True)
+    def transfer(amount: int) -> str:
+        """Move money (a side effect)."""
+        effects.record("transfer", {"amount": amount})
+        return f"moved {amount}"
+
+    mailer = Agent(
+        name="mailer",
+        model=ScriptedModel([[function_call("transfer", {"amount": 7}, call_id="c-in")]]),
+        tools=[transfer],
+    )
+    boss = Agent(
+        name="boss",
+        model=ScriptedModel([[function_call("pay", {"input": "pay 7"}, call_id="c-out")]]),
+        tools=[mailer.as_tool("pay", "pays")],
+    )
+    a, b, sink = replicas(backend, boss)
+    [request] = [o for o in await a.handle_message(KEY, event_id="E1", user="U1", text="pay 7")]
+    assert isinstance(request, ApprovalRequest) and request.calls[0].call_id == "c-in"
+
+    async def stop_then_drain() -> None:
+        assert (await b.request_stop(KEY, "U1")).accepted
+        a.draining = True  # A shuts down before the approved call starts
+
+    sink.when(Decided, stop_then_drain)
+    await a.decide(
+        KEY, call_id="c-in", approve=True, user="U1", checkpoint_version=request.checkpoint_version
+    )
+    store = backend.open()
+    started = store.get_tool_call(KEY, "c-in")
+    assert started is not None and started.status is ToolCallStatus.STARTED
+    await b.recover()
+    [notice] = sink.notices(NoticeKind.STOPPED)
+    assert "Started, outcome unknown (not run again; check it): `transfer` (call c-in)" in (
+        notice.text
+    )
+    assert "c-in" in [call.call_id for call in notice.settles]
+    assert effects.calls() == []
+
+
 async def test_a_message_after_a_stop_starts_a_fresh_run_in_the_same_serve(
     backend: Backend, effects: SideEffects
 ) -> None:

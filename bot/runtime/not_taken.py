@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -114,7 +115,8 @@ async def tell(
     told = notice(key, refusals, more)
     try:
         if sink is not None:
-            await sink(told, DeliveryRef(delivery_id(named, counted), maybe_posted))
+            whose = [r.event_id for r in refusals if r.event_id not in named]
+            await sink(told, DeliveryRef(delivery_id(named, counted, whose), maybe_posted))
     except DeliveryFailed as failure:
         if not failure.permanent:
             log.warning("%s: telling %d refusals failed: %s", key, len(refusals), failure.reason)
@@ -186,10 +188,16 @@ async def tell_untold(
     return with_refusals_told(record, [r.event_id for r in due], more)
 
 
-def delivery_id(named: Collection[str], counted: int) -> str:
+def delivery_id(named: Collection[str], counted: int, whose: Collection[str] = ()) -> str:
     """The outbox id of the notice telling these refusals (the named ones' event ids, and
-    how many more it counts): the same for the same refusals, whoever tells them."""
+    how many more it counts): the same for the same refusals, whoever tells them. A notice
+    that names none (each refusal only counted, the record's list being full) would share
+    its id with any other such notice, and a later one be deleted as its copy (chaos
+    150262): it takes the event ids of those it counts (`whose`, known to the process that
+    refused them), or, told by a serve that knows only their number, an id of its own."""
     told = "\n".join(sorted(named)) + f"\n{counted}"
+    if not named:
+        told += "".join(f"\n~{event_id}" for event_id in sorted(whose)) or f"\n~{uuid.uuid4()}"
     return f"not_taken.{hashlib.sha256(told.encode()).hexdigest()[:16]}"
 
 

@@ -128,3 +128,14 @@ async def test_the_refusing_process_tells_once_and_marks_them_told(
     gate.set()
     await asyncio.wait_for(running, 20)
     assert len([o for o, _ in told if isinstance(o, Notice)]) == 1
+
+
+def test_notices_that_name_no_refusal_have_ids_of_their_own() -> None:
+    """A notice naming none of its refusals (the record's list full, each only counted) used
+    to be `not_taken.<hash of "1">` in every burst: a second burst's notice was the first's
+    "copy", which the Slack layer deletes (chaos 150262)."""
+    assert not_taken.delivery_id([], 1, ["E7"]) == not_taken.delivery_id([], 1, ["E7"])
+    assert not_taken.delivery_id([], 1, ["E7"]) != not_taken.delivery_id([], 1, ["E9"])
+    assert not_taken.delivery_id([], 1) != not_taken.delivery_id([], 1)  # whose, unknown
+    # Named refusals still give the id any teller of them finds.
+    assert not_taken.delivery_id(["E4"], 1, ["E5"]) == not_taken.delivery_id(["E4"], 1)

@@ -21,6 +21,7 @@ from bot.standin.slack_api import Message, SlackWebApi
 from storage import Conversation, Status, Store
 from testkit.child_env import child_bot_env
 from testkit.health import stop_children, wait_healthy
+from testkit.prefork import popen
 from testkit.responses import ScriptedResponses, responses_server
 from testkit.runtime import record_of
 from testkit.services import free_port, wait_until
@@ -159,9 +160,7 @@ async def mention_at(url: str, api: SlackWebApi, user: str, text: str, channel: 
 
 def _start(env: dict[str, str], log: Path, module: str = "bot") -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", module, "serve"], env=env, stdout=out, stderr=out
-        )
+        return popen([sys.executable, "-m", module, "serve"], env=env, stdout=out, stderr=out)
 
 
 @asynccontextmanager

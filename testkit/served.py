@@ -21,6 +21,7 @@ from bot.standin.slack_api import SlackWebApi
 from storage import Status, Store
 from testkit.child_env import child_bot_env
 from testkit.health import stop_children, wait_healthy
+from testkit.prefork import popen
 from testkit.responses import ScriptedResponses, responses_server
 from testkit.slack import CHANNEL, CLIENT_ID, CLIENT_SECRET, TEAM, Harness, running_api
 
@@ -104,9 +105,7 @@ class ServedBot:
 
 
 def _serve(env: dict[str, str], stdout: Any, stderr: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bot", "serve"], env=env, stdout=stdout, stderr=stderr
-    )
+    return popen([sys.executable, "-m", "bot", "serve"], env=env, stdout=stdout, stderr=stderr)
 
 
 @asynccontextmanager

@@ -18,6 +18,7 @@ import aiohttp
 
 from bench.chaos.invariants import KEYED_ATTEMPTS
 from bench.chaos.plan import BACKLOG_LIMIT
+from testkit.prefork import popen
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,7 @@ class Replica:
             self._log = self.log_path.open("ab")
         self._log.write(f"--- start {time.strftime('%H:%M:%S')} ---\n".encode())
         self._log.flush()
-        self.process = subprocess.Popen(
+        self.process = popen(
             list(self.command),
             cwd=ROOT,
             env=self.env,

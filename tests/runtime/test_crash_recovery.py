@@ -5,7 +5,6 @@ once, the thread finishes or gets a notice, and the user's message is never lost
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from storage import Status, Store
+from testkit import prefork
 from testkit.runtime import KEY, SideEffects, history, record_of
 
 pytestmark = pytest.mark.slow
@@ -35,9 +35,7 @@ SCENARIOS = [
 
 
 def _child(env: dict[str, str], *args: str) -> int:
-    return subprocess.run(
-        [sys.executable, "-m", "testkit.crash_child", *args], env=env, timeout=120
-    ).returncode
+    return prefork.run([sys.executable, "-m", "testkit.crash_child", *args], env=env, timeout=120)
 
 
 @pytest.mark.parametrize(("boundary", "nth"), SCENARIOS, ids=[f"{b}-{n}" for b, n in SCENARIOS])

@@ -4,7 +4,6 @@ handled once, no message lost."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import ConversationKey, Status, Store
+from testkit.prefork import popen
 from testkit.runtime import history
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def test_two_replicas_same_events(
     log = tmp_path / "model.log"
     outs = [tmp_path / f"out{i}.jsonl" for i in range(2)]
     procs = [
-        subprocess.Popen(
+        popen(
             [
                 sys.executable,
                 "-m",

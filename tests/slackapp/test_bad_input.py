@@ -30,6 +30,7 @@ from bot.standin.slack_api import SlackWebApi
 from storage.local import LocalStore
 from testkit.child_env import child_bot_env
 from testkit.health import wait_healthy
+from testkit.prefork import popen
 from testkit.runtime import KEY, SideEffects, build_agent, echo_model, history
 from testkit.services import free_port
 from testkit.slack import (
@@ -370,9 +371,7 @@ async def test_fuzzed_requests_leave_the_bot_up_and_storage_empty(tmp_path: Path
 
 def _start_bot(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out
-        )
+        return popen([sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out)
 
 
 def _signed(raw: bytes, secret: str) -> dict[str, str]:

@@ -30,6 +30,7 @@ from bot.slackapp.gate import BODY_LIMIT
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from testkit.health import wait_healthy
+from testkit.prefork import popen
 from testkit.services import free_port
 from testkit.slack import CLIENT_ID, CLIENT_SECRET, SECRET, TEAM, running_api
 from tests.conftest import Backend
@@ -54,9 +55,7 @@ async def serving(env: dict[str, str], log: Path) -> AsyncIterator[str]:
 
 def start_bot(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out
-        )
+        return popen([sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out)
 
 
 def bot_env(base: dict[str, str], api_url: str, **extra: str) -> dict[str, str]:

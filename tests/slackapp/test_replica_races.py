@@ -35,6 +35,7 @@ from bot.standin.slack_api import Message, SlackWebApi
 from storage import Conversation, Status, Store, ToolCallRecord, ToolCallStatus
 from storage.aws import create_resources
 from testkit.health import wait_healthy
+from testkit.prefork import popen
 from testkit.responses import RespondingResponses, message, responses_server, tool_call
 from testkit.services import free_port
 from testkit.slack import CHANNEL, SECRET, TEAM, Harness, running_api, thread_key
@@ -218,9 +219,7 @@ async def pair(
 
 def start_replica(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out
-        )
+        return popen([sys.executable, "-m", "bot", "serve"], env=env, stdout=out, stderr=out)
 
 
 def tail(log: Path, characters: int | None = 5000) -> str:

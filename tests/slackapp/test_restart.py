@@ -19,6 +19,7 @@ from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from testkit.child_env import child_bot_env
 from testkit.health import wait_healthy
+from testkit.prefork import popen
 from testkit.responses import ScriptedResponses, message, responses_server, tool_call
 from testkit.services import free_port, wait_until
 from testkit.slack import CHANNEL, TEAM, running_api, signed_headers
@@ -97,4 +98,4 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
 
 
 def _start(command: list[str], env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(command, env=env, stdout=log, stderr=log)
+    return popen(command, env=env, stdout=log, stderr=log)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, cast
@@ -15,6 +14,7 @@ from agents.memory import Session
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from storage import ConversationSession, Store
+from testkit.prefork import popen
 from tests.storage.conftest import KEY
 
 
@@ -135,7 +135,7 @@ def test_concurrent_appends_from_processes_are_atomic(
 ) -> None:
     workers, batches = 4, 15
     procs = [
-        subprocess.Popen(
+        popen(
             [
                 sys.executable,
                 "-m",

@@ -314,9 +314,7 @@ async def guardrail_tripped(
     continue). The turn's items are not kept; calls left open are closed as the ledger
     says, so that the history stays valid; messages held for the run are answered next."""
     log.info("%s: guardrail %r stopped the request", serving.key, name)
-    closed = await trust.close_calls(
-        serving.io, serving.store, serving.key, serving.record.generation
-    )
+    closed = await trust.close_calls(serving)
     notice = Notice(
         key=serving.key,
         kind=NoticeKind.GUARDRAIL,

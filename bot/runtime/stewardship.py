@@ -113,13 +113,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
             envelope = None  # damaged: there is nothing in it to count
     quotes = [quote(held.text) for held in envelope.held] if envelope else []
     quotes += [quote(text) for text in _message_texts(inbox)]
-    closed = await trust.close_calls(
-        serving.io,
-        serving.store,
-        serving.key,
-        record.generation,
-        run=envelope,
-    )
+    closed = await trust.close_calls(serving, run=envelope)
     dropped = len(quotes)
     who = f"An admin (<@{by}>)" if by else "An operator"
     lost = closed.describe() or "No tool call was pending."

@@ -57,13 +57,7 @@ async def stopped(serving: Serving, consume: list[str], *, by: str | None = None
         except (CheckpointError, ValueError):
             envelope = None
     await _cancel_armed(serving)
-    closed = await trust.close_calls(
-        serving.io,
-        serving.store,
-        serving.key,
-        record.generation,
-        run=envelope,
-    )
+    closed = await trust.close_calls(serving, run=envelope)
     inbox = await serving.io(
         serving.store.read_inbox, serving.key, record.generation, CONSUME_LIMIT
     )

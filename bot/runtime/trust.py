@@ -23,12 +23,10 @@ from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import for_restore, request_context
-from storage import CheckpointError, Conversation, ConversationKey, Status, ToolCallStatus
+from storage import CheckpointError, Conversation, Status, ToolCallStatus
 
 if TYPE_CHECKING:
     from bot.runtime.serving import Serving
-    from storage import Store
-    from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 
@@ -178,13 +176,7 @@ async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope 
     next run); say what was lost and why. Returns that finished envelope."""
     reference = new_reference()
     log.warning("%s [%s]: failing closed: %s", serving.key, reference, failure.why)
-    closed = await close_calls(
-        serving.io,
-        serving.store,
-        serving.key,
-        serving.record.generation,
-        run=envelope,
-    )
+    closed = await close_calls(serving, run=envelope)
     lost = closed.describe() or "The run in progress was stopped."
     notice = Notice(
         key=serving.key,
@@ -222,19 +214,15 @@ async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope 
 
 
 async def close_calls(
-    io: StorageCalls,
-    store: Store,
-    key: ConversationKey,
-    generation: int,
-    window: int = 200,
-    *,
-    run: Envelope | None = None,
+    serving: Serving, *, run: Envelope | None = None, window: int = 200
 ) -> ClosedCalls:
     """The outputs that close every open call in the recent history, from the ledger. Calls
     of `run` (the checkpoint's) that the history does not hold, those inside an agent used
     as a tool, are told as the ledger says too: one still waiting for a person was not run,
     one approved and started but never completed is "outcome unknown" (it was left started,
     and nobody told, when the run stopped before it finished)."""
+    io, store, key = serving.io, serving.store, serving.key
+    generation = serving.record.generation
     page = await io(store.read_items, key, window)
     closed = ClosedCalls()
     calls = unanswered_calls(page.items)

@@ -399,9 +399,9 @@ class Store(
         return record.expires_at + self.tombstone_ttl
 
     def revived(
-        self, old: Conversation, now: datetime, dropped: Sequence[str] = ()
+        self, old: Conversation, now: datetime, dropped: Sequence[str] = (), queued: int = 0
     ) -> Conversation:
-        return revived(old, now, state_ttl=self.state_ttl, dropped=dropped)
+        return revived(old, now, state_ttl=self.state_ttl, dropped=dropped, queued=queued)
 
     def new_record(self, key: ConversationKey, now: datetime) -> Conversation:
         return new_record(key, now, state_ttl=self.state_ttl)
@@ -423,11 +423,18 @@ def new_record(key: ConversationKey, now: datetime, *, state_ttl: timedelta) -> 
 
 
 def revived(
-    old: Conversation, now: datetime, *, state_ttl: timedelta, dropped: Sequence[str] = ()
+    old: Conversation,
+    now: datetime,
+    *,
+    state_ttl: timedelta,
+    dropped: Sequence[str] = (),
+    queued: int = 0,
 ) -> Conversation:
     """The record that replaces one whose state expired: a new generation (no old row is
     seen) with the old participants, fence and message counter, saying what expired.
-    `dropped` are payloads of messages that were queued and never answered."""
+    `dropped` are payloads of messages that were queued and never answered, the oldest
+    first; `queued` how many there were in all (at least `len(dropped)`)."""
+    kept = list(dropped)[:DROPPED_KEPT]
     return new_record(old.key, now, state_ttl=state_ttl).model_copy(
         update={
             "fence": old.fence,
@@ -439,7 +446,8 @@ def revived(
                 expired_at=old.expires_at,
                 generation=old.generation,
                 checkpoint=old.checkpoint,
-                dropped=list(dropped)[:DROPPED_KEPT],
+                dropped=kept,
+                dropped_more=max(queued, len(dropped)) - len(kept),
             ),
         }
     )

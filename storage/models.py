@@ -166,7 +166,8 @@ class Expiry(BaseModel):
     """What a conversation's record keeps of the state that expired under it, so that the
     first event after the expiry can say so in the thread (see `Conversation.expired_from`).
     `checkpoint` is the pointer the expired state had (its object may still be readable, or
-    gone); `dropped` quotes messages that were queued and never answered."""
+    gone); `dropped` quotes messages that were queued and never answered, the first
+    `DROPPED_KEPT` of them; `dropped_more` counts the rest, which are not kept."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -176,6 +177,7 @@ class Expiry(BaseModel):
     generation: int = 0
     checkpoint: CheckpointPointer | None = None
     dropped: list[str] = Field(default_factory=list)
+    dropped_more: int = 0
 
 
 REFUSAL_TEXT = 300  # characters of a refused message its record keeps, to quote it

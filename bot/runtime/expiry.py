@@ -38,6 +38,7 @@ async def announce(serving: Serving, entries: Entries) -> None:
     waiting = envelope.humans if envelope else []
     pending = [PendingCall(**c.model_dump(exclude={"human", "asked_at"})) for c in waiting]
     unanswered = _quotes(gone, envelope)
+    more = gone.dropped_more  # kept too, not quoted: storage keeps only the first few
     fresh: list[str] = []  # mentions and DMs: they start the new conversation
     consume: list[str] = []
     for entry_id, item in zip(entries.item_ids, entries.items, strict=True):
@@ -53,10 +54,10 @@ async def announce(serving: Serving, entries: Entries) -> None:
     notice = Notice(
         key=serving.key,
         kind=NoticeKind.STATE_EXPIRED,
-        text=expiry_text(gone, pending, len(unanswered)),
+        text=expiry_text(gone, pending, len(unanswered) + more),
         settles=pending,
         closes_cards=True,
-        details=unanswered[:QUOTED],
+        details=_named(unanswered, more),
     )
     log.info("%s: state expired at %s; the thread is told", serving.key, gone.expired_at)
     await serving.commit(
@@ -107,6 +108,12 @@ async def _expired_envelope(serving: Serving, pointer: CheckpointPointer | None)
         return Envelope.model_validate(document)
     except (CheckpointError, ValueError):
         return None  # gone with the state, as it should be
+
+
+def _named(quotes: list[str], more: int) -> list[str]:
+    """The first `QUOTED` messages, and how many more there were."""
+    rest = len(quotes[QUOTED:]) + more
+    return quotes[:QUOTED] + ([f"… and {rest} more"] if rest else [])
 
 
 def _quotes(gone: Expiry, envelope: Envelope | None) -> list[str]:

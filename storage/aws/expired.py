@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     pass
 
 
-from storage.aws.inbox import generation_cutoff, row_entries
+from storage.aws.inbox import generation_cutoff, row_count, row_entries
 
 
 def forget_expired(t: Tables, key: ConversationKey, old: Item) -> bool:
@@ -52,13 +52,15 @@ def revive(t: Tables, key: ConversationKey, old: Item, now: datetime) -> bool:
     `Store.revived`); False when it changed meanwhile (someone else brought it back)."""
     record = record_from_item(old)
     entries, in_rows = inline_entries(old)
+    cutoff = generation_cutoff(t, record.generation)
+    entries = [e for e in entries if not cutoff or stamp_ms(e.entry_id) >= cutoff]
+    queued = len(entries)
     if in_rows:  # a busy thread's later messages: named like those in the record
-        cutoff = generation_cutoff(t, record.generation)
+        queued += row_count(t, key, cutoff)
         rows = row_entries(t, key, cutoff, DROPPED_KEPT)
         entries = sorted(entries + rows, key=lambda e: e.entry_id)
-        entries = [e for e in entries if not cutoff or stamp_ms(e.entry_id) >= cutoff]
     dropped = [entry.payload for entry in entries][:DROPPED_KEPT]
-    fresh = revived(record, now, state_ttl=t.state_ttl, dropped=dropped)
+    fresh = revived(record, now, state_ttl=t.state_ttl, dropped=dropped, queued=queued)
     item: Item = {
         **meta_key(key),
         "conv_key": s(str(key)),

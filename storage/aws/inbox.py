@@ -53,17 +53,7 @@ def generation_cutoff(t: Tables, generation: int | None) -> int:
 def row_entries(
     t: Tables, key: ConversationKey, cutoff_ms: int, limit: int | None
 ) -> list[InboxEntry]:
-    start = INBOX_PREFIX + (inbox_stamp(from_ms(str(cutoff_ms))) if cutoff_ms else "")
-    query: QueryInputTypeDef = {
-        "TableName": t.table,
-        "KeyConditionExpression": "pk = :pk AND sk BETWEEN :start AND :end",
-        "ExpressionAttributeValues": {
-            ":pk": s(conv_pk(key)),
-            ":start": s(start),
-            ":end": s(INBOX_PREFIX + "~"),
-        },
-        "ConsistentRead": True,
-    }
+    query = _rows_query(t, key, cutoff_ms)
     if limit is not None:
         query["Limit"] = max(limit, 1)
     entries: list[InboxEntry] = []
@@ -73,3 +63,25 @@ def row_entries(
         if limit is not None and len(entries) >= limit:
             break
     return entries
+
+
+def row_count(t: Tables, key: ConversationKey, cutoff_ms: int) -> int:
+    """How many messages live in rows of their own (counted, not read: the server still
+    reads them, 1 MB a page, but nothing is sent back)."""
+    paginator = t.dynamodb.get_paginator("query")
+    pages = paginator.paginate(**_rows_query(t, key, cutoff_ms), Select="COUNT")  # type: ignore[misc]
+    return sum(int(page["Count"]) for page in pages)
+
+
+def _rows_query(t: Tables, key: ConversationKey, cutoff_ms: int) -> QueryInputTypeDef:
+    start = INBOX_PREFIX + (inbox_stamp(from_ms(str(cutoff_ms))) if cutoff_ms else "")
+    return {
+        "TableName": t.table,
+        "KeyConditionExpression": "pk = :pk AND sk BETWEEN :start AND :end",
+        "ExpressionAttributeValues": {
+            ":pk": s(conv_pk(key)),
+            ":start": s(start),
+            ":end": s(INBOX_PREFIX + "~"),
+        },
+        "ConsistentRead": True,
+    }

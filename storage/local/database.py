@@ -143,10 +143,11 @@ class Database(Store):
         if old is None:
             return self.new_record(key, now)
         dropped = [entry.payload for entry in read_inbox(db, key, DROPPED_KEPT)]
+        queued = backlog(db, key)
         for table in ROW_TABLES:
             db.execute(f"DELETE FROM {table} WHERE key = ?", (str(key),))
         if revive and now <= self.tombstone_until(old):
-            return self.revived(old, now, dropped)
+            return self.revived(old, now, dropped, queued)
         return self.new_record(key, now)
 
     def _save(self, db: sqlite3.Connection, record: Conversation) -> None:

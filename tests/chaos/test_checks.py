@@ -436,6 +436,30 @@ async def test_an_expiry_is_told_once_names_what_was_dropped_and_runs_nothing() 
     assert kinds(found) == ["message_unanswered"]
 
 
+async def test_an_expiry_counts_what_it_does_not_quote() -> None:
+    """The queue an expired state dropped is quoted in part and counted whole; a notice
+    that counts fewer leaves the rest unexplained (chaos seed 160014)."""
+    gone = Expiry(status=Status.IDLE, last_activity_at=NOW, expired_at=NOW + timedelta(seconds=5))
+    dropped = burst(14)
+    quotes = [quote(m.text) for m in dropped]
+
+    async def told(counted: int) -> RunFacts:
+        notice = Notice(
+            key=KEY,
+            kind=NoticeKind.STATE_EXPIRED,
+            text=expiry_text(gone, [], counted),
+            closes_cards=True,
+            details=[*quotes[:10], f"… and {counted - 10} more"],
+        )
+        posts = [clean().posts[0], await notice_post(notice, at=21)]
+        return facts([clean(posts=posts)], messages=[message(), *dropped])
+
+    assert kinds(await told(14)) == []
+    found = check(await told(11))  # the 160014 notice: 10 quoted, one more counted
+    assert [v.kind for v in found] == ["message_unanswered"] * 3
+    assert all(tag in found[i].detail for i, tag in enumerate(["m111", "m112", "m113"]))
+
+
 # -- stops ----------------------------------------------------------------------------------
 
 

@@ -119,6 +119,25 @@ async def test_a_reply_after_expiry_is_told_not_run(backend: Backend, effects: S
     assert kinds(store) == ["user", "message"]
 
 
+async def test_an_expiry_counts_every_message_it_does_not_quote(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """A busy thread's expired state quotes the first few of its unanswered messages and
+    counts all of them (chaos seed 160014: 37 queued, the notice said 11)."""
+    rt, _, _, delivered = await paused_then_expired(backend, effects)
+    early = backend.open(state_ttl="7d", tombstone_ttl="30d")  # while the state lasts
+    rt_early = ConversationRuntime(early, build_agent(echo_model(), effects))
+    for i in range(24):
+        await rt_early.keep_message(KEY, event_id=f"Ev1{i:02d}", user="U2", text=f"reply {i}")
+    await rt.keep_message(KEY, event_id="Ev3", user="U1", text="yes", create=False, take=True)
+    await rt.serve(KEY)
+    [notice] = delivered.notices(NoticeKind.STATE_EXPIRED)
+    assert "26 messages sent here were not answered" in notice.text  # 1 + 24 + "yes"
+    assert notice.details[0] == "“and copy Bob please”"
+    assert notice.details[-1] == "… and 16 more" and len(notice.details) == 11
+    assert effects.calls() == []
+
+
 async def test_a_mention_after_expiry_is_told_then_served_fresh(
     backend: Backend, effects: SideEffects
 ) -> None:

@@ -212,3 +212,21 @@ def test_an_expired_states_messages_are_named_from_its_rows_too(backend: Backend
     record = store.get(KEY)
     assert record is not None and record.expired_from is not None
     assert record.expired_from.dropped == [payload(-1), *sent][:DROPPED_KEPT]
+    assert record.expired_from.dropped_more == 1 + len(sent) - DROPPED_KEPT
+
+
+def test_an_expired_state_counts_the_messages_it_does_not_quote(backend: Backend) -> None:
+    """An expired state quotes its first few queued messages and counts the rest, so that
+    the thread can be told how many went unanswered (chaos seed 160014: 37 were queued,
+    the notice said 11)."""
+    store = backend.open(lease_seconds=600, state_ttl=timedelta(seconds=2))
+    hold(store)
+    for i in range(24):  # short: all in the record on aws
+        assert store.keep(KEY, f"Ev{i}", payload(i), create=False, participant="U2").kept
+    time.sleep(3.5)
+    store.keep(KEY, "later", payload(99), participant="U2")
+    record = store.get(KEY)
+    assert record is not None and record.expired_from is not None
+    assert len(record.expired_from.dropped) == DROPPED_KEPT
+    assert record.expired_from.dropped_more == 25 - DROPPED_KEPT
+    assert [e.event_id for e in store.read_inbox(KEY, record.generation)] == ["later"]

@@ -431,7 +431,8 @@ def revived(
     queued: int = 0,
 ) -> Conversation:
     """The record that replaces one whose state expired: a new generation (no old row is
-    seen) with the old participants, fence and message counter, saying what expired.
+    seen) with the old participants, fence, message counter and untold refusals, saying
+    what expired.
     `dropped` are payloads of messages that were queued and never answered, the oldest
     first; `queued` how many there were in all (at least `len(dropped)`)."""
     kept = list(dropped)[:DROPPED_KEPT]
@@ -440,6 +441,9 @@ def revived(
             "fence": old.fence,
             "inbox_seq": old.inbox_seq,
             "participants": old.participants,
+            # Refused at the cap and not yet told: the thread is still told (not_taken).
+            "refused": old.refused,
+            "refused_more": old.refused_more,
             "expired_from": Expiry(
                 status=old.status,
                 last_activity_at=old.last_activity_at,

@@ -15,6 +15,7 @@ from storage.aws.expressions import Item, n, s, ss
 from storage.aws.layout import (
     CLAIM_SETS,
     LEGACY_CLAIM,
+    REFUSED_ATTRIBUTE,
     STATE_EXPIRES,
     epoch_seconds,
     expired,
@@ -85,6 +86,9 @@ def revive(t: Tables, key: ConversationKey, old: Item, now: datetime) -> bool:
     # which sends keeps to rows while claims may live in CLAIM# rows.
     for name, value in old.items():
         if name in CLAIM_SETS or name.startswith(LEGACY_CLAIM) or name == "spill_until":
+            item[name] = value
+        # Messages refused at the cap that the thread was not told of: it still is.
+        if name.startswith(REFUSED_ATTRIBUTE) or name == "refused_more":
             item[name] = value
     return _if_unchanged(t.dynamodb.put_item, old, TableName=t.table, Item=item)
 

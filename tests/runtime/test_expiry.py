@@ -138,6 +138,33 @@ async def test_an_expiry_counts_every_message_it_does_not_quote(
     assert effects.calls() == []
 
 
+async def test_messages_refused_before_an_expiry_are_told_after_it(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """Messages refused at a full backlog, whose notice never went out (its process died),
+    are told when the thread comes back after the expiry, after the expiry notice (chaos
+    seed 160014)."""
+    store = backend.open(state_ttl="7d", tombstone_ttl="30d", backlog_limit=2)
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
+    await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
+    for event in ("Ev7", "Ev8", "Ev9"):  # past the cap, kept by a process that then died
+        store.keep(
+            KEY, event, "{}", create=False, participant="U2", refusal_text=f"{event} Carl too"
+        )
+    assert record_of(store).refusals_untold
+    later = backend.open(state_ttl="7d", tombstone_ttl="30d", backlog_limit=2)
+    later.clock = lambda: utcnow() + timedelta(days=8)
+    delivered = Delivered()
+    rt_later = ConversationRuntime(later, build_agent(echo_model(), effects), on_outcome=delivered)
+    await rt_later.keep_message(KEY, event_id="Ev3", user="U1", text="yes", create=False)
+    await rt_later.serve(KEY)
+    told = [o.kind for o in delivered.outcomes if isinstance(o, Notice)]
+    assert told == [NoticeKind.STATE_EXPIRED, NoticeKind.NOT_TAKEN]
+    [not_taken] = delivered.notices(NoticeKind.NOT_TAKEN)
+    assert "Ev9 Carl too" in " ".join(not_taken.details) + not_taken.text
+    assert not record_of(later).refusals_untold and effects.calls() == []
+
+
 async def test_a_mention_after_expiry_is_told_then_served_fresh(
     backend: Backend, effects: SideEffects
 ) -> None:

@@ -113,6 +113,27 @@ def test_past_the_cap_a_keep_is_refused_not_failed(backend: Backend) -> None:
     assert len(store.read_inbox(KEY)) == 30 - 10 + 1
 
 
+def test_refusals_not_yet_told_outlive_an_expired_state(backend: Backend) -> None:
+    """Messages refused at the cap, whose notice died with its process, are still on the
+    record that brings the thread back after its state expired, to be told (chaos seed
+    160014: 12 refused messages were neither answered nor named)."""
+    store = backend.open(lease_seconds=600, state_ttl=timedelta(seconds=2), backlog_limit=3)
+    hold(store)
+    for i in range(REFUSALS_NAMED + 4):
+        store.keep(KEY, f"Ev{i}", payload(i), create=False, participant="U2")
+    before = store.get(KEY)
+    assert before is not None and (len(before.refused), before.refused_more) == (
+        REFUSALS_NAMED,
+        2,
+    )
+    time.sleep(3.5)  # the state expires
+    store.keep(KEY, "later", payload(99), participant="U2")
+    record = store.get(KEY)
+    assert record is not None and record.expired_from is not None
+    assert record.refused == before.refused and record.refused_more == 2
+    assert record.expired_from.dropped_more == 0  # the two kept behind the first are quoted
+
+
 def test_a_refusal_is_recorded_until_the_thread_is_told(backend: Backend) -> None:
     """A refusal is on the record from the write that refused it (a notice lost with its
     process is told by whoever serves the thread next): the first ones named, with their

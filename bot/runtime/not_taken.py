@@ -141,37 +141,35 @@ async def tell_untold(
     *,
     idle: bool,
     telling: Collection[str] = (),
-) -> Conversation:
+) -> tuple[Conversation, bool]:
     """Tell the refusals `record` holds that no process told within `TELL_AFTER` (their
     process died, or its post failed), except those this process is `telling` itself;
     returns the record with what is still untold. Younger ones are left to their process,
     unless the serve is `idle` (about to let the thread go): then it waits until they are
     due, so that none is left untold if that process is gone (refusals made meanwhile move
     `inbox_seq`: the release sends the serve round again). The record is read again before
-    telling: the one a serve holds may be older than the telling it would repeat."""
+    waiting and before telling: the one a serve holds may be older than the telling it
+    would wait for or repeat. Also says whether this call posted a notice."""
     others = [r for r in record.refused if r.event_id not in telling]
     counted = record.refused_more if not telling else 0  # whose they are is not known
     if not others and not counted:
-        return record
+        return record, False
     now = store.clock()
     young = [r for r in others if r.at + TELL_AFTER > now]
     if young and not idle and len(young) == len(others):
-        return record  # not due yet; a later pass, or the release, looks again
-    if young and idle:
+        return record, False  # not due yet; a later pass, or the release, looks again
+    record = await _reread(store, io, record)
+    young = [r for r in record.refused if r.at + TELL_AFTER > now and r.event_id not in telling]
+    if young and idle:  # (told meanwhile by their process, they are not waited for: 180065)
         youngest = max(r.at for r in young)
         await asyncio.sleep(max((youngest + TELL_AFTER - now).total_seconds(), 0))
-    fresh = await io(store.get, record.key)
-    if fresh is None:
-        return record.model_copy(update={"refused": [], "refused_more": 0})
-    record = record.model_copy(
-        update={"refused": fresh.refused, "refused_more": fresh.refused_more}
-    )
+        record = await _reread(store, io, record)
     now = store.clock()
     due = [r for r in record.refused if r.at + TELL_AFTER <= now and r.event_id not in telling]
     every = len(due) == len(record.refused) and not telling
     more = record.refused_more if every else 0
     if not due and not more:
-        return record
+        return record, False
     told = await tell(
         sink,
         store,
@@ -184,8 +182,16 @@ async def tell_untold(
         maybe_posted=True,
     )
     if not told:
-        return record
-    return with_refusals_told(record, [r.event_id for r in due], more)
+        return record, False
+    return with_refusals_told(record, [r.event_id for r in due], more), True
+
+
+async def _reread(store: Store, io: StorageCalls, record: Conversation) -> Conversation:
+    """`record` with the refusals the store holds now."""
+    fresh = await io(store.get, record.key)
+    if fresh is None:
+        return record.model_copy(update={"refused": [], "refused_more": 0})
+    return record.model_copy(update={"refused": fresh.refused, "refused_more": fresh.refused_more})
 
 
 def delivery_id(named: Collection[str], counted: int, whose: Collection[str] = ()) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from agents import RunState, TResponseInputItem
@@ -62,6 +62,10 @@ STORAGE_DOWN = (
     "I lost contact with my storage, so I stopped here.",
     "I'll pick this up again as soon as it answers.",
 )
+# A serve that waits this long before letting go, and posts nothing meanwhile, does not
+# date the thread's activity to its release: its last commit did (the state would outlive
+# its TTL by the wait).
+QUIET_WAIT = timedelta(seconds=1)
 FAILED_HERE = ("Something went wrong on my side, so I stopped here.", "I'll try again shortly.")
 
 
@@ -211,8 +215,11 @@ class Serving:
                 continue
             await self.outbox.deliver()
             await self.end_showing()
+            quiet = True  # a wait that posted nothing is no activity (chaos 180065)
             if self.record.refusals_untold and not self.stopped:  # none left untold
-                await self._tell_refusals(idle=True)
+                began = self.store.clock()
+                posted = await self._tell_refusals(idle=True)
+                quiet = posted or self.store.clock() - began < QUIET_WAIT
             left = self.stopped or self.outbox.pending
             status = Status.RUNNING if left else self.final_status
             waiting = status is Status.AWAITING_APPROVAL
@@ -224,7 +231,7 @@ class Serving:
                     inbox_seen=None if self.stopped else self.record.inbox_seq,
                     delivery=self.outbox.mark(),
                     # A delivery still owed keeps the state alive for its retry.
-                    touch=self.active or self.outbox.pending,
+                    touch=(self.active and quiet) or self.outbox.pending,
                     run_by=self.waiting_on if waiting else None,
                 )
                 return
@@ -337,9 +344,10 @@ class Serving:
         except ValueError:  # unreadable: dropped by the next pass that reads it
             return False
 
-    async def _tell_refusals(self, *, idle: bool) -> None:
-        """Messages refused at the backlog cap that no live teller has told (`not_taken`)."""
-        self.record = await not_taken.tell_untold(
+    async def _tell_refusals(self, *, idle: bool) -> bool:
+        """Messages refused at the backlog cap that no live teller has told (`not_taken`);
+        whether a notice was posted."""
+        self.record, posted = await not_taken.tell_untold(
             self.rt.sink,
             self.store,
             self.io,
@@ -347,6 +355,7 @@ class Serving:
             idle=idle,
             telling=self.rt.not_taken.telling,
         )
+        return posted
 
     # -- one pass -----------------------------------------------------------------------
 

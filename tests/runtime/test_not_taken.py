@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ def gated_model(gate: asyncio.Event, started: asyncio.Event) -> ScriptedModel:
 
 
 async def holding(
-    store: Store, effects: SideEffects
+    store: Store, effects: SideEffects, watch: Callable[[Any], None] = lambda _: None
 ) -> tuple[ConversationRuntime, list[tuple[Any, DeliveryRef]], asyncio.Event, asyncio.Task[Any]]:
     """A runtime whose run holds the thread (its first message waits in the backlog too)
     until `gate` is set; what it tells the thread goes to `told`."""
@@ -39,6 +40,7 @@ async def holding(
 
     async def sink(outcome: Any, ref: DeliveryRef) -> None:
         told.append((outcome, ref))
+        watch(outcome)
 
     gate, started = asyncio.Event(), asyncio.Event()
     rt = ConversationRuntime(
@@ -139,3 +141,45 @@ def test_notices_that_name_no_refusal_have_ids_of_their_own() -> None:
     assert not_taken.delivery_id([], 1) != not_taken.delivery_id([], 1)  # whose, unknown
     # Named refusals still give the id any teller of them finds.
     assert not_taken.delivery_id(["E4"], 1, ["E5"]) == not_taken.delivery_id(["E4"], 1)
+
+
+@pytest.mark.parametrize("told_by_then", ["before the wait", "during the wait"])
+async def test_a_holder_does_not_wait_for_refusals_their_process_told(
+    backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch, told_by_then: str
+) -> None:
+    """Chaos seed 180065 (aws): the refusing process told its refusal while the holder's
+    record still listed it; the holder waited until it was due, then dated the thread's
+    activity to its release, 4 s after its last post: the state outlived its TTL, and a
+    reply after it was answered instead of told that the state had expired."""
+    monkeypatch.setattr(not_taken, "TELL_AFTER", timedelta(seconds=5))
+    store = backend.open(lease_seconds=10, backlog_limit=3)
+    answers: list[Any] = []
+    answered = asyncio.Event()
+
+    def watch(outcome: Any) -> None:
+        if not isinstance(outcome, Notice):
+            answers.append(outcome)
+            if len(answers) == 2:  # its last answer: the holder is about to let go
+                answered.set()
+
+    rt, told, gate, running = await holding(store, effects, watch)
+    for number in (2, 3):
+        await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+    await refuse(store, "E4", "refused")  # the holder's next read lists it
+
+    async def its_process_tells() -> datetime:
+        await answered.wait()
+        answered_at = store.clock()
+        if told_by_then == "during the wait":
+            await asyncio.sleep(1)
+        await asyncio.to_thread(store.refusals_told, KEY, ["E4"], 0)
+        return answered_at
+
+    telling = asyncio.create_task(its_process_tells())
+    gate.set()
+    await asyncio.wait_for(running, 20)
+    answered_at = await telling
+    assert not [o for o, _ in told if isinstance(o, Notice)]  # told by its process only
+    record = store.get(KEY)
+    assert record is not None and record.lease_owner is None and not record.refusals_untold
+    assert record.last_activity_at <= answered_at + timedelta(seconds=1), (answered_at, record)

@@ -34,7 +34,8 @@ Kinds of violation:
   thread_left_leased         a thread still holding an unexpired lease once quiet
   session_turn_duplicated    the session holds a message, call, output or answer twice
   stale_fence_checkpoint     a checkpoint committed after a newer fence had committed one
-  stop_unanswered            an acked stop neither applied (a stopped notice after it) nor
+  stop_unanswered            an acked stop neither applied (a stopped notice after it, or a
+                             discarded one before anything else of its run) nor
                              answered (privately: it had already finished, it was already
                              stopped, nothing runs there, refused; the reply `stop` while
                              nothing ran: given to the model as a message; an expiry notice)
@@ -93,6 +94,7 @@ CLOSING_NOTICES = EXPLAINING_NOTICES | {"stopped"}
 # that no answer quotes.)
 MESSAGE_EXPLAINING = EXPLAINING_NOTICES | {"guardrail"}
 # (A stop drops the messages held for its run: its notice names them, and counts them all.)
+RUN_POSTS = frozenset({PostKind.ANSWER, PostKind.APPROVAL_REQUEST, PostKind.DECISION})
 NAMING_NOTICES = frozenset({"expiry", "not_taken", "stopped"})
 EXPIRY_TEXT = "saved state expired:"  # the expiry notice's, not the fail-closed one's
 NAMED_COUNT = (  # how many messages a naming notice says it is about
@@ -717,7 +719,7 @@ def _stops(
             if given:
                 out.append(("refused_stop_honoured", f"{what}: refused, then given to the model"))
             continue
-        applied = any(n.at >= stop.sent_at for n in notices)
+        applied = any(n.at >= stop.sent_at for n in notices) or _discarded_first(posts, stop)
         answered = any(a in answer for answer in stop.answers for a in STOP_ANSWERS)
         told = stop.via == "reply" and any(
             told_kind(p) == "expiry" and p.at >= stop.sent_at for p in posts
@@ -728,6 +730,19 @@ def _stops(
             out.append(("stop_unanswered", f"{what}: no stopped notice after it; answers: {heard}"))
     out += _after_stopped(thread, messages, facts)
     return out
+
+
+def _discarded_first(posts: list[BotPost], stop: StopFacts) -> bool:
+    """An admin's discard ended the run the stop was for before the stop was applied (chaos
+    180001): a discarded notice after the stop, and no answer, approval request or decision
+    of the run between them."""
+    after = sorted((p for p in posts if p.at >= stop.sent_at), key=lambda p: p.at)
+    for post in after:
+        if post.what.notice == "discarded":
+            return True
+        if post.what.kind in RUN_POSTS:
+            return False
+    return False
 
 
 def _after_stopped(

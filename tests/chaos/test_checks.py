@@ -512,6 +512,19 @@ async def test_every_acked_stop_is_applied_or_answered() -> None:
     assert kinds(given) == ["stop_unanswered"]
 
 
+async def test_a_stop_overtaken_by_a_discard_is_applied_by_it() -> None:
+    """Chaos 180001: an admin discarded the conversation 0.3 s after a Stop was acked; the
+    discard ended the run and told the thread, and no stopped notice followed."""
+    discarded = await notice_post(
+        Notice(key=KEY, kind=NoticeKind.DISCARDED, text="Discarded by <@UADMIN>."), at=4.0
+    )
+    pressed = stop(answers=["Stopping it now."])
+    assert kinds(with_stops(clean(posts=[discarded]), pressed)) == []
+    # Not when its run went on first: the discard came after the stop was lost.
+    answer = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=3.5)
+    assert kinds(with_stops(clean(posts=[answer, discarded]), pressed)) == ["stop_unanswered"]
+
+
 async def test_nothing_of_a_stopped_run_comes_after_its_notice() -> None:
     """The run's answer, approval request or effect after the stopped notice is a
     violation, unless a message sent after the stop started another run, or the notice

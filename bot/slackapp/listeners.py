@@ -75,7 +75,7 @@ class Listeners:
         app.action(REJECT)(ack=self.keep_decision, lazy=[self.serve_decision])
         app.action(RESUME)(ack=self.ack_at_once, lazy=[self.resume_button])
         app.action(FEEDBACK)(ack=self.keep_feedback, lazy=[self.answer_feedback])
-        app.action(STOP)(ack=self.ack_at_once, lazy=[self.stop_button])
+        app.action(STOP)(ack=self.keep_stop, lazy=[self.serve_stop])
         app.command(self.settings.resume_command)(ack=self.ack_at_once, lazy=[self.resume_command])
         app.command(self.settings.admin_command)(ack=self.ack_at_once, lazy=[self.admin_command])
 
@@ -258,17 +258,31 @@ class Listeners:
                 text=context["refusal"], response_type="ephemeral", replace_original=False
             )
 
-    async def stop_button(self, body: dict[str, Any], respond: Respond) -> None:
+    async def keep_stop(
+        self, ack: Ack, body: dict[str, Any], respond: Respond, context: AsyncBoltContext
+    ) -> None:
+        """The Stop control: the stop is kept (or refused) and the person answered before
+        Slack is acknowledged, so that a process lost after the acknowledgement loses no
+        stop and no answer (chaos 180096); a paused run is stopped after it."""
         metrics.EVENTS.labels("stop").inc()
+        await ack()  # sent when this returns (`process_before_response`)
         try:
             key = ConversationKey.parse(str(body["actions"][0]["value"]))
             user = str(body["user"]["id"])
         except (KeyError, IndexError, ValueError, ValidationError):
             await respond(text="That button is not one of mine.", replace_original=False)
             return
-        stopping = await self.runtime.request_stop(key, user, reply_to=body.get("response_url"))
-        # The Stop control is this person's alone: it becomes the answer.
-        await respond(text=stopping.text, response_type="ephemeral", replace_original=True)
+        stopping = await self.runtime.keep_stop(key, user, reply_to=body.get("response_url"))
+        if stopping.serve:
+            context["stop_serves"] = str(key)
+        try:  # the Stop control is this person's alone: the answer replaces it
+            await respond(text=stopping.text, response_type="ephemeral", replace_original=True)
+        except Exception:  # the stop itself is kept: it is applied all the same
+            log.warning("%s: could not answer a stop", key, exc_info=True)
+
+    async def serve_stop(self, context: AsyncBoltContext) -> None:
+        if key := context.get("stop_serves"):
+            await self.runtime.serve(ConversationKey.parse(key))
 
     # -- /resume ------------------------------------------------------------------------
 

@@ -36,15 +36,17 @@ def test_acquire_creates_the_record_and_fences_grow(store: Store) -> None:
 
 
 def test_a_held_lease_is_busy_until_expiry_plus_skew(backend: Backend) -> None:
-    store = backend.open(lease_seconds=0.6, lease_skew_seconds=0.3)
+    store = backend.open(lease_seconds=1, lease_skew_seconds=1.5)
+    taken = time.monotonic()
     store.acquire(KEY, "a")
     with pytest.raises(LeaseBusy) as busy:
         store.acquire(KEY, "b")
     assert busy.value.owner == "a"
-    time.sleep(0.7)  # expired, but still inside the skew margin
+    # Expired, but well inside the skew margin (a loaded machine's slow calls included).
+    time.sleep(max(taken + 1.3 - time.monotonic(), 0))
     with pytest.raises(LeaseBusy):
         store.acquire(KEY, "b")
-    time.sleep(0.35)
+    time.sleep(max(taken + 2.6 - time.monotonic(), 0))
     lease, _ = store.acquire(KEY, "b")
     assert lease.fence == 2
 

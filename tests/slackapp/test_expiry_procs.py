@@ -14,6 +14,7 @@ import json
 import signal
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +225,10 @@ async def _expired_threads_are_told(
         assert all(t.startswith("Earlier messages in this Slack thread") for t in texts[:-1])
     await asyncio.sleep(1)  # anything told twice, or run late, would show by now
     for ts in threads.values():
-        assert len(notices(bot, ts, "state_expired")) == 1
+        # Once per expiry: a second notice only once the fresh state expired as well (on a
+        # loaded machine, a mention more than the 3 s TTL after the first notice).
+        told = [float(m.ts) for m in notices(bot, ts, "state_expired")]
+        assert told and all(later - earlier >= 3 for earlier, later in pairwise(told)), told
     assert bot.transfers() == []  # the tool never ran
     # The model was asked once per thread before the expiry, and once per fresh mention.
     assert len(script.requests) == 2 * len(TRIGGERS)

@@ -62,12 +62,27 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from bench.chaos.agent import SECRET
-from bench.chaos.classify import Classified, PostKind
+from bench.chaos.classify import PostKind
+from bench.chaos.facts import (
+    ACTIVITY_SLACK,
+    CLOSING_NOTICES,
+    EXPLAINING_NOTICES,
+    NAMED_CALL,
+    UNKNOWN_CALLS,
+    BotPost,
+    RunFacts,
+    SentMessage,
+    ThreadFacts,
+    Violation,
+    expired_unserved,
+    stopped_from,
+    thread_of_tag,
+    told_kind,
+    unknown_named,
+)
 from bench.chaos.model import (
     ANSWER,
     CALL_FATE,
@@ -77,15 +92,10 @@ from bench.chaos.model import (
     content_text,
     output_fate,
 )
-from bot.runtime.runtime import NOT_YOURS_TO_STOP
-from storage import Conversation, ConversationKey, Status, ToolCallRecord, ToolCallStatus
+from bench.chaos.stop_checks import check_stops
+from storage import Status, ToolCallStatus
 from storage.models import utcnow
 
-EXPLAINING_NOTICES = frozenset(
-    {"run_failed", "discarded", "state_expired", "state_incompatible", "state_damaged"}
-)
-# Notices that close a run's open calls as the ledger says (and name those of unknown outcome).
-CLOSING_NOTICES = EXPLAINING_NOTICES | {"stopped"}
 # Notices that explain every message before them; the expiry and not-taken notices explain
 # only the messages they name or count.
 # (A `state_expired` notice is either the expiry's, or a checkpoint older than the TTL that
@@ -94,32 +104,16 @@ CLOSING_NOTICES = EXPLAINING_NOTICES | {"stopped"}
 # that no answer quotes.)
 MESSAGE_EXPLAINING = EXPLAINING_NOTICES | {"guardrail"}
 # (A stop drops the messages held for its run: its notice names them, and counts them all.)
-RUN_POSTS = frozenset({PostKind.ANSWER, PostKind.APPROVAL_REQUEST, PostKind.DECISION})
 NAMING_NOTICES = frozenset({"expiry", "not_taken", "stopped"})
-EXPIRY_TEXT = "saved state expired:"  # the expiry notice's, not the fail-closed one's
 NAMED_COUNT = (  # how many messages a naming notice says it is about
     re.compile(r"I couldn't take (\d+) messages?"),
     re.compile(r"(\d+) messages? sent here (?:were|was) not answered"),
     re.compile(r"(\d+) messages? sent for this run (?:were|was) not answered"),
 )
-ACTIVITY_SLACK = 2.5  # s: a keep lands after its sending; TTLs are checked to the second
-THREAD_TAG = re.compile(r"s\d+t(\d+)m\d+$")
 NOT_EFFECTS = frozenset({"lookup", "ask_clerk", HANDOFF})  # (the agent tool's own calls are)
 APPROVED_TOOLS = frozenset({"transfer", "wire", "file_claim", "pay"})  # a person approves
 KEYED_TOOLS = frozenset({"charge"})
-KEYED_ATTEMPTS = 3  # the replicas' BOT_IDEMPOTENT_ATTEMPTS
-NAMED_CALL = re.compile(r"\(call (call_[a-z0-9]+_\d+)\)")
-UNKNOWN_CALLS = re.compile(r"outcome unknown[^.]*?: ((?:`[^`]+` \(call [^)]+\)(?:, )?)+)")
 LATE = re.compile(r"\(call (call_[a-z0-9]+_\d+)\) finished after .*? Its result:\s*(.*)", re.S)
-STOP_ACCEPTED = "Stopping it now."
-STOP_ANSWERS = (  # a stop that stopped nothing, answered privately
-    "It had already finished before your stop arrived",
-    "It was already stopped by",
-    "Nothing is running there",  # right now; or: its saved state expired
-    "There is nothing of yours running there",
-    "Too many messages are waiting in that thread",
-)
-STOPPED_BY = re.compile(r"Stopped by <@([A-Z0-9]+)>")
 BLOB = re.compile(r"/v(\d+)-f(\d+)-[0-9a-f]+\.json\.gz$")
 KINDS = (
     "message_unanswered",
@@ -150,91 +144,6 @@ KINDS = (
 )
 
 
-@dataclass
-class Violation:
-    kind: str
-    thread: str
-    detail: str
-
-
-@dataclass
-class SentMessage:
-    tag: str
-    thread: int
-    text: str
-    user: str
-    sent_at: float
-    acked: bool = False
-    decision: bool = False
-    late: bool = False  # meant to arrive after the thread's state expired
-    acked_at: float = 0.0  # when it was acked (kept by then)
-
-
-@dataclass
-class StopFacts:
-    """A stop someone sent (the Stop control's button, or the reply `stop`) and the private
-    answers it may have got: through its response_url (the button), or ephemeral to its
-    sender in its thread (the reply), from when it was sent."""
-
-    thread: int
-    user: str
-    via: str  # button | reply
-    moment: str
-    sent_at: float
-    acked: bool = False
-    acked_at: float = 0.0
-    answers: list[str] = field(default_factory=list)
-
-
-@dataclass
-class BotPost:
-    at: float
-    text: str
-    what: Classified
-
-
-@dataclass
-class ThreadFacts:
-    index: int
-    key: ConversationKey
-    dead_channel: bool = False
-    discarded: bool = False  # the workload had an admin discard this thread
-    posts: list[BotPost] = field(default_factory=list)
-    record: Conversation | None = None
-    tombstone: Conversation | None = None  # the record of an expired state, if it is that
-    items: list[Any] = field(default_factory=list)
-    inbox: int = 0
-    tool_records: dict[str, ToolCallRecord] = field(default_factory=dict)
-    blobs: list[str] = field(default_factory=list)
-    approved_clicks: set[str] = field(default_factory=set)
-    rejected_clicks: set[str] = field(default_factory=set)
-    approve_replies: list[float] = field(default_factory=list)
-    reject_replies: list[float] = field(default_factory=list)
-    clicks: list[float] = field(default_factory=list)  # when each click or command was acked
-    late_clicks: list[float] = field(default_factory=list)
-
-
-@dataclass
-class RunFacts:
-    threads: list[ThreadFacts]
-    messages: list[SentMessage]
-    calls: dict[str, CallMade]  # every call id the model invented for this run
-    effects: list[dict[str, Any]]  # the ledger lines of this run
-    now: datetime
-    interrupting_faults: bool = True  # a process or storage fault struck in this run
-    model_faults: bool = True  # a model fault struck in this run
-    state_ttl: float | None = None  # the replicas' BOT_STATE_TTL, when short (expiry runs)
-    longest_outage: float = 0.0  # s: the longest stretch with no replica serving
-    given: dict[str, float] = field(default_factory=dict)  # tag -> when the model got it
-    stops: list[StopFacts] = field(default_factory=list)
-    # A stop word given to the model as a message: (user, thread index, when).
-    stops_given: list[tuple[str, int, float]] = field(default_factory=list)
-    # Each request at the keyed service: {"key", "call_id", "at", "repeated"}.
-    keyed: list[dict[str, Any]] = field(default_factory=list)
-    keyed_attempts: int = KEYED_ATTEMPTS
-    strangers: frozenset[str] = frozenset({"UMALLORY"})  # never allowed to stop a run
-
-
 def check(facts: RunFacts) -> list[Violation]:
     effects = Counter(str(line["call_id"]) for line in facts.effects)
     found: list[Violation] = []
@@ -257,7 +166,7 @@ def check(facts: RunFacts) -> list[Violation]:
         stops = [s for s in facts.stops if s.thread == thread.index]
         found += [
             Violation(kind, where, detail)
-            for kind, detail in _stops(thread, stops, messages, facts)
+            for kind, detail in check_stops(thread, stops, messages, facts)
         ]
         found += [Violation(kind, where, detail) for kind, detail in _keyed(thread, facts, effects)]
         found += [
@@ -479,14 +388,6 @@ def _calls(
     return out
 
 
-def told_kind(post: BotPost) -> str | None:
-    """The notice's kind; `expiry` for the notice of a state that expired (a thread told
-    when it came back), which shares its kind with a checkpoint that fails closed."""
-    if post.what.notice == "state_expired" and EXPIRY_TEXT in post.text:
-        return "expiry"
-    return post.what.notice
-
-
 def _uncounted(messages: list[SentMessage], notices: list[BotPost]) -> list[SentMessage]:
     """Messages no naming notice named, less those a later one counts without naming them
     (it says how many, and quotes only the first few): each such place covers one."""
@@ -599,54 +500,6 @@ def _fence_regressions(blobs: list[str]) -> list[str]:
     ]
 
 
-def thread_of_tag(tag: str) -> int | None:
-    """Tags are `s<seed>t<thread>m<message>`."""
-    match = THREAD_TAG.match(tag)
-    return int(match.group(1)) if match else None
-
-
-def expired_unserved(facts: RunFacts, thread: ThreadFacts) -> bool:
-    """The thread's state expired in an expiry run where no replica served for about its
-    TTL (a restart on a loaded machine): nobody could answer what it held, and the bot
-    tells a thread of its expiry only when someone acts there afterwards."""
-    return (
-        facts.state_ttl is not None
-        and facts.longest_outage >= facts.state_ttl - ACTIVITY_SLACK
-        and thread.record is None
-        and thread.tombstone is not None
-    )
-
-
-def stopped_from(facts: RunFacts, thread: ThreadFacts) -> dict[float, float]:
-    """Each stopped notice of the thread (its time) and when the first stop it may have
-    applied was sent (acked, after the notice before it)."""
-    found: dict[float, float] = {}
-    previous = 0.0
-    for at in sorted(p.at for p in thread.posts if p.what.notice == "stopped"):
-        sent = [
-            s.sent_at
-            for s in facts.stops
-            if s.thread == thread.index and s.acked and previous < s.sent_at <= at
-        ]
-        previous = at
-        if sent:
-            found[at] = min(sent)
-    return found
-
-
-def unknown_named(posts: list[BotPost]) -> set[str]:
-    """Call ids a notice said were of unknown outcome: the outcome-unknown notice, and the
-    "Started, outcome unknown" sentence of a notice that closed a run's calls."""
-    named: set[str] = set()
-    for post in posts:
-        if post.what.notice == "tool_outcome_unknown":
-            named.update(NAMED_CALL.findall(post.text))
-        elif post.what.notice in CLOSING_NOTICES:
-            for listed in UNKNOWN_CALLS.findall(post.text):
-                named.update(NAMED_CALL.findall(listed))
-    return named
-
-
 def _notices_against_ledger(
     thread: ThreadFacts, mine: dict[str, CallMade], effects: Counter[str], said_unknown: set[str]
 ) -> list[tuple[str, str]]:
@@ -687,142 +540,6 @@ def _notices_against_ledger(
             out.append(
                 ("notice_contradicts_ledger", f"{call_id} said unknown; the ledger: {state}")
             )
-    return out
-
-
-def _stops(
-    thread: ThreadFacts, stops: list[StopFacts], messages: list[SentMessage], facts: RunFacts
-) -> list[tuple[str, str]]:
-    """Every acked stop is applied (a stopped notice after it, and nothing of the stopped
-    run after that notice) or answered; a refused stop stops nothing and never reaches the
-    model; nobody who may not stop a run ever stops it."""
-    if thread.dead_channel:
-        return []  # neither its notices nor its ephemerals can be posted there
-    out: list[tuple[str, str]] = []
-    posts = thread.posts
-    notices = [p for p in posts if p.what.notice == "stopped"]
-    acked = [s for s in stops if s.acked]
-    refused = {s.user for s in acked if any(NOT_YOURS_TO_STOP in a for a in s.answers)}
-    refused -= {s.user for s in acked if not any(NOT_YOURS_TO_STOP in a for a in s.answers)}
-    for notice in notices:
-        who = STOPPED_BY.search(notice.text)
-        if who and who.group(1) in refused | facts.strangers:
-            out.append(("refused_stop_honoured", f"stopped by <@{who.group(1)}>"))
-    for stop in acked:
-        given = [
-            at
-            for user, index, at in facts.stops_given
-            if user == stop.user and index == thread.index and at >= stop.sent_at
-        ]
-        what = f"{stop.via} stop by {stop.user} ({stop.moment})"
-        if any(NOT_YOURS_TO_STOP in answer for answer in stop.answers):
-            if given:
-                out.append(("refused_stop_honoured", f"{what}: refused, then given to the model"))
-            continue
-        applied = any(n.at >= stop.sent_at for n in notices) or _discarded_first(posts, stop)
-        answered = any(a in answer for answer in stop.answers for a in STOP_ANSWERS)
-        told = stop.via == "reply" and any(
-            told_kind(p) == "expiry" and p.at >= stop.sent_at for p in posts
-        )
-        told = told or expired_unserved(facts, thread)  # as an unanswered message is
-        if not (applied or answered or given or told):
-            heard = ", ".join(repr(a[:40]) for a in stop.answers) or "nothing"
-            out.append(("stop_unanswered", f"{what}: no stopped notice after it; answers: {heard}"))
-    out += _after_stopped(thread, messages, facts)
-    return out
-
-
-def _discarded_first(posts: list[BotPost], stop: StopFacts) -> bool:
-    """An admin's discard ended the run the stop was for before the stop was applied (chaos
-    180001): a discarded notice after the stop, and no answer, approval request or decision
-    of the run between them."""
-    after = sorted((p for p in posts if p.at >= stop.sent_at), key=lambda p: p.at)
-    for post in after:
-        if post.what.notice == "discarded":
-            return True
-        if post.what.kind in RUN_POSTS:
-            return False
-    return False
-
-
-def _after_stopped(
-    thread: ThreadFacts, messages: list[SentMessage], facts: RunFacts
-) -> list[tuple[str, str]]:
-    """Nothing of a stopped run after its notice: no answer, approval request or decision
-    before the next input that could start another run (a message acked after the stop was
-    sent), no effect of a call it had asked for (unless said unknown, or told as a late
-    result)."""
-    out: list[tuple[str, str]] = []
-    late = {
-        call
-        for p in thread.posts
-        if p.what.notice == "tool_finished_late"
-        for call in NAMED_CALL.findall(p.text)
-    }
-    said_unknown = unknown_named(thread.posts)
-    times = {
-        str(line["call_id"]): float(line["time"]) for line in facts.effects if line.get("time")
-    }
-    for at, stop_at in stopped_from(facts, thread).items():
-        starts = [m.acked_at for m in messages if m.acked and m.acked_at > stop_at]
-        starts += [  # a `stop` that was a message, nothing running when it came
-            given
-            for _, index, given in facts.stops_given
-            if index == thread.index and given > stop_at
-        ]
-        until = min(starts, default=float("inf"))
-        # Messages held for the stopped run are served after it, by a run of their own:
-        # what that run posts asks about calls made after the notice, or quotes a tag the
-        # model got after it.
-        made_before = {
-            c
-            for c, made in facts.calls.items()
-            if thread_of_tag(made.tag) == thread.index and made.at < at
-        }
-        next_request = min(
-            (
-                p.at
-                for p in thread.posts
-                if p.at > at
-                and p.what.kind is PostKind.APPROVAL_REQUEST
-                and not set(p.what.call_ids) <= made_before
-            ),
-            default=float("inf"),
-        )
-        for post in thread.posts:
-            if not at < post.at < until:
-                continue
-            if post.what.kind is PostKind.ANSWER:
-                tags = TAG.findall(post.text)
-                went_on = bool(tags) and all(facts.given.get(t, at) < at for t in tags)
-            elif post.what.kind is PostKind.APPROVAL_REQUEST:
-                went_on = bool(post.what.call_ids) and set(post.what.call_ids) <= made_before
-            else:
-                went_on = post.what.kind is PostKind.DECISION and post.at < next_request
-            if went_on:
-                out.append(
-                    (
-                        "stopped_run_went_on",
-                        f"{post.what.kind.value} {post.at - at:.1f}s after the stopped "
-                        f"notice: {post.text[:80]!r}",
-                    )
-                )
-        for call_id, made in facts.calls.items():
-            ran_at = times.get(call_id)
-            if (
-                thread_of_tag(made.tag) == thread.index
-                and ran_at is not None
-                and made.at < min(at, until)
-                and ran_at > at
-                and call_id not in said_unknown | late
-            ):
-                out.append(
-                    (
-                        "stopped_run_went_on",
-                        f"{made.tool} {call_id} took effect {ran_at - at:.1f}s after the "
-                        "stopped notice",
-                    )
-                )
     return out
 
 

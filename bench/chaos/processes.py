@@ -16,7 +16,7 @@ from typing import IO
 
 import aiohttp
 
-from bench.chaos.invariants import KEYED_ATTEMPTS
+from bench.chaos.facts import KEYED_ATTEMPTS
 from bench.chaos.plan import BACKLOG_LIMIT
 from testkit.prefork import popen
 

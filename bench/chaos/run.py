@@ -17,8 +17,7 @@ from typing import Any
 import aiohttp
 
 from bench.chaos.classify import approval_buttons, approved, classify_post, is_decision
-from bench.chaos.faults import Cluster, Injector, Targets
-from bench.chaos.invariants import (
+from bench.chaos.facts import (
     KEYED_ATTEMPTS,
     BotPost,
     RunFacts,
@@ -26,9 +25,10 @@ from bench.chaos.invariants import (
     StopFacts,
     ThreadFacts,
     Violation,
-    check,
     thread_of_tag,
 )
+from bench.chaos.faults import Cluster, Injector, Targets
+from bench.chaos.invariants import check
 from bench.chaos.model import PAY_REF, ModelServer, content_text
 from bench.chaos.plan import ADMIN, STRANGER, Decision, RunPlan, Step, StopPlan, ThreadPlan
 from bench.chaos.slack import TEAM, Deliverer, SlackSide

@@ -14,15 +14,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bench.chaos.agent import SECRET
 from bench.chaos.classify import PostKind, approved, classify_post, is_decision
-from bench.chaos.invariants import (
+from bench.chaos.facts import (
     KEYED_ATTEMPTS,
     BotPost,
     RunFacts,
     SentMessage,
     StopFacts,
     ThreadFacts,
-    check,
 )
+from bench.chaos.invariants import check
 from bench.chaos.model import CallMade, ModelServer
 from bench.chaos.run import holder_pid
 from bench.chaos.slack import SlackSide

@@ -16,20 +16,17 @@ from typing import Any
 
 import aiohttp
 
-from bench.chaos.classify import approval_buttons, approved, classify_post, is_decision
+from bench.chaos.classify import approval_buttons, approved, is_decision
 from bench.chaos.facts import (
-    KEYED_ATTEMPTS,
-    BotPost,
-    RunFacts,
     SentMessage,
     StopFacts,
-    ThreadFacts,
     Violation,
     thread_of_tag,
 )
 from bench.chaos.faults import Cluster, Injector, Targets
+from bench.chaos.gather import gather_facts, record_facts
 from bench.chaos.invariants import check
-from bench.chaos.model import PAY_REF, ModelServer, content_text
+from bench.chaos.model import ModelServer
 from bench.chaos.plan import ADMIN, STRANGER, Decision, RunPlan, Step, StopPlan, ThreadPlan
 from bench.chaos.slack import TEAM, Deliverer, SlackSide
 from bot.permalink import permalink
@@ -39,7 +36,6 @@ from bot.slackapp.blocks import APPROVE, REJECT
 from bot.standin import requests
 from bot.standin.slack_api import Message
 from storage import ConversationKey, Status, Store
-from storage.models import utcnow
 
 QUIET_SECONDS = 3.0  # > the lease: a recovery sweep would have shown itself
 QUIET_TIMEOUT = 45.0
@@ -194,9 +190,9 @@ class Run:
                     await task
         violations: list[Violation] = []
         try:
-            facts = await self._facts(posts_from)
+            facts = await gather_facts(self, posts_from)
             violations = check(facts)
-            self._record_facts(facts, attempts_from)
+            record_facts(self, facts, attempts_from)
         except Exception as exc:
             error = error or repr(exc)
             self.note("harness_error", error=repr(exc))
@@ -673,165 +669,6 @@ class Run:
                 return True
         return False
 
-    # -- what is visible afterwards -----------------------------------------------------
-
-    async def _facts(self, posts_from: int) -> RunFacts:
-        # This run's: the same seed runs once per backend, against one model server.
-        calls = {
-            c: made
-            for c, made in self.model.calls.items()
-            if made.tag.startswith(f"s{self.plan.seed}t") and made.at >= self.wall_started
-        }
-        mine = f"call_s{self.plan.seed}t"
-        effects = []
-        if self.ledger.exists():
-            for line in self.ledger.read_text().splitlines():
-                entry = json.loads(line)
-                if str(entry.get("call_id", "")).startswith(mine):
-                    effects.append(entry)
-        if self.mcp_effects is not None and self.mcp_effects.exists():
-            for line in self.mcp_effects.read_text().splitlines():
-                entry = json.loads(line)  # `pay`'s recipient names the call
-                ref = PAY_REF.search(str(entry.get("to", "")))
-                if ref and ref.group(1).startswith(mine):
-                    effects.append({"tool": entry["tool"], "call_id": ref.group(1), **entry})
-        keyed = [dict(r) for r in self.keyed if str(r["call_id"]).startswith(mine)]
-        effects += [
-            {"tool": "charge", "call_id": r["call_id"], "time": r["at"], "key": r["key"]}
-            for r in keyed
-            if not r["repeated"]  # the service applied the key (once: it keeps its result)
-        ]
-        threads = []
-        posts = self.slack.posts[posts_from:]
-        for thread in self.threads:
-            key = thread.key
-            if key is None:
-                continue
-            facts = ThreadFacts(
-                index=thread.plan.index,
-                key=key,
-                dead_channel=key.channel in self.injector.dead_channels,
-                discarded=any(step.kind == "discard" for step in thread.plan.steps)
-                or thread.plan.discard_after_approval is not None,
-                approved_clicks=thread.approved_clicks,
-                rejected_clicks=thread.rejected_clicks,
-                approve_replies=thread.approve_replies,
-                reject_replies=thread.reject_replies,
-                clicks=thread.clicks,
-                late_clicks=thread.late_clicks,
-            )
-            facts.posts = [
-                BotPost(at=p.at, text=p.shown, what=classify_post(p.args))
-                for p in posts
-                if p.channel == key.channel
-                and (p.thread_ts or p.ts) == key.thread_ts
-                and not p.deleted  # what the thread ends with
-            ]
-            asked = [c for c, made in calls.items() if thread_of_tag(made.tag) == thread.plan.index]
-            await asyncio.to_thread(self._read_storage, facts, asked)
-            threads.append(facts)
-        return RunFacts(
-            threads=threads,
-            messages=self.sent,
-            calls=calls,
-            effects=effects,
-            now=utcnow(),
-            interrupting_faults=any(
-                kind.startswith(("process:", "storage:")) for kind in self.plan.fault_kinds
-            ),
-            model_faults=any(kind.startswith("model:") for kind in self.plan.fault_kinds),
-            state_ttl=self.plan.state_ttl,
-            longest_outage=self.longest_outage,
-            given={
-                tag: at
-                for tag, at in self.model.given.items()
-                if tag.startswith(f"s{self.plan.seed}t") and at >= self.wall_started
-            },
-            stops=[self._stop_facts(stop, token) for stop, token in self.stops],
-            stops_given=[
-                (user, index, at)
-                for user, threads, at in self.model.stops_given
-                if at >= self.wall_started
-                for prefix in threads
-                if (index := thread_of_tag(f"{prefix}m0")) is not None
-                and prefix.startswith(f"s{self.plan.seed}t")
-            ],
-            keyed=keyed,
-            keyed_attempts=KEYED_ATTEMPTS,
-        )
-
-    def _stop_facts(self, stop: StopFacts, token: str | None) -> StopFacts:
-        """What the stopper was told privately: through the button's response_url, or
-        ephemeral in the thread (the reply), since the stop was sent."""
-        thread = self.threads[stop.thread]
-        stop.answers = [
-            p.text
-            for p in self.slack.private
-            if (token is not None and p.token == token)
-            or (
-                token is None
-                and p.user == stop.user
-                and p.channel == thread.plan.channel
-                and p.thread_ts == thread.ts
-                and p.at >= stop.sent_at
-            )
-        ]
-        return stop
-
-    def _read_storage(self, facts: ThreadFacts, calls: list[str]) -> None:
-        facts.record = self.store.get(facts.key)
-        if facts.record is None:
-            facts.tombstone = self.store.expired_record(facts.key)
-        facts.items = [json.loads(text) for text in self.store.read_items(facts.key).items]
-        facts.inbox = len(self.store.read_inbox(facts.key))
-        for call_id in calls:
-            record = self.store.get_tool_call(facts.key, call_id)
-            if record is not None:
-                facts.tool_records[call_id] = record
-        facts.blobs = self.list_blobs(facts.key)
-
-    def _record_facts(self, facts: RunFacts, attempts_from: int) -> None:
-        for thread in facts.threads:
-            record = thread.record
-            self.note(
-                "thread",
-                index=thread.index,
-                key=str(thread.key),
-                status=record.status.value if record else None,
-                lease_owner=record.lease_owner if record else None,
-                fence=record.fence if record else None,
-                tombstone=thread.tombstone.status.value if thread.tombstone else None,
-                checkpoint=record.checkpoint.object_key if record and record.checkpoint else None,
-                inbox=thread.inbox,
-                dead_channel=thread.dead_channel,
-                posts=[
-                    {"kind": p.what.kind.value, "notice": p.what.notice, "text": p.text[:300]}
-                    for p in thread.posts
-                ],
-                session=[_short(item) for item in thread.items],
-                tool_records={
-                    c: {
-                        "status": r.status.value,
-                        "output": (r.output or "")[:120],
-                        "fence": r.fence,
-                    }
-                    for c, r in thread.tool_records.items()
-                },
-                blobs=thread.blobs,
-            )
-        self.note("ledger", effects=facts.effects)
-        self.note("model_calls", calls={c: m.__dict__ for c, m in facts.calls.items()})
-        self.note("model_requests", requests=self.model.log[self.model_from :])
-        channels = set(self.plan.channels)
-        self.note(
-            "slack_attempts",
-            attempts=[
-                a
-                for a in self.slack.attempts[attempts_from:]
-                if a.get("channel") in channels or a.get("fault")
-            ],
-        )
-
     def _write_history(self) -> None:
         self.history_path.parent.mkdir(parents=True, exist_ok=True)
         with self.history_path.open("w") as handle:
@@ -856,17 +693,6 @@ def _button_value(message: Message) -> str | None:
             if element.get("action_id") == APPROVE:
                 return str(element["value"])
     return None
-
-
-def _short(item: Any) -> Any:
-    if not isinstance(item, dict):
-        return item
-    kind = item.get("type") or item.get("role")
-    if kind == "function_call":
-        return {"call": item.get("call_id"), "name": item.get("name")}
-    if kind == "function_call_output":
-        return {"output": item.get("call_id"), "text": str(item.get("output"))[:100]}
-    return {kind or "item": content_text(item.get("content"))[:120]}
 
 
 def holder_pid(owner: str) -> str:

@@ -146,15 +146,13 @@ def expired_unserved(facts: RunFacts, thread: ThreadFacts) -> bool:
 
 def stopped_from(facts: RunFacts, thread: ThreadFacts) -> dict[float, float]:
     """Each stopped notice of the thread (its time) and when the first stop it may have
-    applied was sent (acked, after the notice before it)."""
+    applied was sent (after the notice before it): an acked one, else one whose ack came
+    too late (a frozen replica kept it, and applied it: chaos 190175)."""
     found: dict[float, float] = {}
     previous = 0.0
     for at in sorted(p.at for p in thread.posts if p.what.notice == "stopped"):
-        sent = [
-            s.sent_at
-            for s in facts.stops
-            if s.thread == thread.index and s.acked and previous < s.sent_at <= at
-        ]
+        window = [s for s in facts.stops if s.thread == thread.index and previous < s.sent_at <= at]
+        sent = [s.sent_at for s in window if s.acked] or [s.sent_at for s in window]
         previous = at
         if sent:
             found[at] = min(sent)

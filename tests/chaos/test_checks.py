@@ -839,3 +839,11 @@ async def test_a_message_the_stopped_run_had_is_explained_by_its_notice() -> Non
     assert kinds(found) == ["message_unanswered"]  # the model never had it
     found.given["s1t0m1"] = 3.5
     assert kinds(found) == []
+    # The stop's ack came too late (its replica was frozen), yet it was kept and applied
+    # (chaos 190175): it explains the notice all the same.
+    late = stop(sent_at=3.0)
+    late.acked = False
+    unacked = with_stops(clean(posts=[await stopped_notice(at=4.0)]), late)
+    unacked.messages = [message(), later]
+    unacked.given["s1t0m1"] = 3.5
+    assert kinds(unacked) == []

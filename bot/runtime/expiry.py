@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from bot.runtime.envelope import DecisionRequest, Envelope, UserMessage, parse_payload
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
-from bot.runtime.text import quote
+from bot.runtime.text import quote, quoted_then_counted
 from bot.runtime.trust import human_age
 from storage import CheckpointError, CheckpointPointer, Expiry, Status
 
@@ -57,7 +57,7 @@ async def announce(serving: Serving, entries: Entries) -> None:
         text=expiry_text(gone, pending, len(unanswered) + more),
         settles=pending,
         closes_cards=True,
-        details=_named(unanswered, more),
+        details=quoted_then_counted(unanswered, len(unanswered) + more, QUOTED),
     )
     log.info("%s: state expired at %s; the thread is told", serving.key, gone.expired_at)
     await serving.commit(
@@ -108,12 +108,6 @@ async def _expired_envelope(serving: Serving, pointer: CheckpointPointer | None)
         return Envelope.model_validate(document)
     except (CheckpointError, ValueError):
         return None  # gone with the state, as it should be
-
-
-def _named(quotes: list[str], more: int) -> list[str]:
-    """The first `QUOTED` messages, and how many more there were."""
-    rest = len(quotes[QUOTED:]) + more
-    return quotes[:QUOTED] + ([f"… and {rest} more"] if rest else [])
 
 
 def _quotes(gone: Expiry, envelope: Envelope | None) -> list[str]:

@@ -24,7 +24,7 @@ from datetime import timedelta
 
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
 from bot.runtime.outcomes import DeliveryRef, Notice, NoticeKind
-from bot.runtime.text import quote
+from bot.runtime.text import quote, quoted_then_counted
 from storage import Conversation, ConversationKey, Refusal, StorageError, Store
 from storage.calls import StorageCalls
 from storage.models import with_refusals_told
@@ -214,7 +214,6 @@ def notice(key: ConversationKey, refusals: Sequence[Refusal], more: int = 0) -> 
     authors = ", ".join(f"<@{user}>" for user in people)
     if more and authors:
         authors += " and others"
-    unquoted = count - min(len(refusals), QUOTED)
     return Notice(
         key=key,
         kind=NoticeKind.NOT_TAKEN,
@@ -222,6 +221,5 @@ def notice(key: ConversationKey, refusals: Sequence[Refusal], more: int = 0) -> 
         + (f" (from {authors})" if authors else "")
         + ": too many messages are waiting for an answer in this thread already. Please send "
         f"{'them' if count != 1 else 'it'} again once I have answered:",
-        details=[quote(r.text) for r in refusals[:QUOTED]]
-        + ([f"… and {unquoted} more"] if unquoted > 0 else []),
+        details=quoted_then_counted([quote(r.text) for r in refusals], count, QUOTED),
     )

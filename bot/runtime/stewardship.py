@@ -19,7 +19,7 @@ from bot.runtime.envelope import Envelope, UserMessage, parse_payload
 from bot.runtime.holder import new_owner
 from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
 from bot.runtime.serving import Serving
-from bot.runtime.text import quote
+from bot.runtime.text import quote, quoted_then_counted
 from storage import (
     CONSUME_LIMIT,
     KEEP,
@@ -130,7 +130,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
         text=f"{who} discarded this conversation's saved state. {lost} The history is kept; "
         f"send a new message to start over.{messages}",
         settles=closed.all,
-        details=quotes[:QUOTED] + ([f"… and {dropped - QUOTED} more"] if dropped > QUOTED else []),
+        details=quoted_then_counted(quotes, dropped, QUOTED),
     )
     old = record.checkpoint
     tombstone = Envelope(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # In a Python string every surrogate is unpaired: JSON's escaped pairs become one character.
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -19,3 +20,11 @@ def quote(text: str, limit: int = 120) -> str:
     flat = " ".join(text.split())
     cut = flat if len(flat) <= limit else flat[: limit - 1] + "…"
     return f"“{cut}”"
+
+
+def quoted_then_counted(quotes: Sequence[str], total: int, limit: int) -> list[str]:
+    """A notice's details naming messages: the first `limit` quotes, then how many more of
+    the `total` it is about ("… and 27 more")."""
+    shown = list(quotes[:limit])
+    rest = total - len(shown)
+    return shown + ([f"… and {rest} more"] if rest > 0 else [])

@@ -12,12 +12,15 @@ TransactWriteItems (through botocore's own event system, after boto3's retries).
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import boto3
 
 from storage import Store
 from storage.aws import AwsStore
@@ -137,3 +140,31 @@ class _Response:
         self.headers: dict[str, str] = {}
         self.content = b""
         self.raw = None
+
+
+def overwrite_blob(store: Store, object_key: str, data: bytes | None) -> None:
+    """Damage (or plant, or with None delete) a stored object behind the store's back, as a
+    disk or an operator might: the file itself locally, the S3 object on aws."""
+    if isinstance(store, LocalStore):
+        path = store.blobs.path(object_key)
+        if data is None:
+            os.unlink(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        return
+    assert isinstance(store, AwsStore)
+    s3 = boto3.client("s3")
+    if data is None:
+        s3.delete_object(Bucket=store.bucket, Key=object_key)
+    else:
+        s3.put_object(Bucket=store.bucket, Key=object_key, Body=data)
+
+
+def stored_blob(store: Store, object_key: str) -> bytes:
+    """The stored object's bytes, read from outside the store."""
+    if isinstance(store, LocalStore):
+        return store.blobs.path(object_key).read_bytes()
+    assert isinstance(store, AwsStore)
+    body = boto3.client("s3").get_object(Bucket=store.bucket, Key=object_key)["Body"]
+    return bytes(body.read())

@@ -20,7 +20,7 @@ SEPARATOR = "|"
 @cache
 def process_identity() -> str:
     return SEPARATOR.join(
-        [socket.gethostname(), _boot_id(), str(os.getpid()), str(_start_ticks(os.getpid()))]
+        [socket.gethostname(), boot_id(), str(os.getpid()), str(start_ticks(os.getpid()))]
     )
 
 
@@ -36,23 +36,23 @@ def provably_dead(owner: str) -> bool:
     if len(parts) != 5:
         return False
     host, boot, pid_text, ticks, _ = parts
-    if host != socket.gethostname() or boot != _boot_id() or not pid_text.isdigit():
+    if host != socket.gethostname() or boot != boot_id() or not pid_text.isdigit():
         return False
     pid = int(pid_text)
     if pid == os.getpid():
-        return ticks != str(_start_ticks(pid))
-    current = _start_ticks(pid)
+        return ticks != str(start_ticks(pid))
+    current = start_ticks(pid)
     return current is None or str(current) != ticks
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
     except OSError:
         return "noboot"
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from storage import CheckpointMeta, ConversationKey, StorageSettings
 from storage.local import LocalStore
+from testkit.storage_faults import overwrite_blob
 
 
 def test_settings_defaults_and_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,7 +74,7 @@ def test_local_gc_removes_orphans_and_expired_conversations(tmp_path: Path) -> N
     lease, _ = store.acquire(key, "w")
     meta = CheckpointMeta(schema_version="1.21", agent_fingerprint="f")
     done = store.commit(lease, state={"v": 1}, meta=meta, expected_version=0)
-    store._put_blob("checkpoints/T/C/1.0/orphan.json.gz", b"x")
+    overwrite_blob(store, "checkpoints/T/C/1.0/orphan.json.gz", b"x")
     assert store.collect_garbage(orphan_age=timedelta(0)) == 1  # the orphan only
     assert done.checkpoint is not None
     assert store.load_checkpoint(done.checkpoint) == {"v": 1}

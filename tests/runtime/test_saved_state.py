@@ -34,6 +34,7 @@ from testkit.runtime import (
     kinds,
     record_of,
 )
+from testkit.storage_faults import overwrite_blob
 from tests.conftest import Backend
 
 
@@ -131,7 +132,7 @@ async def test_corrupted_checkpoint(store: Store, effects: SideEffects) -> None:
     record = store.get(KEY)
     assert record is not None and record.checkpoint is not None
     store.delete_checkpoint(record.checkpoint)
-    store._put_blob(record.checkpoint.object_key, b"\x1f\x8b garbage")
+    overwrite_blob(store, record.checkpoint.object_key, b"\x1f\x8b garbage")
     outcomes = await approve(rt, request)
     await assert_failed_closed(store, effects, outcomes, NoticeKind.STATE_DAMAGED)
 

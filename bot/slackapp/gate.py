@@ -7,7 +7,7 @@ so an anonymous request could cost a 500 and a traceback. Here the cheap checks 
 `SignatureVerifier` (bolt's own: `v0` HMAC over timestamp and body, 5 minutes' leeway); only
 then is it parsed, and what does not parse into an object of bounded depth is refused too.
 
-Every refusal is a 4xx and one log line that never quotes the body (`Refused`)."""
+Every refusal is a 4xx and one log line that never quotes the body (`NotFromSlack`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ UNPARSABLE = (ValueError, RecursionError, LookupError, TypeError, AttributeError
 CHUNK = 64 * 1024
 
 
-class Refused(Exception):
+class NotFromSlack(Exception):
     """A request that is not Slack's: the 4xx it gets, and why (a fixed phrase, safe to log
     and to answer with; never the body)."""
 
@@ -47,7 +47,7 @@ class Refused(Exception):
 
 async def slack_request(request: web.Request, verifier: SignatureVerifier) -> AsyncBoltRequest:
     """bolt's request for `request` once Slack's signature over its body is verified and the
-    body parsed; raises `Refused` otherwise. bolt verifies the signature again (the same
+    body parsed; raises `NotFromSlack` otherwise. bolt verifies the signature again (the same
     verifier on the same text), so its semantics are unchanged."""
     body = await signed_body(request, verifier)
     try:
@@ -57,44 +57,44 @@ async def slack_request(request: web.Request, verifier: SignatureVerifier) -> As
             headers=request.headers,  # type: ignore[arg-type]
         )
     except UNPARSABLE as exc:
-        raise Refused(400, f"unreadable body ({type(exc).__name__})") from None
+        raise NotFromSlack(400, f"unreadable body ({type(exc).__name__})") from None
     if not isinstance(parsed.body, dict) or nests_deeper(parsed.body, DEPTH_LIMIT):
-        raise Refused(400, "not a Slack payload")
+        raise NotFromSlack(400, "not a Slack payload")
     return parsed
 
 
 async def signed_body(request: web.Request, verifier: SignatureVerifier) -> str:
-    """The body as text, if Slack signed it; raises `Refused` otherwise, reading no more of
+    """The body as text, if Slack signed it; raises `NotFromSlack` otherwise, reading no more of
     the body than `BODY_LIMIT` bytes, and none of it when the headers already refuse it."""
     signature, timestamp = request.headers.get(SIGNATURE), request.headers.get(TIMESTAMP)
     if not signature or not timestamp:
-        raise Refused(401, "not signed")
+        raise NotFromSlack(401, "not signed")
     if request.content_type not in SLACK_TYPES:
-        raise Refused(415, "not a content type Slack sends")
+        raise NotFromSlack(415, "not a content type Slack sends")
     raw = await capped_body(request, BODY_LIMIT)
     try:
         body = raw.decode("utf-8")  # what Slack sends, and what the signature check decodes
     except UnicodeDecodeError:
-        raise Refused(400, "not UTF-8") from None
+        raise NotFromSlack(400, "not UTF-8") from None
     try:
         valid = verifier.is_valid(body, timestamp, signature)
     except ValueError:  # a timestamp that is not a number
         valid = False
     if not valid:
-        raise Refused(401, "invalid or expired signature")
+        raise NotFromSlack(401, "invalid or expired signature")
     return body
 
 
 async def capped_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, or `Refused` (413) as soon as it is longer than `limit` bytes (by its
+    """The whole body, or `NotFromSlack` (413) as soon as it is longer than `limit` bytes (by its
     Content-Length, or while reading a body sent without one)."""
     if request.content_length is not None and request.content_length > limit:
-        raise Refused(413, "body too large")
+        raise NotFromSlack(413, "body too large")
     body = bytearray()
     while chunk := await request.content.read(CHUNK):
         body += chunk
         if len(body) > limit:
-            raise Refused(413, "body too large")
+            raise NotFromSlack(413, "body too large")
     return bytes(body)
 
 

@@ -32,7 +32,7 @@ from bot.runtime.warm_up import warm_up
 from bot.slackapp.app import build_app, web_api_session, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients
 from bot.slackapp.conversation_source import SlackSource
-from bot.slackapp.gate import Refused, slack_request
+from bot.slackapp.gate import NotFromSlack, slack_request
 from bot.slackapp.home import HomeTab
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.oauth import install_routes, installs
@@ -68,7 +68,7 @@ def events_route(app: AsyncApp, verifier: SignatureVerifier) -> web.RouteDef:
         try:
             bolt_request = await slack_request(request, verifier)
             response = await app.async_dispatch(bolt_request)
-        except Refused as refused:
+        except NotFromSlack as refused:
             log.warning("refused a request to %s: %s", EVENTS_PATH, refused.reason)
             return refused.response()
         except (ValueError, LookupError, TypeError, AttributeError) as exc:

@@ -1,13 +1,5 @@
-"""Operator commands, shared by the Slack `/agent-admin` command and `python -m bot admin`:
-
-status [<thread link>]                          counts by status, the oldest paused and
-                                                feedback on answers, or one conversation
-                                                (its deliveries and feedback)
-list [stale] [--older-than 1d]                  paused / interrupted conversations
-discard <thread link | [enterprise:]team:channel:ts>
-                                                discard one conversation's saved state
-discard stale --older-than <duration> [--dry-run]
-"""
+"""Operator commands, shared by the Slack `/agent-admin` command and `python -m bot admin`
+(`bot.admin_usage` names them)."""
 
 from __future__ import annotations
 
@@ -17,14 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from bot.admin_usage import COMMANDS, USAGE
 from bot.permalink import PermalinkError, parse_permalink
 from bot.runtime import ConversationRuntime, Discarded, Refused, StaleFilter
 from bot.runtime.queries import PAUSED
 from storage import Conversation, ConversationKey, FeedbackTally, Status
 from storage.durations import format_duration, parse_duration
 
-USAGE = __doc__.split("\n\n", 1)[1].rstrip() if __doc__ else ""
-COMMANDS = ("status", "list", "discard", "help")
 DEFAULT_STALE = timedelta(days=1)
 MAX_AGE = timedelta(days=3650)
 

@@ -5,9 +5,7 @@ python -m bot serve               serve Slack: Socket Mode or HTTP
 python -m bot admin init-storage  create the DynamoDB table and S3 bucket (development)
 python -m bot admin gc            local backend: drop expired rows and orphan blobs
 python -m bot admin migrate       aws backend: bring a table of an earlier release up to date
-python -m bot admin status | list [stale] [--older-than D]  (python -m bot admin --help)
-                    | discard <permalink | [enterprise:]team:channel:ts>
-                    | discard stale --older-than D [--dry-run]
+python -m bot admin status | list | discard ...  as /agent-admin (python -m bot admin --help)
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from bot.admin_usage import COMMANDS
 from bot.settings import ProcessSettings
 from storage import StorageSettings, open_store
 
@@ -31,22 +30,13 @@ if TYPE_CHECKING:
     from bot.settings import RuntimeSettings
     from storage import Store
 
-# Every admin command: its usage and what it does (shown by `python -m bot admin --help`).
+# Every admin command: its usage and what it does (shown by `python -m bot admin --help`):
+# those shared with /agent-admin, then the operator's own.
 ADMIN_COMMANDS = {
-    "status": (
-        "status [<thread link>]",
-        "counts by status, oldest paused, feedback; or one thread",
-    ),
-    "list": ("list [stale] [--older-than 1d]", "paused / interrupted (or stale) conversations"),
-    "discard": (
-        "discard <thread link | [enterprise:]team:channel:ts>"
-        " | discard stale --older-than D [--dry-run]",
-        "discard one conversation's saved state, or every stale one",
-    ),
+    **{name: (" | ".join(lines), summary) for name, (lines, summary) in COMMANDS.items()},
     "init-storage": ("init-storage", "create the DynamoDB table and S3 bucket (development)"),
     "gc": ("gc", "local backend: drop expired rows and orphan blobs"),
     "migrate": ("migrate", "aws backend: bring a table of an earlier release up to date"),
-    "help": ("help", "the admin commands' help text"),
 }
 
 

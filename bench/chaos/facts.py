@@ -14,6 +14,8 @@ from bench.chaos.model import CallMade
 from storage import Conversation, ConversationKey, ToolCallRecord
 
 KEYED_ATTEMPTS = 3  # the replicas' BOT_IDEMPOTENT_ATTEMPTS
+# Each request the keyed service got: {"key", "call_id", "at", "repeated"} (see `soak`).
+KeyedLog = list[dict[str, Any]]
 
 EXPLAINING_NOTICES = frozenset(
     {"run_failed", "discarded", "state_expired", "state_incompatible", "state_damaged"}

@@ -84,7 +84,7 @@ async def gather_facts(run: Run, posts_from: int) -> RunFacts:
         threads.append(facts)
     return RunFacts(
         threads=threads,
-        messages=run.sent,
+        messages=run.people.sent,
         calls=calls,
         effects=effects,
         now=utcnow(),
@@ -99,7 +99,7 @@ async def gather_facts(run: Run, posts_from: int) -> RunFacts:
             for tag, at in run.model.given.items()
             if tag.startswith(f"s{run.plan.seed}t") and at >= run.wall_started
         },
-        stops=[_stop_facts(run, stop, token) for stop, token in run.stops],
+        stops=[_stop_facts(run, stop, token) for stop, token in run.stoppers.stops],
         stops_given=[
             (user, index, at)
             for user, threads, at in run.model.stops_given

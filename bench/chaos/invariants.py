@@ -59,41 +59,27 @@ Side effects are those of `bench.chaos.agent`: the ledger file's lines, the MCP 
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections import Counter, defaultdict
 from typing import Any
 
 from bench.chaos.agent import SECRET
+from bench.chaos.call_checks import check_calls, check_keyed, check_shared_keys
 from bench.chaos.classify import PostKind
 from bench.chaos.facts import (
-    ACTIVITY_SLACK,
-    CLOSING_NOTICES,
     EXPLAINING_NOTICES,
-    NAMED_CALL,
-    UNKNOWN_CALLS,
-    BotPost,
     RunFacts,
     SentMessage,
     ThreadFacts,
     Violation,
     expired_unserved,
     stopped_from,
-    thread_of_tag,
     told_kind,
-    unknown_named,
 )
-from bench.chaos.model import (
-    ANSWER,
-    CALL_FATE,
-    HANDOFF,
-    TAG,
-    CallMade,
-    content_text,
-    output_fate,
-)
+from bench.chaos.model import ANSWER, TAG, content_text
+from bench.chaos.notice_checks import NAMING_NOTICES, check_told, uncounted
 from bench.chaos.stop_checks import check_stops
-from storage import Status, ToolCallStatus
+from storage import Status
 from storage.models import utcnow
 
 # Notices that explain every message before them; the expiry and not-taken notices explain
@@ -103,17 +89,6 @@ from storage.models import utcnow
 # (A guardrail's notice explains the messages its tripped turn took: all those before it
 # that no answer quotes.)
 MESSAGE_EXPLAINING = EXPLAINING_NOTICES | {"guardrail"}
-# (A stop drops the messages held for its run: its notice names them, and counts them all.)
-NAMING_NOTICES = frozenset({"expiry", "not_taken", "stopped"})
-NAMED_COUNT = (  # how many messages a naming notice says it is about
-    re.compile(r"I couldn't take (\d+) messages?"),
-    re.compile(r"(\d+) messages? sent here (?:were|was) not answered"),
-    re.compile(r"(\d+) messages? sent for this run (?:were|was) not answered"),
-)
-NOT_EFFECTS = frozenset({"lookup", "ask_clerk", HANDOFF})  # (the agent tool's own calls are)
-APPROVED_TOOLS = frozenset({"transfer", "wire", "file_claim", "pay"})  # a person approves
-KEYED_TOOLS = frozenset({"charge"})
-LATE = re.compile(r"\(call (call_[a-z0-9]+_\d+)\) finished after .*? Its result:\s*(.*)", re.S)
 BLOB = re.compile(r"/v(\d+)-f(\d+)-[0-9a-f]+\.json\.gz$")
 KINDS = (
     "message_unanswered",
@@ -157,22 +132,24 @@ def check(facts: RunFacts) -> list[Violation]:
         ]
         found += [
             Violation(kind, where, detail)
-            for kind, detail in _told(thread, messages, facts, effects)
+            for kind, detail in check_told(thread, messages, facts, effects)
         ]
         found += [
             Violation(kind, where, detail)
-            for kind, detail in _calls(thread, facts.calls, effects, facts.interrupting_faults)
+            for kind, detail in check_calls(thread, facts.calls, effects, facts.interrupting_faults)
         ]
         stops = [s for s in facts.stops if s.thread == thread.index]
         found += [
             Violation(kind, where, detail)
             for kind, detail in check_stops(thread, stops, messages, facts)
         ]
-        found += [Violation(kind, where, detail) for kind, detail in _keyed(thread, facts, effects)]
+        found += [
+            Violation(kind, where, detail) for kind, detail in check_keyed(thread, facts, effects)
+        ]
         found += [
             Violation(kind, where, detail) for kind, detail in _guardrail(thread, messages, facts)
         ]
-    found += [Violation(kind, "(keyed service)", d) for kind, d in _shared_keys(facts)]
+    found += [Violation(kind, "(keyed service)", d) for kind, d in check_shared_keys(facts)]
     return found
 
 
@@ -230,7 +207,7 @@ def _thread(
                 "message_unanswered",
                 f"#{m.tag} {m.text[:80]!r} (thread {status}, inbox {thread.inbox})",
             )
-            for m in _uncounted(unexplained, notices)
+            for m in uncounted(unexplained, notices)
         ]
     # Posted twice: by outbox id when the bot sends one, else by content.
     outbox = Counter(p.what.outbox_id for p in thread.posts if p.what.outbox_id)
@@ -275,197 +252,6 @@ def _thread(
     return out
 
 
-def _calls(
-    thread: ThreadFacts,
-    calls: dict[str, CallMade],
-    effects: Counter[str],
-    interrupting_faults: bool,
-) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    mine = {c: made for c, made in calls.items() if thread_of_tag(made.tag) == thread.index}
-    said_unknown = unknown_named(thread.posts)
-    outputs: dict[str, str] = {}
-    for item in thread.items:
-        if isinstance(item, dict) and item.get("type") == "function_call_output":
-            outputs[str(item.get("call_id"))] = content_text(item.get("output"))
-    unknown_notices = " ".join(
-        p.text
-        for p in thread.posts
-        if p.what.notice == "tool_outcome_unknown"
-        or (p.what.notice in CLOSING_NOTICES and "outcome unknown" in p.text)
-    )
-    for call_id, made in mine.items():
-        ran = effects.get(call_id, 0)
-        if made.tool in NOT_EFFECTS:
-            continue
-        if ran > 1:
-            out.append(("effect_duplicated", f"{made.tool} {call_id} ran {ran}x"))
-        if made.tool in APPROVED_TOOLS:
-            approved = call_id in thread.approved_clicks or any(
-                t > made.at for t in thread.approve_replies
-            )
-            rejected = call_id in thread.rejected_clicks or any(
-                t > made.at for t in thread.reject_replies
-            )
-            if ran and not approved:
-                out.append(
-                    ("effect_without_approval", f"{made.tool} {call_id} ran, never approved")
-                )
-        else:
-            rejected = False
-        said = outputs.get(call_id)
-        if said is not None:
-            fate = output_fate(said)
-            if fate == "rejected" and not rejected:
-                out.append(("decision_not_honoured", f"{call_id} reported rejected"))
-            if (fate == "ran" and not ran) or (fate in ("failed", "rejected", "not_run") and ran):
-                out.append(
-                    (
-                        "record_contradicts_ledger",
-                        f"history says {call_id} {fate}; it ran {ran}x: {said[:80]!r}",
-                    )
-                )
-            if fate == "unknown" and call_id not in unknown_notices and not thread.dead_channel:
-                out.append(("unknown_outcome_unannounced", f"{call_id} ended outcome unknown"))
-            if fate == "unknown" and not (interrupting_faults or thread.discarded):
-                out.append(("unknown_outcome_uncaused", f"{call_id} ended outcome unknown"))
-            if fate == "not_run" and ran:
-                for post in thread.posts:
-                    if post.what.notice in CLOSING_NOTICES and made.tool in post.text:
-                        out.append(
-                            (
-                                "notice_contradicts_ledger",
-                                f"notice says `{made.tool}` was not run; {call_id} ran: "
-                                f"{post.text[:100]!r}",
-                            )
-                        )
-        record = thread.tool_records.get(call_id)
-        if record is not None and record.status is ToolCallStatus.COMPLETED:
-            recorded = output_fate(record.output or "")
-            if (recorded == "ran" and not ran) or (recorded == "failed" and ran):
-                out.append(
-                    (
-                        "record_contradicts_ledger",
-                        f"tool ledger says {call_id} {recorded}; it ran {ran}x: "
-                        f"{(record.output or '')[:80]!r}",
-                    )
-                )
-        if record is not None and record.status is ToolCallStatus.CANCELLED and ran:
-            out.append(
-                ("record_contradicts_ledger", f"tool ledger says {call_id} cancelled; it ran")
-            )
-        finished = thread.record is not None and thread.record.status in (
-            Status.IDLE,
-            Status.DISCARDED,
-        )
-        if (
-            record is not None
-            and record.status is ToolCallStatus.STARTED
-            and finished
-            and call_id not in outputs  # (those the history has are checked above)
-            and call_id not in said_unknown
-            and not thread.dead_channel
-        ):
-            out.append(
-                (
-                    "unknown_outcome_unannounced",
-                    f"{call_id} left started in the ledger, its run over; no notice names it",
-                )
-            )
-    out += _notices_against_ledger(thread, mine, effects, said_unknown)
-    for post in thread.posts:
-        if post.what.kind is not PostKind.ANSWER:
-            continue
-        for call_id, fate in CALL_FATE.findall(post.text):
-            ran = effects.get(call_id, 0)
-            if (fate == "ran" and not ran) or (fate in ("failed", "rejected", "not_run") and ran):
-                out.append(
-                    (
-                        "notice_contradicts_ledger",
-                        f"answer says {call_id} {fate}; it ran {ran}x",
-                    )
-                )
-    return out
-
-
-def _uncounted(messages: list[SentMessage], notices: list[BotPost]) -> list[SentMessage]:
-    """Messages no naming notice named, less those a later one counts without naming them
-    (it says how many, and quotes only the first few): each such place covers one."""
-    spare: list[list[float]] = []  # [time, places left] per naming notice
-    for notice in notices:
-        if told_kind(notice) not in NAMING_NOTICES:
-            continue
-        said = sum(int(m.group(1)) for p in NAMED_COUNT if (m := p.search(notice.text)))
-        named = len(set(TAG.findall(notice.text)))
-        if said > named:
-            spare.append([notice.at, float(said - named)])
-    spare.sort()
-    left = []
-    for message in sorted(messages, key=lambda m: m.sent_at):
-        place = next((p for p in spare if p[0] >= message.sent_at and p[1] > 0), None)
-        if place is None:
-            left.append(message)
-        else:
-            place[1] -= 1
-    return left
-
-
-def _told(
-    thread: ThreadFacts, messages: list[SentMessage], facts: RunFacts, effects: Counter[str]
-) -> list[tuple[str, str]]:
-    """Backlog and expiry notices against what happened: a message named as not taken was
-    never given to the model; an action after a sure expiry got the thread told, once per
-    expiry; nothing asked before an expiry ran after it was told."""
-    out: list[tuple[str, str]] = []
-    posts = thread.posts
-    for notice in (p for p in posts if p.what.notice == "not_taken"):
-        for tag in TAG.findall(notice.text):
-            if tag in facts.given:
-                out.append(("not_taken_but_given", f"#{tag} was named as not taken"))
-    expiries = sorted(p.at for p in posts if told_kind(p) == "expiry")
-    ttl = facts.state_ttl
-    if ttl is not None:
-        out += [
-            ("expiry_told_twice", f"expiry notices {later - earlier:.1f}s apart")
-            for earlier, later in itertools.pairwise(expiries)
-            if later - earlier < ttl
-        ]
-        if not thread.dead_channel:
-            out += [
-                ("expiry_untold", f"{what} {at - since:.1f}s after the thread's last activity")
-                for what, at, since in _late_actions(thread, messages)
-                if at - since > ttl + ACTIVITY_SLACK and not any(e >= at for e in expiries)
-            ]
-    if expiries:
-        lines = {str(line["call_id"]): float(line.get("time", 0)) for line in facts.effects}
-        for call_id, made in facts.calls.items():
-            ran_at = lines.get(call_id)
-            if thread_of_tag(made.tag) != thread.index or ran_at is None:
-                continue
-            if any(made.at < told < ran_at for told in expiries):
-                out.append(("tool_ran_after_expiry", f"{made.tool} {call_id} asked before"))
-    return out
-
-
-def _late_actions(
-    thread: ThreadFacts, messages: list[SentMessage]
-) -> list[tuple[str, float, float]]:
-    """(what, when, the thread's last activity before) of each late action that was acked."""
-    moments = sorted(
-        [p.at for p in thread.posts]
-        + [m.acked_at or m.sent_at for m in messages if m.acked]
-        + thread.clicks
-    )
-    actions = [(f"late #{m.tag}", m.sent_at) for m in messages if m.late and m.acked]
-    actions += [("late click", at) for at in thread.late_clicks]
-    found = []
-    for what, at in actions:
-        before = [t for t in moments if t < at]
-        if before:
-            found.append((what, at, before[-1]))
-    return found
-
-
 def _session_duplicates(items: list[Any]) -> list[str]:
     seen: Counter[str] = Counter()
     for item in items:
@@ -500,101 +286,6 @@ def _fence_regressions(blobs: list[str]) -> list[str]:
     ]
 
 
-def _notices_against_ledger(
-    thread: ThreadFacts, mine: dict[str, CallMade], effects: Counter[str], said_unknown: set[str]
-) -> list[tuple[str, str]]:
-    """A late result's notice tells what the call did; "outcome unknown" is said only of a
-    call that started (the ledger has it, not cancelled); "completed after a restart" only of
-    one that took effect."""
-    out: list[tuple[str, str]] = []
-    expired = any(told_kind(p) == "expiry" for p in thread.posts)
-    for post in thread.posts:
-        late = LATE.search(post.text) if post.what.notice == "tool_finished_late" else None
-        if late is not None and late.group(1) in mine:
-            call_id, result = late.group(1), late.group(2).lstrip("• ").strip()
-            fate, ran = output_fate(result), effects.get(late.group(1), 0)
-            if (fate == "ran" and not ran) or (fate in ("failed", "not_run") and ran):
-                out.append(
-                    (
-                        "notice_contradicts_ledger",
-                        f"late result says {call_id} {fate}; it ran {ran}x: {result[:80]!r}",
-                    )
-                )
-        if post.what.notice == "tool_completed_after_restart":
-            for call_id in NAMED_CALL.findall(post.text):
-                if call_id in mine and "completed." in post.text and not effects.get(call_id):
-                    out.append(("notice_contradicts_ledger", f"{call_id} completed; it never ran"))
-    if expired or thread.record is None:
-        return out  # a state that expired took its tool ledger with it
-    never_ran = {  # told later: a stop kept it from starting after a discard said unknown
-        call
-        for p in thread.posts
-        if p.what.notice == "tool_finished_late" and "never ran" in p.text
-        for call in NAMED_CALL.findall(p.text)
-    }
-    for call_id in sorted(said_unknown & set(mine)):
-        record = thread.tool_records.get(call_id)
-        cancelled = record is not None and record.status is ToolCallStatus.CANCELLED
-        if record is None or (cancelled and call_id not in never_ran):
-            state = "cancelled" if record is not None else "never started"
-            out.append(
-                ("notice_contradicts_ledger", f"{call_id} said unknown; the ledger: {state}")
-            )
-    return out
-
-
-def _keyed(thread: ThreadFacts, facts: RunFacts, effects: Counter[str]) -> list[tuple[str, str]]:
-    """A keyed call whose run finished was applied exactly once; its thread never says its
-    outcome is unknown while the service applied it and it had attempts left."""
-    out: list[tuple[str, str]] = []
-    answered: dict[str, str] = {}
-    for post in thread.posts:
-        if post.what.kind is PostKind.ANSWER:
-            answered.update(CALL_FATE.findall(post.text))
-    completed = {
-        call
-        for p in thread.posts
-        if p.what.notice == "tool_completed_after_restart" and "completed." in p.text
-        for call in NAMED_CALL.findall(p.text)
-    }
-    closed = set()  # said unknown by a stop or a discard: that run did not finish
-    for post in thread.posts:
-        if post.what.notice in CLOSING_NOTICES:
-            for listed in UNKNOWN_CALLS.findall(post.text):
-                closed.update(NAMED_CALL.findall(listed))
-    said_unknown = unknown_named(thread.posts)
-    for call_id, made in facts.calls.items():
-        if made.tool not in KEYED_TOOLS or thread_of_tag(made.tag) != thread.index:
-            continue
-        applied = effects.get(call_id, 0)
-        fate = answered.get(call_id)
-        if (fate == "ran" or call_id in completed) and applied != 1:
-            out.append(
-                (
-                    "keyed_not_applied_once",
-                    f"{call_id} finished ({fate or 'completed after a restart'}); "
-                    f"the service applied it {applied}x",
-                )
-            )
-        unknown = fate == "unknown" or call_id in said_unknown
-        record = thread.tool_records.get(call_id)
-        attempts = record.attempts if record is not None else 0
-        if (
-            fate is not None
-            and unknown
-            and applied
-            and call_id not in closed
-            and attempts < facts.keyed_attempts
-        ):
-            out.append(
-                (
-                    "keyed_outcome_unknown",
-                    f"{call_id} said unknown after {attempts} attempt(s); the service applied it",
-                )
-            )
-    return out
-
-
 def _guardrail(
     thread: ThreadFacts, messages: list[SentMessage], facts: RunFacts
 ) -> list[tuple[str, str]]:
@@ -613,15 +304,3 @@ def _guardrail(
         if "run_failed" in later and "guardrail" not in later:
             out.append(("guardrail_read_as_failure", f"#{message.tag} told as a failure"))
     return out
-
-
-def _shared_keys(facts: RunFacts) -> list[tuple[str, str]]:
-    calls: dict[str, set[str]] = defaultdict(set)
-    for request in facts.keyed:
-        if request["call_id"] in facts.calls:
-            calls[str(request["key"])].add(str(request["call_id"]))
-    return [
-        ("keyed_key_shared", f"key {key[:12]}… sent for {sorted(ids)}")
-        for key, ids in calls.items()
-        if len(ids) > 1
-    ]

@@ -17,11 +17,12 @@ from typing import Any
 import boto3
 from aiohttp import web
 
+from bench.chaos.facts import KeyedLog
 from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.model import ModelServer
 from bench.chaos.plan import FAMILIES, make_plan
 from bench.chaos.processes import ROOT, Replica, bot_environment
-from bench.chaos.run import KeyedLog, Run, RunResult
+from bench.chaos.run import Run, RunResult
 from bench.chaos.slack import SlackSide
 from storage import ConversationKey, StorageSettings, open_store
 from testkit.faultproxy import FaultProxy

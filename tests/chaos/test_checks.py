@@ -24,8 +24,8 @@ from bench.chaos.facts import (
 )
 from bench.chaos.invariants import check
 from bench.chaos.model import CallMade, ModelServer
-from bench.chaos.run import holder_pid
 from bench.chaos.slack import SlackSide
+from bench.chaos.targets import holder_pid
 from bot.runtime import DeliveryRef, not_taken, stopping
 from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, ClosedCalls
 from bot.runtime.expiry import expiry_text

@@ -263,7 +263,7 @@ class ModelServer:
         for watcher in list(self.watchers):
             watcher(what, agent, tags)
 
-    def _given(self, items: list[dict[str, Any]], at: float) -> None:
+    def note_given(self, items: list[dict[str, Any]], at: float) -> None:
         """Remember each tag given (first time), and each stop word given as a message."""
         users = [i for i in items if i.get("role") == "user" and not _thread_context(i)]
         # The thread a stop word was said in, by the tags of the request (those of a fresh
@@ -319,7 +319,7 @@ class ModelServer:
             instructions = str(body.get("instructions") or "")
             agent = agent_of(instructions)
             entry["agent"] = agent
-            self._given(items, entry["at"])
+            self.note_given(items, entry["at"])
             self._watch("request", agent, items)
             newest = items[-1] if items else {}
             ponder = PONDER.search(content_text(newest.get("content")))

@@ -498,8 +498,8 @@ async def test_every_acked_stop_is_applied_or_answered() -> None:
     assert kinds(with_stops(clean(posts=[answer, early]), stop(sent_at=3.0))) == ["stop_unanswered"]
     # Answered privately, each way the bot says it stopped nothing.
     for said in (
-        stopping._nothing_to_stop(cast(Any, SimpleNamespace(stopped_by=""))),
-        stopping._nothing_to_stop(cast(Any, SimpleNamespace(stopped_by="UCAROL"))),
+        stopping.nothing_to_stop(cast(Any, SimpleNamespace(stopped_by=""))),
+        stopping.nothing_to_stop(cast(Any, SimpleNamespace(stopped_by="UCAROL"))),
         "Nothing is running there right now.",
         EXPIRED_STOP,
     ):
@@ -790,7 +790,7 @@ def test_a_stop_word_given_alone_is_placed_by_the_thread_context() -> None:
     messages only: their tags tell which thread it was said in; they are not given."""
     model = ModelServer()
     context = "Earlier messages in this Slack thread, before you were asked:\n<@UBOB>: hi #s1t2m0"
-    model._given(
+    model.note_given(
         [{"role": "user", "content": context}, {"role": "user", "content": "<@UBOB>: stop"}], 5.0
     )
     assert model.stops_given == [("UBOB", frozenset({"s1t2"}), 5.0)]

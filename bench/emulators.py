@@ -8,7 +8,6 @@ benchmark runs after `warm()`."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from typing import Any
 
 from bench.common import percentile, table
 from storage.aws import AwsStore, create_resources
-from testkit.services import aws_environment, dynamodb_local, moto_s3
+from testkit.services import aws_environment, dynamodb_local, environment, moto_s3
 
 RAW_KINDS = (
     "dynamodb.GetItem",
@@ -64,16 +63,8 @@ def running() -> Iterator[Emulators]:
         dynamodb_url = stack.enter_context(dynamodb_local())
         s3_url = stack.enter_context(moto_s3())
         env = aws_environment(dynamodb_url, s3_url)
-        saved = {name: os.environ.get(name) for name in env}
-        os.environ.update(env)
-        try:
+        with environment(env):
             yield Emulators(env)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def _requests(store: AwsStore) -> dict[str, Callable[[int], Any]]:

@@ -13,7 +13,7 @@ from storage import StorageSettings, Store, open_store
 from storage.aws import create_resources
 from storage.local import LocalStore
 from testkit.runtime import SideEffects
-from testkit.services import aws_environment, dynamodb_local, moto_s3
+from testkit.services import aws_environment, dynamodb_local, environment, moto_s3
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
@@ -24,16 +24,8 @@ def aws_services() -> Iterator[dict[str, str]]:
     that child processes reach them the way production code does."""
     with dynamodb_local() as dynamodb_url, moto_s3() as s3_url:
         env = aws_environment(dynamodb_url, s3_url)
-        saved = {name: os.environ.get(name) for name in env}
-        os.environ.update(env)
-        try:
+        with environment(env):
             yield env
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 @dataclass

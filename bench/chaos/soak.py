@@ -6,7 +6,6 @@ are restarted only as a fault or when found dead."""
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from bench.chaos.slack import SlackSide
 from storage import ConversationKey, StorageSettings, open_store
 from testkit.faultproxy import FaultProxy
 from testkit.keyed_service import keyed_service
-from testkit.services import aws_environment, dynamodb_local, free_port, moto_s3
+from testkit.services import aws_environment, dynamodb_local, environment, free_port, moto_s3
 
 
 @dataclass
@@ -64,7 +63,7 @@ async def soak(options: SoakOptions) -> tuple[list[RunResult], dict[str, Any]]:
         if "aws" in options.backends:
             dynamodb_url = stack.enter_context(dynamodb_local())
             s3_url = stack.enter_context(moto_s3())
-            stack.enter_context(_environ(aws_environment(dynamodb_url, s3_url)))
+            stack.enter_context(environment(aws_environment(dynamodb_url, s3_url)))
             proxies["dynamodb"] = stack.enter_context(
                 FaultProxy(dynamodb_url, "dynamodb", seed=options.seed)
             )
@@ -254,17 +253,3 @@ def _keyed_service() -> Iterator[tuple[str, KeyedLog]]:
 
         service.apply = timed  # type: ignore[method-assign]
         yield service.url, log
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

@@ -9,7 +9,11 @@ installs serve every workspace of their organisation. Clients are kept a short w
 (`CACHE_SECONDS`), so a busy thread does not read its installation for every call; a
 workspace that uninstalled the app is forgotten at once on the replica that got the event
 (`forget`), and within `CACHE_SECONDS` on the others. A workspace without an installation
-raises `TeamNotInstalled`: nothing is sent."""
+raises `TeamNotInstalled`: nothing is sent.
+
+The bot's own ids in a workspace (`identity`: its user id, to tell its messages in a thread
+from people's, and its bot id, to find its own posts) come from one `auth.test` per
+workspace, kept as long as the workspace is."""
 
 from __future__ import annotations
 
@@ -20,9 +24,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+from slack_sdk.errors import SlackApiError
 from slack_sdk.oauth.installation_store import Bot
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.slackapp.installations import StoredInstallations
 from storage import ConversationKey
@@ -41,9 +47,36 @@ class TeamNotInstalled(Exception):
         self.enterprise = enterprise
 
 
+@dataclass(frozen=True)
+class BotIdentity:
+    user_id: str | None
+    bot_id: str | None
+
+
+def own_ids(auth_test: AsyncSlackResponse | None) -> BotIdentity | None:
+    """The bot's ids in an `auth.test` answer."""
+    if auth_test is None:
+        return None
+    return BotIdentity(user_id=auth_test.get("user_id"), bot_id=auth_test.get("bot_id"))
+
+
+async def ask_identity(client: AsyncWebClient) -> BotIdentity | None:
+    """The bot's ids from `auth.test`; None when Slack did not answer (asked again later)."""
+    try:
+        return own_ids(await client.auth_test())
+    except SlackApiError as exc:
+        log.warning("auth.test failed: %s", exc.response.get("error"))
+        return None
+
+
 class SlackClients(Protocol):
     async def for_key(self, key: ConversationKey) -> AsyncWebClient:
         """The client for the conversation's workspace; raises `TeamNotInstalled`."""
+        ...
+
+    async def identity(self, key: ConversationKey) -> BotIdentity | None:
+        """The bot's own ids in the conversation's workspace (asked once); None when Slack
+        cannot say now. Raises `TeamNotInstalled`."""
         ...
 
     def forget(self, team: str | None, enterprise: str | None) -> None:
@@ -54,11 +87,17 @@ class SlackClients(Protocol):
 class OneWorkspace:
     """Single-workspace mode: the one client, whatever the key says."""
 
-    def __init__(self, client: AsyncWebClient) -> None:
+    def __init__(self, client: AsyncWebClient, identity: BotIdentity | None = None) -> None:
         self.client = client
+        self.known = identity  # e.g. from the start-up auth.test
 
     async def for_key(self, key: ConversationKey) -> AsyncWebClient:
         return self.client
+
+    async def identity(self, key: ConversationKey) -> BotIdentity | None:
+        if self.known is None:
+            self.known = await ask_identity(self.client)
+        return self.known
 
     def forget(self, team: str | None, enterprise: str | None) -> None:
         return None
@@ -123,6 +162,7 @@ class InstalledWorkspaces:
         self.cache_seconds = cache_seconds
         self._known: dict[tuple[str | None, str], _Known] = {}
         self._locks: dict[tuple[str | None, str], asyncio.Lock] = {}
+        self._identities: dict[tuple[str | None, str], BotIdentity] = {}
 
     async def for_key(self, key: ConversationKey) -> AsyncWebClient:
         return await self.for_team(key.team, key.enterprise)
@@ -163,7 +203,17 @@ class InstalledWorkspaces:
                 bot = rotated
         return bot
 
+    async def identity(self, key: ConversationKey) -> BotIdentity | None:
+        ids = (key.enterprise, key.team)
+        if ids not in self._identities:
+            found = await ask_identity(await self.for_key(key))
+            if found is None:
+                return None
+            self._identities[ids] = found
+        return self._identities[ids]
+
     def forget(self, team: str | None, enterprise: str | None) -> None:
-        for ids in list(self._known):
-            if ids[0] == enterprise and (team is None or ids[1] == team):
-                del self._known[ids]
+        for known in (self._known, self._identities):
+            for ids in list(known):
+                if ids[0] == enterprise and (team is None or ids[1] == team):
+                    del known[ids]

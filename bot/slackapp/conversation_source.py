@@ -44,12 +44,9 @@ class SlackSource:
         self,
         settings: SlackSettings,
         clients: SlackClients,
-        bot_user: str | None = None,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
         self.clients = clients
-        self.own_user = bot_user  # one workspace: known from the start-up auth.test
-        self.bot_users: dict[tuple[str | None, str], str | None] = {}  # many: asked once each
         # A 429 is an answer here (see the module's docstring), not something to wait out.
         # No token of its own: each call names its workspace's.
         self.client = AsyncWebClient(
@@ -69,24 +66,19 @@ class SlackSource:
             raise Unavailable("the app is not installed in this workspace") from None
         return client.token or ""
 
-    async def _bot_user(self, key: ConversationKey, token: str) -> str | None:
+    async def _bot_user(self, key: ConversationKey) -> str | None:
         """The bot's own user id in the conversation's workspace (asked once)."""
-        if self.own_user is not None:
-            return self.own_user
-        workspace = (key.enterprise, key.team)
-        if workspace not in self.bot_users:
-            try:
-                found = await self.client.auth_test(token=token)
-                self.bot_users[workspace] = found.get("user_id")
-            except SlackApiError:
-                return None
-        return self.bot_users[workspace]
+        try:
+            identity = await self.clients.identity(key)
+        except TeamNotInstalled:
+            return None
+        return identity.user_id if identity else None
 
     async def earlier_messages(self, key: ConversationKey, before: str) -> ThreadHistory:
         if time.monotonic() < self.quiet_until:
             raise Unavailable("Slack limits how often I may read a thread; it asked me to wait")
         token = await self._token(key)
-        bot_user = await self._bot_user(key, token)
+        bot_user = await self._bot_user(key)
         messages: list[EarlierMessage] = []
         cursor: str | None = None
         for _ in range(PAGES):

@@ -29,7 +29,6 @@ class Readback:
     def __init__(self, client: AsyncWebClient | SlackClients) -> None:
         self.clients = as_clients(client)
         self._seen: dict[ConversationKey, tuple[float, list[Message]]] = {}
-        self._bot_ids: dict[tuple[str | None, str], str] = {}  # per workspace
 
     async def messages(
         self, key: ConversationKey, *, fresh: bool, strict: bool = False
@@ -143,13 +142,5 @@ class Readback:
 
     async def bot_id(self, key: ConversationKey) -> str | None:
         """The bot's id in the conversation's workspace (each workspace has its own)."""
-        workspace = (key.enterprise, key.team)
-        if workspace not in self._bot_ids:
-            client = await self.clients.for_key(key)
-            try:
-                identity = await client.auth_test()
-                if identity.get("bot_id"):
-                    self._bot_ids[workspace] = str(identity["bot_id"])
-            except SlackApiError as exc:
-                log.warning("auth.test failed: %s", exc.response.get("error"))
-        return self._bot_ids.get(workspace)
+        identity = await self.clients.identity(key)
+        return identity.bot_id if identity else None

@@ -30,7 +30,7 @@ from bot.runtime import ConversationRuntime
 from bot.runtime.heartbeat import keep_beating
 from bot.runtime.warm_up import warm_up
 from bot.slackapp.app import build_app, web_api_session, web_client
-from bot.slackapp.clients import OneWorkspace, SlackClients
+from bot.slackapp.clients import OneWorkspace, SlackClients, own_ids
 from bot.slackapp.conversation_source import SlackSource
 from bot.slackapp.gate import NotFromSlack, slack_request
 from bot.slackapp.home import HomeTab
@@ -137,7 +137,12 @@ async def _serve(
         if store is None:
             raise ValueError("many workspaces keep their installations in storage: pass store")
         many = installs(settings, store, runtime.io, client)  # one storage pool per process
-    clients: SlackClients = many.clients if many else OneWorkspace(client)
+    # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
+    # the bot's own ids, Slack's and the storage's first connections. Many workspaces have
+    # no one token.
+    identity = None if many else await client.auth_test()
+    workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
+    clients: SlackClients = many.clients if many else OneWorkspace(client, own_ids(identity))
     live = LiveThreads(clients)
     runtime.progress = live
     home = HomeTab(runtime, clients, admins or runtime.settings.admins, many_workspaces=bool(many))
@@ -149,12 +154,7 @@ async def _serve(
         on_home=home.tell,
     )
     runtime.on_outcome = poster
-    # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
-    # Slack's and the storage's first connections. Many workspaces have no one token.
-    identity = None if many else await client.auth_test()
-    workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
-    bot_user = identity.get("user_id") if identity else None
-    runtime.source = SlackSource(settings, clients, bot_user=bot_user, session=session)
+    runtime.source = SlackSource(settings, clients, session=session)
     await runtime.start()  # the agents' MCP servers connected and listed
     await warm_up(runtime.io, freeze=own_process)
     app = build_app(

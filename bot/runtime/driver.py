@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents import RunState, TResponseInputItem
+from agents import RunResultStreaming, RunState, TResponseInputItem
 from agents.exceptions import (
     InputGuardrailTripwireTriggered,
     MaxTurnsExceeded,
@@ -52,33 +53,9 @@ async def drive(
     """Run until it pauses for a person, finishes (then answer held messages), fails, or the
     process starts shutting down."""
     rt = serving.rt
-    session = ConversationSession(
-        serving.store,
-        serving.key,
-        lease=serving.lease,
-        staged=True,
-        session_settings=rt.session_settings,
-        known=rt.history.get(serving.record),
-        calls=rt.io,
-    )
+    session = _session(serving)
     from_checkpoint = isinstance(start, RunState)
-    progress = rt.progress
-    key = serving.key
-
-    async def on_step(call_id: str, tool: str, state: Step) -> None:
-        await progress.step(key, call_id, tool, state)
-
-    async def on_text(delta: str) -> None:
-        await shown(lambda: progress.text(key, delta))
-
-    scope = TurnScope(
-        storage=serving.io,
-        lease=serving.lease,
-        armed=serving.armed,
-        on_step=on_step,
-        stop_requested=lambda: serving.stop_asked,
-        keyed_attempts=rt.settings.idempotent_attempts,
-    )
+    scope = _scope(serving)
     await serving.show_work(started_by)
     token = CURRENT_SCOPE.set(scope)
     seen_down: set[str] = set()  # MCP servers the turn found down (a nested agent's, too)
@@ -97,138 +74,26 @@ async def drive(
                 session.discard_pending()
                 await stopping.stopped(serving, consume)
                 return
-            turn = asyncio.create_task(
-                run_one_turn(
-                    rt.agent,
-                    start,
-                    session=session,
-                    run_config=for_run(rt.run_config, key, started_by),
-                    max_turns=rt.settings.max_turns,
-                    time_limit=rt.settings.turn_timeout,
-                    on_text=on_text,
-                    context=request_context(key, started_by, serving.decided),
-                )
-            )
-            try:
-                abandoned = await _stopped_first(serving, scope, turn)
-            except asyncio.CancelledError:
-                # A shutdown past its grace: the turn goes with the serve, so that its model
-                # call does not go on once the thread is given up (the SDK shields a tool
-                # already running: it finishes, and its result is recorded if it can be).
-                turn.cancel()
-                raise
-            if abandoned:
-                session.discard_pending()
-                await stopping.stopped(serving, consume)
+            turn = _Turn(serving, session, scope, seen_down, consume)
+            result = await turn.run(start, started_by, held, from_checkpoint=from_checkpoint)
+            if result is None or not await turn.may_keep():
                 return
-            try:
-                result = await turn
-            except Exception as exc:
-                session.discard_pending()
-                if scope.fault is not None:
-                    await _tell_late(serving, scope)
-                    raise scope.fault from exc
-                if isinstance(exc, StorageError):
-                    raise
-                if isinstance(exc, McpServerDown) or seen_down:
-                    await paused_for(serving, sorted(seen_down | set(getattr(exc, "servers", []))))
-                    return
-                tripped = guardrail_name(exc)
-                if tripped is not None:
-                    await guardrail_tripped(serving, tripped, started_by, held, consume)
-                    return
-                if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
-                    log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
-                    await trust.fail_closed(
-                        serving,
-                        trust.FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"),
-                        None,
-                    )
-                    return
-                await interrupted(serving, exc)
-                return
-            if scope.fault is not None:
-                await _tell_late(serving, scope)
-                raise scope.fault
-            if seen_down:  # e.g. an agent used as a tool could not list its MCP tools
-                session.discard_pending()
-                await paused_for(serving, sorted(seen_down))
-                return
-            serving.check()
-            if serving.stop_asked:  # before anything of this turn is kept or posted
-                session.discard_pending()
-                await stopping.stopped(serving, consume)
-                return
-            outcomes: list[Outcome] = []
-            outcomes += [
-                Notice(
-                    key=serving.key,
-                    kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
-                    text=f"`{tool_name}` (call {call_id}) was started before a restart and "
-                    "its outcome is unknown. It was not run again.",
-                )
-                for call_id, tool_name in scope.unknown_outcomes
-            ]
-            outcomes += [
-                Notice(
-                    key=serving.key,
-                    kind=NoticeKind.TOOL_COMPLETED_AFTER_RESTART,
-                    text=f"`{tool_name}` (call {call_id}) was cut short by a restart; it was "
-                    "run again with the same idempotency key (so it takes effect once) and "
-                    + ("failed." if scope.fates.get(call_id) is Step.FAILED else "completed."),
-                )
-                for call_id, tool_name in scope.started_again
-            ]
-            outcomes += [
-                Notice(
-                    key=serving.key,
-                    kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
-                    text=f"`{tool_name}` (call {call_id}) was sent to the `{server}` tools, "
-                    "which stopped answering before it finished: its outcome is unknown. It "
-                    "was not run again.",
-                )
-                for call_id, tool_name, server in scope.lost
-            ]
-            awaiting = [
-                AwaitingCall(
-                    call_id=item.call_id or "",
-                    tool_name=item.name or "",
-                    arguments=item.arguments or "",
-                    human=scope.human_approval.get(item.call_id or "", True),
-                    asked_at=serving.store.clock(),
-                )
-                for item in result.interruptions
-            ]
-            humans = [call for call in awaiting if call.human]
-            finished = result.final_output is not None and not awaiting
-            # A finished run is never resumed: its checkpoint keeps no RunState (the history
-            # is in the session), which spares serialising the whole run every turn.
-            state = None if finished else result.to_state()
-            if state is not None:
-                for item in state.get_interruptions():
-                    if not scope.human_approval.get(item.call_id or "", True):
-                        state.approve(item)  # checkpointed below, before the call runs
-            envelope = Envelope(
-                run_state=state_document(state) if state is not None else {},
-                started_by=started_by,
-                awaiting=awaiting,
-                held=held,
-                finished=finished,
-                decided=serving.decided,
-            )
+            kept = _Kept.of(serving, scope, result, started_by, held)
+            humans = [call for call in kept.awaiting if call.human]
+            outcomes = _restart_notices(serving, scope)
             if humans:
-                outcomes.append(approvals.approval_request(serving, envelope))
-            if finished:
+                outcomes.append(approvals.approval_request(serving, kept.envelope))
+            if kept.envelope.finished:
                 outcomes.append(Answer(key=serving.key, text=str(result.final_output)))
             next_seq = await serving.commit(
-                envelope,
+                kept.envelope,
                 consume=consume,
                 outcomes=outcomes,
                 items=session.pending,
                 base_seq=session.base_seq,
                 # Calls that need no person run next turn, unless one waits for a person:
                 # then they wait too, and are armed by the commit of the decision.
-                arm=[] if humans else [call for call in awaiting if not call.human],
+                arm=[] if humans else [call for call in kept.awaiting if not call.human],
             )
             if next_seq is not None:
                 session.committed(next_seq)
@@ -240,17 +105,235 @@ async def drive(
                     await scope.show(call.call_id, call.tool_name, Step.WAITING)
                 serving.await_decision(started_by)
                 return
-            if finished:
+            if kept.envelope.finished:
                 if not held:
                     serving.final_status = Status.IDLE
                     return
                 start, started_by, held = await render(serving, held), held[0].user, []
                 continue
-            assert state is not None  # neither finished nor waiting for a person
-            start = state
+            assert kept.state is not None  # neither finished nor waiting for a person
+            start = kept.state
     finally:
         SEEN_DOWN.reset(seen_token)
         CURRENT_SCOPE.reset(token)
+
+
+def _session(serving: Serving) -> ConversationSession:
+    """The conversation's history for this serve: staged, so that a turn's items are written
+    by its commit, together with the checkpoint."""
+    rt = serving.rt
+    return ConversationSession(
+        serving.store,
+        serving.key,
+        lease=serving.lease,
+        staged=True,
+        session_settings=rt.session_settings,
+        known=rt.history.get(serving.record),
+        calls=rt.io,
+    )
+
+
+def _scope(serving: Serving) -> TurnScope:
+    """What the guarded tools of a turn see: the storage, the lease, the calls armed to run,
+    where their steps are shown, and whether a stop was asked."""
+    progress, key = serving.rt.progress, serving.key
+
+    async def on_step(call_id: str, tool: str, state: Step) -> None:
+        await progress.step(key, call_id, tool, state)
+
+    return TurnScope(
+        storage=serving.io,
+        lease=serving.lease,
+        armed=serving.armed,
+        on_step=on_step,
+        stop_requested=lambda: serving.stop_asked,
+        keyed_attempts=serving.rt.settings.idempotent_attempts,
+    )
+
+
+class _Turn:
+    """One turn of the run, and how it ended when it did not end in a result to keep: the
+    thread is then already stopped, paused, told or set aside (`run` returns None), or a
+    fault is raised as itself."""
+
+    def __init__(
+        self,
+        serving: Serving,
+        session: ConversationSession,
+        scope: TurnScope,
+        seen_down: set[str],
+        consume: list[str],
+    ) -> None:
+        self.serving = serving
+        self.session = session
+        self.scope = scope
+        self.seen_down = seen_down
+        self.consume = consume
+
+    async def run(
+        self, start: Start, started_by: str, held: list[HeldMessage], *, from_checkpoint: bool
+    ) -> RunResultStreaming | None:
+        serving, rt, key = self.serving, self.serving.rt, self.serving.key
+        progress = rt.progress
+
+        async def on_text(delta: str) -> None:
+            await shown(lambda: progress.text(key, delta))
+
+        turn = asyncio.create_task(
+            run_one_turn(
+                rt.agent,
+                start,
+                session=self.session,
+                run_config=for_run(rt.run_config, key, started_by),
+                max_turns=rt.settings.max_turns,
+                time_limit=rt.settings.turn_timeout,
+                on_text=on_text,
+                context=request_context(key, started_by, serving.decided),
+            )
+        )
+        try:
+            abandoned = await _stopped_first(serving, self.scope, turn)
+        except asyncio.CancelledError:
+            # A shutdown past its grace: the turn goes with the serve, so that its model
+            # call does not go on once the thread is given up (the SDK shields a tool
+            # already running: it finishes, and its result is recorded if it can be).
+            turn.cancel()
+            raise
+        if abandoned:
+            self.session.discard_pending()
+            await stopping.stopped(serving, self.consume)
+            return None
+        try:
+            return await turn
+        except Exception as exc:
+            self.session.discard_pending()
+            await self._failed(exc, started_by, held, from_checkpoint=from_checkpoint)
+            return None
+
+    async def _failed(
+        self, exc: Exception, started_by: str, held: list[HeldMessage], *, from_checkpoint: bool
+    ) -> None:
+        """Sort a turn's failure (see the module's docstring); re-raises the faults."""
+        serving, scope = self.serving, self.scope
+        if scope.fault is not None:
+            await _tell_late(serving, scope)
+            raise scope.fault from exc
+        if isinstance(exc, StorageError):
+            raise exc
+        if isinstance(exc, McpServerDown) or self.seen_down:
+            await paused_for(serving, sorted(self.seen_down | set(getattr(exc, "servers", []))))
+            return
+        tripped = guardrail_name(exc)
+        if tripped is not None:
+            await guardrail_tripped(serving, tripped, started_by, held, self.consume)
+            return
+        if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
+            log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
+            await trust.fail_closed(
+                serving, trust.FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"), None
+            )
+            return
+        await interrupted(serving, exc)
+
+    async def may_keep(self) -> bool:
+        """Whether the turn that returned may be kept; when not, the thread was told why (or
+        a fault is raised)."""
+        serving, scope = self.serving, self.scope
+        if scope.fault is not None:
+            await _tell_late(serving, scope)
+            raise scope.fault
+        if self.seen_down:  # e.g. an agent used as a tool could not list its MCP tools
+            self.session.discard_pending()
+            await paused_for(serving, sorted(self.seen_down))
+            return False
+        serving.check()
+        if serving.stop_asked:  # before anything of this turn is kept or posted
+            self.session.discard_pending()
+            await stopping.stopped(serving, self.consume)
+            return False
+        return True
+
+
+def _restart_notices(serving: Serving, scope: TurnScope) -> list[Outcome]:
+    """What the thread is told of the calls a restart cut short."""
+    outcomes: list[Outcome] = []
+    outcomes += [
+        Notice(
+            key=serving.key,
+            kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+            text=f"`{tool_name}` (call {call_id}) was started before a restart and "
+            "its outcome is unknown. It was not run again.",
+        )
+        for call_id, tool_name in scope.unknown_outcomes
+    ]
+    outcomes += [
+        Notice(
+            key=serving.key,
+            kind=NoticeKind.TOOL_COMPLETED_AFTER_RESTART,
+            text=f"`{tool_name}` (call {call_id}) was cut short by a restart; it was "
+            "run again with the same idempotency key (so it takes effect once) and "
+            + ("failed." if scope.fates.get(call_id) is Step.FAILED else "completed."),
+        )
+        for call_id, tool_name in scope.started_again
+    ]
+    outcomes += [
+        Notice(
+            key=serving.key,
+            kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+            text=f"`{tool_name}` (call {call_id}) was sent to the `{server}` tools, "
+            "which stopped answering before it finished: its outcome is unknown. It "
+            "was not run again.",
+        )
+        for call_id, tool_name, server in scope.lost
+    ]
+    return outcomes
+
+
+@dataclass
+class _Kept:
+    """What a turn's commit keeps: the envelope, the calls it waits on, and the run state
+    the next turn starts from (None once the run is finished)."""
+
+    envelope: Envelope
+    awaiting: list[AwaitingCall]
+    state: RunState[Any] | None
+
+    @classmethod
+    def of(
+        cls,
+        serving: Serving,
+        scope: TurnScope,
+        result: RunResultStreaming,
+        started_by: str,
+        held: list[HeldMessage],
+    ) -> _Kept:
+        awaiting = [
+            AwaitingCall(
+                call_id=item.call_id or "",
+                tool_name=item.name or "",
+                arguments=item.arguments or "",
+                human=scope.human_approval.get(item.call_id or "", True),
+                asked_at=serving.store.clock(),
+            )
+            for item in result.interruptions
+        ]
+        finished = result.final_output is not None and not awaiting
+        # A finished run is never resumed: its checkpoint keeps no RunState (the history
+        # is in the session), which spares serialising the whole run every turn.
+        state = None if finished else result.to_state()
+        if state is not None:
+            for item in state.get_interruptions():
+                if not scope.human_approval.get(item.call_id or "", True):
+                    state.approve(item)  # checkpointed below, before the call runs
+        envelope = Envelope(
+            run_state=state_document(state) if state is not None else {},
+            started_by=started_by,
+            awaiting=awaiting,
+            held=held,
+            finished=finished,
+            decided=serving.decided,
+        )
+        return cls(envelope, awaiting, state)
 
 
 async def _stopped_first(serving: Serving, scope: TurnScope, turn: asyncio.Task[Any]) -> bool:

@@ -24,8 +24,7 @@ from bench.common import percentile, section, table, unique_key
 from bench.emulators import Emulators
 from bench.meter import METER
 from bot.capacity import default_max_runs
-from bot.runtime import ConversationRuntime
-from bot.runtime.heartbeat import keep_beating
+from bot.runtime import ConversationRuntime, keep_beating
 from bot.settings import RuntimeSettings
 from storage import StorageSettings
 

@@ -20,8 +20,7 @@ from typing import Any
 from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from bot.runtime import retry_safe
-from bot.runtime.attribution import split_author
+from bot.runtime import retry_safe, split_author
 
 REFILL = 64
 

@@ -23,8 +23,7 @@ from typing import Any
 from bench.bots import Bot, Sender, answers, bot_env, slack_standin
 from bench.common import percentile, section, table
 from bench.emulators import Emulators
-from bot.runtime.envelope import UserMessage
-from bot.runtime.holder import new_owner
+from bot.runtime import UserMessage, new_owner
 from storage import ConversationKey
 from storage.aws import AwsStore
 from storage.calls import URGENT_THREADS

@@ -18,8 +18,7 @@ from typing import Any
 from bench.agents import build_agent
 from bench.common import section, table, unique_key
 from bench.emulators import Emulators
-from bot.runtime import ConversationRuntime
-from bot.runtime.context_source import SharedFile
+from bot.runtime import ConversationRuntime, SharedFile
 from bot.settings import RuntimeSettings
 from testkit.runtime import FileSource
 

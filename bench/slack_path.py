@@ -19,8 +19,7 @@ from bench.agents import build_agent
 from bench.common import section, table
 from bench.emulators import Emulators
 from bench.meter import METER, Tally
-from bot.runtime import ConversationRuntime
-from bot.runtime.history_cache import HistoryCache
+from bot.runtime import ConversationRuntime, HistoryCache
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE
 from bot.standin import requests

@@ -11,8 +11,7 @@ from datetime import timedelta
 
 from bot.admin_usage import COMMANDS, USAGE
 from bot.permalink import PermalinkError, parse_permalink
-from bot.runtime import ConversationRuntime, Discarded, Refused, StaleFilter
-from bot.runtime.queries import PAUSED
+from bot.runtime import PAUSED, ConversationRuntime, Discarded, Refused, StaleFilter
 from storage import Conversation, ConversationKey, FeedbackTally, Status
 from storage.durations import format_duration, parse_duration
 

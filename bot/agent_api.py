@@ -19,7 +19,6 @@ call is checkpointed, and approved by a person when the tool's own `needs_approv
 `BOT_APPROVERS` deciding along with the person who asked), is recorded as started, then
 completed; after a crash it is never run twice. See docs/agents.md."""
 
-from bot.runtime.guard import UnguardedTool, idempotent, retry_safe
-from bot.runtime.request_context import RequestContext
+from bot.runtime import RequestContext, UnguardedTool, idempotent, retry_safe
 
 __all__ = ["RequestContext", "UnguardedTool", "idempotent", "retry_safe"]

@@ -166,7 +166,7 @@ def _checked_agent(runtime_settings: RuntimeSettings) -> Agent[Any] | None:
     from agents.exceptions import UserError
 
     from bot.agent_loader import AgentLoadError
-    from bot.runtime.guard import UnguardedTool
+    from bot.runtime import UnguardedTool
     from bot.wiring import checked_agent
 
     try:
@@ -182,7 +182,7 @@ def _runtime(
     from agents.exceptions import UserError
 
     from bot.agent_loader import AgentLoadError
-    from bot.runtime.guard import UnguardedTool
+    from bot.runtime import UnguardedTool
     from bot.suggestions import SuggestionsError, load_suggestions
     from bot.tracing import TracingConfigError
     from bot.wiring import build_runtime

@@ -23,7 +23,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from openai.types.responses import ResponseTextDeltaEvent
 
 from bot.demo_agent import CITY_ZONES, city_key
-from bot.runtime.attribution import split_author
+from bot.runtime import split_author
 
 HELP = (
     "(offline demo model) I can tell the time, say who is asking, say which files you "

@@ -8,8 +8,7 @@ from typing import Any
 from agents import Agent
 
 from bot.agent_loader import load_agent
-from bot.runtime import ConversationRuntime
-from bot.runtime.guard import guard_agent
+from bot.runtime import ConversationRuntime, guard_agent
 from bot.settings import RuntimeSettings
 from bot.tracing import configure_tracing
 from storage import Store

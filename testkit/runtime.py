@@ -9,9 +9,7 @@ from typing import Any
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from bot.runtime import retry_safe
-from bot.runtime.attribution import split_author
-from bot.runtime.context_source import SharedFile, ThreadHistory, Unavailable
+from bot.runtime import SharedFile, ThreadHistory, Unavailable, retry_safe, split_author
 from storage import Conversation, ConversationKey, Store
 
 KEY = ConversationKey(team="T9", channel="C9", thread_ts="1700000100.000100")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from bot.runtime.outcomes import NoticeKind
+from bot.runtime import NoticeKind
 from bot.slackapp.blocks import APPROVE
 from bot.slackapp.poster import NOTICE_ICONS
 

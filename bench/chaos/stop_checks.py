@@ -20,7 +20,7 @@ from bench.chaos.facts import (
     unknown_named,
 )
 from bench.chaos.model import TAG
-from bot.runtime.runtime import NOT_YOURS_TO_STOP
+from bot.runtime import NOT_YOURS_TO_STOP
 
 STOP_ACCEPTED = "Stopping it now."
 

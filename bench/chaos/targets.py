@@ -13,7 +13,7 @@ from bench.chaos.model import ModelServer
 from bench.chaos.people import ThreadState
 from bench.chaos.plan import RunPlan
 from bench.chaos.slack import TEAM, Deliverer, SlackSide
-from bot.runtime.holder import SEPARATOR
+from bot.runtime import owner_pid
 from storage import ConversationKey, Store
 
 
@@ -83,14 +83,8 @@ class RunTargets:
         """The URL of the replica holding the thread's lease (the owner names the pid)."""
         record = await asyncio.to_thread(self.store.get, key)
         owner = (record.lease_owner or "") if record else ""
-        pid = holder_pid(owner)
+        pid = owner_pid(owner)
         for replica in self.cluster.replicas:
-            if replica.process is not None and str(replica.process.pid) == pid:
+            if replica.process is not None and replica.process.pid == pid:
                 return replica.url
         return None
-
-
-def holder_pid(owner: str) -> str:
-    """The pid a lease owner names (`bot.runtime.holder`: host|boot|pid|ticks|suffix)."""
-    parts = owner.split(SEPARATOR)
-    return parts[2] if len(parts) == 5 else ""

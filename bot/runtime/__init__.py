@@ -1,7 +1,20 @@
-"""The Slack-agnostic conversation runtime."""
+"""The Slack-agnostic conversation runtime: its whole public face.
 
+Everything outside `bot/runtime` imports from here; the modules inside are the runtime's
+own and may change shape without notice."""
+
+from bot.runtime.attribution import split_author
+from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME, ClosedCalls
+from bot.runtime.context_source import EarlierMessage, SharedFile, ThreadHistory, Unavailable
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
-from bot.runtime.guard import idempotent, retry_safe
+from bot.runtime.envelope import UserMessage
+from bot.runtime.expiry import EXPIRED, expiry_text
+from bot.runtime.fingerprint import agent_fingerprint
+from bot.runtime.guard import UnguardedTool, guard_agent, idempotent, retry_safe
+from bot.runtime.heartbeat import keep_beating
+from bot.runtime.history_cache import HistoryCache
+from bot.runtime.holder import new_owner, owner_pid
+from bot.runtime.not_taken import notice as not_taken_notice
 from bot.runtime.outcomes import (
     Answer,
     ApprovalRequest,
@@ -16,17 +29,47 @@ from bot.runtime.outcomes import (
     Refused,
     StatusReply,
 )
-from bot.runtime.runtime import ConversationRuntime, Kept, StaleFilter
+from bot.runtime.progress import Step
+from bot.runtime.queries import PAUSED
+from bot.runtime.request_context import RequestContext
+from bot.runtime.runtime import (
+    EXPIRED_RESUME,
+    EXPIRED_STOP,
+    NEUTRAL,
+    NOT_YOURS_TO_STOP,
+    ConversationRuntime,
+    Kept,
+    StaleFilter,
+    Stopping,
+)
+from bot.runtime.stopping import nothing_to_stop
+from bot.runtime.text import quote
+from bot.runtime.turns import run_one_turn
+from bot.runtime.viewing import VIEWED_ITEMS, ViewedItem, Viewing
+from bot.runtime.waiting import Waiting
+from bot.runtime.warm_up import warm_up
 
 __all__ = [
+    "EXPIRED",
+    "EXPIRED_RESUME",
+    "EXPIRED_STOP",
+    "NEUTRAL",
+    "NOT_YOURS_TO_STOP",
+    "PAUSED",
+    "STOPPED_BEFORE_IT_RAN",
+    "UNKNOWN_OUTCOME",
+    "VIEWED_ITEMS",
     "Answer",
     "ApprovalRequest",
+    "ClosedCalls",
     "ConversationRuntime",
     "Decided",
     "DeliveryFailed",
     "DeliveryRef",
     "Discarded",
     "Duplicate",
+    "EarlierMessage",
+    "HistoryCache",
     "Kept",
     "Notice",
     "NoticeKind",
@@ -34,8 +77,31 @@ __all__ = [
     "OutcomeSink",
     "PendingCall",
     "Refused",
+    "RequestContext",
+    "SharedFile",
     "StaleFilter",
     "StatusReply",
+    "Step",
+    "Stopping",
+    "ThreadHistory",
+    "Unavailable",
+    "UnguardedTool",
+    "UserMessage",
+    "ViewedItem",
+    "Viewing",
+    "Waiting",
+    "agent_fingerprint",
+    "expiry_text",
+    "guard_agent",
     "idempotent",
+    "keep_beating",
+    "new_owner",
+    "not_taken_notice",
+    "nothing_to_stop",
+    "owner_pid",
+    "quote",
     "retry_safe",
+    "run_one_turn",
+    "split_author",
+    "warm_up",
 ]

@@ -29,6 +29,12 @@ def new_owner(process: str | None = None) -> str:
     return f"{process or process_identity()}{SEPARATOR}{uuid.uuid4().hex[:8]}"
 
 
+def owner_pid(owner: str) -> int | None:
+    """The pid an owner string names, or None when it is not one of ours."""
+    parts = owner.split(SEPARATOR)
+    return int(parts[2]) if len(parts) == 5 and parts[2].isdigit() else None
+
+
 def provably_dead(owner: str) -> bool:
     """True only when `owner` is a process on this very host (same boot) that no longer
     runs; False when unsure."""

@@ -129,7 +129,7 @@ async def stop_requests(serving: Serving, entries: Entries, runnable: Envelope |
         serving.again = True  # what came after the stop is served next
         return True
     for stop in entries.stops:
-        text = nothing_to_stop(serving)
+        text = nothing_to_stop(serving.stopped_by)
         await serving.emit_now(
             Refused(key=serving.key, text=text, user=stop.user, reply_to=stop.reply_to)
         )
@@ -183,9 +183,10 @@ async def _tell_cancelled_late(serving: Serving, call_id: str) -> None:
     )
 
 
-def nothing_to_stop(serving: Serving) -> str:
-    if serving.stopped_by:
-        return f"It was already stopped by <@{serving.stopped_by}>; nothing more to stop."
+def nothing_to_stop(stopped_by: str | None) -> str:
+    """What a stop that found nothing to stop is answered (stopped by someone, or finished)."""
+    if stopped_by:
+        return f"It was already stopped by <@{stopped_by}>; nothing more to stop."
     return "It had already finished before your stop arrived; nothing was stopped."
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-ITEMS = 5  # items kept of one report (the surface orders them by relevance)
+VIEWED_ITEMS = 5  # items kept of one report (the surface orders them by relevance)
 FRESH = timedelta(hours=12)  # an older report says little of what they look at now
 Kind = Literal["channel", "thread", "message", "canvas", "list", "other"]
 
@@ -28,7 +28,7 @@ class Viewing(BaseModel):
     one conversation of the container (the older assistant experience reports per thread);
     None: whichever they write in next."""
 
-    items: list[ViewedItem] = Field(default_factory=list, max_length=ITEMS)
+    items: list[ViewedItem] = Field(default_factory=list, max_length=VIEWED_ITEMS)
     at: datetime
     thread_ts: str | None = Field(default=None, pattern=r"^[0-9]+(\.[0-9]+)?$")
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bot.runtime.outcomes import ApprovalRequest, Decided, PendingCall
+from bot.runtime import ApprovalRequest, Decided, PendingCall
 from bot.slackapp.text import code_block, escape, truncate
 from storage import Conversation, ConversationKey
 

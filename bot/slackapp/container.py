@@ -26,9 +26,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
-from bot.runtime import ConversationRuntime
-from bot.runtime.runtime import Stopping
-from bot.runtime.viewing import Viewing
+from bot.runtime import ConversationRuntime, Stopping, Viewing
 from bot.slackapp.home import HomeTab
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.live_thread import ERRORS, error_of

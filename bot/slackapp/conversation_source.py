@@ -21,7 +21,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncConnectionErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.runtime.context_source import EarlierMessage, SharedFile, ThreadHistory, Unavailable
+from bot.runtime import EarlierMessage, SharedFile, ThreadHistory, Unavailable
 from bot.slackapp.clients import SlackClients, TeamNotInstalled
 from bot.slackapp.settings import SlackSettings
 from storage import ConversationKey

@@ -23,8 +23,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
 from bot.permalink import linker
-from bot.runtime import ConversationRuntime, Decided, Discarded, Refused
-from bot.runtime.waiting import Waiting
+from bot.runtime import ConversationRuntime, Decided, Discarded, Refused, Waiting
 from bot.slackapp.clients import SlackClients, TeamNotInstalled
 from bot.slackapp.home_blocks import DISCARD, AdminPart, home_view
 from bot.slackapp.live_thread import ERRORS, error_of

@@ -12,7 +12,7 @@ from typing import Any
 
 from slack_sdk.models.blocks import ConfirmObject
 
-from bot.runtime.waiting import Waiting
+from bot.runtime import Waiting
 from bot.slackapp.blocks import decision_buttons, readable_arguments
 from bot.slackapp.text import escape, truncate
 from storage import Conversation, ConversationKey, Status

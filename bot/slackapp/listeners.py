@@ -21,10 +21,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot import metrics
 from bot.admin import AdminCommands
 from bot.permalink import PermalinkError, linker, parse_permalink
-from bot.runtime import ConversationRuntime, Kept, Refused, StatusReply
-from bot.runtime.expiry import EXPIRED
-from bot.runtime.runtime import NEUTRAL
-from bot.runtime.viewing import Viewing
+from bot.runtime import EXPIRED, NEUTRAL, ConversationRuntime, Kept, Refused, StatusReply, Viewing
 from bot.slackapp.agent_blocks import FEEDBACK, STOP, parse_feedback
 from bot.slackapp.blocks import APPROVE, REJECT, RESUME, parse_button_value, paused_list_blocks
 from bot.slackapp.conversation_source import shared_files

@@ -25,7 +25,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.models.messages.chunk import Chunk, MarkdownTextChunk, TaskUpdateChunk
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.runtime.progress import Step
+from bot.runtime import Step
 from bot.slackapp.clients import SlackClients, TeamNotInstalled, as_clients
 from bot.slackapp.live_thread import ERRORS, LiveThread, error_of
 from bot.slackapp.markdown import MARKDOWN_LIMIT, MarkdownEscaper

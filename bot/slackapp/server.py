@@ -26,9 +26,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.signature import SignatureVerifier
 
 from bot import metrics
-from bot.runtime import ConversationRuntime
-from bot.runtime.heartbeat import keep_beating
-from bot.runtime.warm_up import warm_up
+from bot.runtime import ConversationRuntime, keep_beating, warm_up
 from bot.slackapp.app import build_app, web_api_session, web_client
 from bot.slackapp.clients import OneWorkspace, SlackClients, own_ids
 from bot.slackapp.conversation_source import SlackSource

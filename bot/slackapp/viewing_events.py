@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot.runtime.viewing import ITEMS, ViewedItem, Viewing
+from bot.runtime import VIEWED_ITEMS, ViewedItem, Viewing
 
 SLACK_ID = re.compile(r"[A-Z0-9]{2,32}")
 SLACK_TS = re.compile(r"[0-9]{1,12}\.[0-9]{1,8}")
@@ -25,8 +25,8 @@ def from_entities(context: Any, at: datetime) -> Viewing | None:
     entities = context.get("entities") if isinstance(context, dict) else None
     if not isinstance(entities, list):
         return None
-    items = [item for item in map(_entity, entities[: ITEMS * 2]) if item is not None]
-    return Viewing(items=items[:ITEMS], at=at) if items else None
+    items = [item for item in map(_entity, entities[: VIEWED_ITEMS * 2]) if item is not None]
+    return Viewing(items=items[:VIEWED_ITEMS], at=at) if items else None
 
 
 def from_assistant_thread(thread: Any, at: datetime) -> tuple[str, Viewing | None] | None:

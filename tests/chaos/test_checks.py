@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
@@ -25,23 +24,27 @@ from bench.chaos.facts import (
 from bench.chaos.invariants import check
 from bench.chaos.model import CallMade, ModelServer
 from bench.chaos.slack import SlackSide
-from bench.chaos.targets import holder_pid
-from bot.runtime import DeliveryRef, not_taken, stopping
-from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, ClosedCalls
-from bot.runtime.expiry import expiry_text
-from bot.runtime.guard import UNKNOWN_OUTCOME
-from bot.runtime.holder import new_owner
-from bot.runtime.outcomes import (
+from bot.runtime import (
+    EXPIRED_STOP,
+    NOT_YOURS_TO_STOP,
+    STOPPED_BEFORE_IT_RAN,
+    UNKNOWN_OUTCOME,
     Answer,
     ApprovalRequest,
+    ClosedCalls,
     Decided,
+    DeliveryRef,
     Notice,
     NoticeKind,
     Outcome,
     PendingCall,
+    expiry_text,
+    new_owner,
+    not_taken_notice,
+    nothing_to_stop,
+    owner_pid,
+    quote,
 )
-from bot.runtime.runtime import EXPIRED_STOP, NOT_YOURS_TO_STOP
-from bot.runtime.text import quote
 from bot.slackapp.clients import OneWorkspace
 from bot.slackapp.poster import SlackPoster
 from storage import (
@@ -374,7 +377,7 @@ def burst(count: int, sent_at: float = 3.0) -> list[SentMessage]:
 
 async def test_messages_not_taken_are_named_or_counted() -> None:
     refused = burst(12)
-    told = not_taken.notice(
+    told = not_taken_notice(
         KEY, [Refusal(event_id=m.tag, user="UBOB", text=m.text, at=NOW) for m in refused]
     )
     posts = [clean().posts[0], await notice_post(told, at=5)]
@@ -498,8 +501,8 @@ async def test_every_acked_stop_is_applied_or_answered() -> None:
     assert kinds(with_stops(clean(posts=[answer, early]), stop(sent_at=3.0))) == ["stop_unanswered"]
     # Answered privately, each way the bot says it stopped nothing.
     for said in (
-        stopping.nothing_to_stop(cast(Any, SimpleNamespace(stopped_by=""))),
-        stopping.nothing_to_stop(cast(Any, SimpleNamespace(stopped_by="UCAROL"))),
+        nothing_to_stop(None),
+        nothing_to_stop("UCAROL"),
         "Nothing is running there right now.",
         EXPIRED_STOP,
     ):
@@ -825,8 +828,9 @@ async def test_a_stream_closed_then_replaced_is_one_post() -> None:
 def test_the_fault_targets_read_the_holders_pid() -> None:
     """A fault aimed mid-tool or mid-keyed-call finds the replica by the pid its lease
     owner names (the bot's own owner format)."""
-    assert holder_pid(new_owner()) == str(os.getpid())
-    assert holder_pid("") == ""
+    assert owner_pid(new_owner()) == os.getpid()
+    assert owner_pid("") is None
+    assert owner_pid("host|boot|pid|ticks|suffix") is None
 
 
 async def test_a_message_the_stopped_run_had_is_explained_by_its_notice() -> None:

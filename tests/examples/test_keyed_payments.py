@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from bot.runtime import Answer, ApprovalRequest, ConversationRuntime
-from bot.runtime.request_context import RequestContext
+from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, RequestContext
 from examples import keyed_payments
 from storage.local import LocalStore
 from testkit.keyed_service import KeyedService, keyed_service

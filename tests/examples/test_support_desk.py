@@ -13,8 +13,14 @@ from typing import Any
 import pytest
 from agents.testing import ScriptedModel
 
-from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, Notice, NoticeKind
-from bot.runtime.fingerprint import agent_fingerprint
+from bot.runtime import (
+    Answer,
+    ApprovalRequest,
+    ConversationRuntime,
+    Notice,
+    NoticeKind,
+    agent_fingerprint,
+)
 from bot.settings import RuntimeSettings
 from examples import support_desk
 from storage.local import LocalStore

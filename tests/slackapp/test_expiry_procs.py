@@ -22,8 +22,7 @@ import boto3
 import pytest
 
 from bot.permalink import permalink
-from bot.runtime.expiry import EXPIRED
-from bot.runtime.runtime import EXPIRED_RESUME, EXPIRED_STOP
+from bot.runtime import EXPIRED, EXPIRED_RESUME, EXPIRED_STOP
 from bot.slackapp.agent_blocks import STOP
 from bot.slackapp.blocks import APPROVE
 from bot.standin.slack_api import Message

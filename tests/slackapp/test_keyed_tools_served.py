@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bot.runtime.closing import UNKNOWN_OUTCOME
+from bot.runtime import UNKNOWN_OUTCOME
 from bot.standin.slack_api import Message
 from storage import ToolCallStatus
 from testkit.keyed_service import KeyedService, keyed_service

@@ -15,7 +15,7 @@ from agents import RunConfig, Runner, SQLiteSession
 
 from bot.demo_agent import append_ticket, build_agent, time_in
 from bot.demo_model import HELP, respond, words
-from bot.runtime.turns import run_one_turn
+from bot.runtime import run_one_turn
 
 WINTER = dt.datetime(2025, 1, 15, 12, 0, tzinfo=dt.UTC)
 SUMMER = dt.datetime(2025, 7, 15, 12, 0, tzinfo=dt.UTC)

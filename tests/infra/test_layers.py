@@ -1,0 +1,116 @@
+"""The house's layering, read off the source: data flows Slack layer -> runtime -> storage,
+the runtime is reached only through its package, storage is reached from async code only
+through its one bridge, and no room grows past 450 lines."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME = ROOT / "bot" / "runtime"
+LIMIT = 450  # lines per module in the rooms below
+ROOMS = ("bot", "storage", "bench", "testkit")
+
+
+def sources(*folders: str) -> Iterator[Path]:
+    for folder in folders:
+        yield from sorted((ROOT / folder).rglob("*.py"))
+
+
+def imported(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) for each import in `path`; `from a import b` gives `a.b` as well as
+    `a`, so a submodule reached through its package is seen."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+            for alias in node.names:
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def where(path: Path, line: int) -> str:
+    return f"{path.relative_to(ROOT)}:{line}"
+
+
+def test_storage_knows_nothing_of_the_bot() -> None:
+    found = [
+        where(path, line)
+        for path in sources("storage")
+        for line, module in imported(path)
+        if module == "bot" or module.startswith("bot.")
+    ]
+    assert found == []
+
+
+def test_the_runtime_knows_nothing_of_slack() -> None:
+    slack = ("slack_bolt", "slack_sdk", "bot.slackapp", "bot.standin")
+    found = [
+        where(path, line)
+        for path in sources("bot/runtime")
+        for line, module in imported(path)
+        if module.split(".")[0] in slack or module.startswith(slack)
+    ]
+    assert found == []
+
+
+def test_nothing_outside_the_runtime_imports_its_modules() -> None:
+    """`bot/runtime/__init__.py` is the runtime's public face; its modules are its own
+    (the runtime's own unit tests, in tests/runtime, may read them)."""
+    modules = {path.stem for path in RUNTIME.glob("*.py")} - {"__init__"}
+    public = set(_exported())
+    found = [
+        f"{where(path, node.lineno)} {ast.unparse(node)}"
+        for path in sources("bot", "bench", "testkit", "tests", "examples")
+        if RUNTIME not in path.parents and ROOT / "tests" / "runtime" not in path.parents
+        for node in ast.walk(ast.parse(path.read_text()))
+        if _reaches_inside(node, modules, public)
+    ]
+    assert found == []
+
+
+def _reaches_inside(node: ast.AST, modules: set[str], public: set[str]) -> bool:
+    if isinstance(node, ast.Import):
+        return any(alias.name.startswith("bot.runtime.") for alias in node.names)
+    if not isinstance(node, ast.ImportFrom) or node.level != 0 or node.module is None:
+        return False
+    if node.module.startswith("bot.runtime."):
+        return True
+    return node.module == "bot.runtime" and any(
+        alias.name in modules and alias.name not in public for alias in node.names
+    )
+
+
+def _exported() -> list[str]:
+    tree = ast.parse((RUNTIME / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return [ast.literal_eval(item) for item in node.value.elts]  # type: ignore[attr-defined]
+    raise AssertionError("bot/runtime/__init__.py has no __all__")
+
+
+def test_async_code_reaches_storage_through_one_bridge() -> None:
+    """Sync storage calls from async code go through storage.calls (its pools, retries and
+    error policy), never a bare thread hop of their own."""
+    found = [
+        where(path, node.lineno)
+        for path in sources("bot/runtime", "storage")
+        if path != ROOT / "storage" / "calls.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in ("to_thread", "run_in_executor")
+    ]
+    assert found == []
+
+
+def test_no_room_is_over_the_limit() -> None:
+    found = {
+        str(path.relative_to(ROOT)): lines
+        for path in sources(*ROOMS)
+        if (lines := len(path.read_text().splitlines())) > LIMIT
+    }
+    assert found == {}

@@ -22,7 +22,7 @@ from agents.items import ModelResponse
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseTextDeltaEvent
 
-from bot.demo_agent import CITY_ZONES, city_key
+from bot.demo_clock import CITY_ZONES, city_key
 from bot.runtime import split_author
 
 HELP = (

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 from agents import RunConfig, Runner, SQLiteSession
 
-from bot.demo_agent import append_ticket, build_agent, time_in
+from bot.demo_agent import append_ticket, build_agent
+from bot.demo_clock import time_in
 from bot.demo_model import HELP, respond, words
 from bot.runtime import run_one_turn
 

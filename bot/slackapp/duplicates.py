@@ -1,7 +1,7 @@
 """A second read-back after a post that may repeat one a dead process left in flight.
 
 A redelivery (`DeliveryRef.maybe_posted`) reads its thread first and posts only what is not
-there (`readback.already_posted`). A post still in flight when its process died (the request
+there (`thread_readback.already_posted`). A post still in flight when its process died (the request
 reached Slack, the message shows a moment later) is not there yet, so it is posted again.
 Each post made that way is therefore checked once more, `delay` seconds later, in the
 background: of the bot's messages marked as the same outbox entry and part, the earliest
@@ -25,7 +25,7 @@ from slack_sdk.errors import SlackApiError
 from bot import metrics
 from bot.slackapp.clients import TeamNotInstalled
 from bot.slackapp.marks import delivers
-from bot.slackapp.readback import Readback
+from bot.slackapp.thread_readback import ThreadReadback
 from storage import ConversationKey, StorageError
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class DuplicateCheck:
     """The pending second read-backs, one background task per thread: marks posted while one
     waits join it, and push it back so that each gets its full `delay`."""
 
-    def __init__(self, readback: Readback, delay: float = RECHECK_SECONDS) -> None:
+    def __init__(self, readback: ThreadReadback, delay: float = RECHECK_SECONDS) -> None:
         self.readback = readback
         self.delay = delay
         self._owed: dict[ConversationKey, dict[Mark, float]] = {}  # mark -> since (epoch)

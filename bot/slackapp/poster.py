@@ -54,8 +54,8 @@ from bot.slackapp.home import ON_HOME
 from bot.slackapp.live import LiveThreads
 from bot.slackapp.markdown import safe_markdown, split_markdown
 from bot.slackapp.marks import mark
-from bot.slackapp.readback import Readback
 from bot.slackapp.text import MESSAGE_LIMIT, escape, truncate
+from bot.slackapp.thread_readback import ThreadReadback
 from storage import ConversationKey, StorageError
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class SlackPoster:
         self.live = live
         self.after_decision = after_decision  # e.g. the Home tabs it changes, refreshed
         self.on_home = on_home  # answers a refused click made on the Home tab
-        self.readback = Readback(self.clients)
+        self.readback = ThreadReadback(self.clients)
         self.duplicates = DuplicateCheck(self.readback, recheck_after)
 
     async def close(self) -> None:

@@ -14,7 +14,7 @@ from bot.runtime import Answer, ConversationRuntime, DeliveryRef
 from bot.slackapp.duplicates import DuplicateCheck, later_copies
 from bot.slackapp.marks import mark
 from bot.slackapp.poster import SlackPoster
-from bot.slackapp.readback import Readback
+from bot.slackapp.thread_readback import ThreadReadback
 from bot.standin.slack_api import Message, SlackWebApi
 from storage import Status
 from testkit.runtime import SideEffects, build_agent, echo_model
@@ -78,7 +78,7 @@ async def test_a_check_deletes_the_later_copy_and_nothing_else() -> None:
         streamed = bot_message(api, None)
         other = bot_message(api, answer_mark("1.1"))
         second = bot_message(api, answer_mark("1.0"))
-        readback = Readback(AsyncWebClient(token="xoxb-t", base_url=f"{url}/api/"))
+        readback = ThreadReadback(AsyncWebClient(token="xoxb-t", base_url=f"{url}/api/"))
         check = DuplicateCheck(readback, delay=0.05)
         key = thread_key(QUESTION_TS)
         check.after_post(key, "1.0", 0)
@@ -101,7 +101,7 @@ async def test_a_failing_check_is_logged_and_dropped_and_a_stop_runs_the_waiting
         api.messages[(CHANNEL, QUESTION_TS)] = Message(CHANNEL, QUESTION_TS, "hi?", "UALICE")
         bot_message(api, answer_mark("2.0"))
         bot_message(api, answer_mark("2.0"))
-        readback = Readback(AsyncWebClient(token="xoxb-t", base_url=f"{url}/api/"))
+        readback = ThreadReadback(AsyncWebClient(token="xoxb-t", base_url=f"{url}/api/"))
         check = DuplicateCheck(readback, delay=0.01)
         key = thread_key(QUESTION_TS)
         api.failures["conversations.replies"] = ["channel_not_found"]

@@ -25,7 +25,7 @@ INTERRUPTED_NOTE = (
 Message = dict[str, Any]
 
 
-class Readback:
+class ThreadReadback:
     def __init__(self, client: AsyncWebClient | SlackClients) -> None:
         self.clients = as_clients(client)
         self._seen: dict[ConversationKey, tuple[float, list[Message]]] = {}

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from bot.standin.container import Prompts
-from bot.standin.places import Place
+from bot.standin.local_workspaces import Place
 from bot.standin.slack_api import SlackWebApi
 from bot.standin.view import blocks_view
 

@@ -17,10 +17,10 @@ kept while the bot is down or restarting, delivered in order once it answers aga
 
 Longer than the project's other modules: local mode's one event-loop state (the page's
 outbox, the child process and its restarts, what the page is shown) lives in `Workspace`;
-what has no share in that state is elsewhere (`slack_api`, `places`, `only_you`, `view`,
-`people_files`, `requests`; the agent container's view and endpoints in `container_view` and
-`container_routes`; the log in `local_log`, refusals and ports in `errors`). It is a
-development tool, not part of the served bot."""
+what has no share in that state is elsewhere (`slack_api`, `local_workspaces`, `ephemeral`,
+`view`, `people_files`, `requests`; the agent container's view and endpoints in
+`container_view` and `container_routes`; the log in `local_log`, refusals and ports in
+`errors`). It is a development tool, not part of the served bot."""
 
 from __future__ import annotations
 
@@ -48,11 +48,11 @@ from aiohttp import web
 from bot.settings import RuntimeSettings
 from bot.standin.container_routes import ContainerRoutes
 from bot.standin.container_view import container_state, current_offers, dm_place, with_sessions
+from bot.standin.ephemeral import OnlyYou, element
 from bot.standin.errors import LOOPBACK, LocalModeError, Refused, check_port_free, port_in_use
 from bot.standin.local_log import LocalLog
-from bot.standin.only_you import OnlyYou, element
+from bot.standin.local_workspaces import Place, Places
 from bot.standin.people_files import UPLOAD_BYTES, uploads
-from bot.standin.places import Place, Places
 from bot.standin.requests import (
     FORM,
     app_mention,
@@ -893,7 +893,7 @@ async def run_workspace(
 ) -> None:
     """Serve the stand-in and run the bot behind it until SIGINT/SIGTERM. `data_dir` exists.
     LocalModeError (one line to print) when a port is taken. `oauth`: two workspaces, the
-    app installed in each through the OAuth flow (see `places`)."""
+    app installed in each through the OAuth flow (see `local_workspaces`)."""
     workspace = Workspace(data_dir, port, bot_port, demo=demo, storage=storage, oauth=oauth)
     async with workspace.serving():
         check_port_free(bot_port, "BOT_LOCAL_BOT_PORT", "the bot's")

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot.standin.places import GENERAL, SECOND
+from bot.standin.local_workspaces import GENERAL, SECOND
 from bot.standin.workspace import TOKEN_HEADER, Workspace
 from storage import StorageSettings
 from testkit.services import free_port

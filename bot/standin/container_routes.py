@@ -2,7 +2,7 @@
 opening the app's Messages or Home tab (`app_home_opened`), Slack's own stop on a thread's
 agent session (the streams end, then `agent_session_stopped`), and a click on a button of the
 Home view (`block_actions` from a view: no message, no response_url). The page's guard and
-its outbox are the workspace's."""
+what a request may name are `page_input`'s; the outbox is the workspace's."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from bot.standin.errors import Refused
+from bot.standin.page_input import json_body, text_field, user_id
 from bot.standin.requests import agent_session_stopped, app_home_opened, view_actions
 
 if TYPE_CHECKING:
@@ -35,13 +36,13 @@ class ContainerRoutes:
         """The person opens the app's Messages tab (its DM, the agent's container) or its
         Home tab: Slack says so each time."""
         space = self.workspace
-        data = await space._json(request)
-        user = space._user(data.get("user"))
+        data = await json_body(request)
+        user = user_id(data.get("user"))
         tab = data.get("tab")
         if tab not in TABS:
             raise Refused(400, f"tab: one of {', '.join(TABS)}")
-        place = space._place(data.get("team"))
-        dm = space.dm(user, place)
+        place = space.names.place(data.get("team"))
+        dm = space.places.dm(user, place)
         event = app_home_opened(user=user, channel=dm.channel, tab=str(tab)) | {"team": place.team}
         self._event(place.team, user, event, label=f"opening {tab}")
         return web.json_response({"ok": True})
@@ -49,10 +50,10 @@ class ContainerRoutes:
     async def stop_session(self, request: web.Request) -> web.Response:
         """Slack's stop, pressed on a thread's session while it is `processing`."""
         space = self.workspace
-        data = await space._json(request)
-        user = space._user(data.get("user"))
-        place = space._place(data.get("team"), data.get("pane"), user)
-        thread_ts = space._thread(data.get("thread_ts"), place)
+        data = await json_body(request)
+        user = user_id(data.get("user"))
+        place = space.names.place(data.get("team"), data.get("pane"), user)
+        thread_ts = space.names.thread(data.get("thread_ts"), place)
         session = space.api.session(place.channel, thread_ts) if thread_ts else None
         if thread_ts is None or session is None or session.status != "processing":
             raise Refused(400, "nothing is working there to stop")
@@ -66,11 +67,11 @@ class ContainerRoutes:
     async def home_click(self, request: web.Request) -> web.Response:
         """A button of the person's Home view: sent with the view it was clicked on."""
         space = self.workspace
-        data = await space._json(request)
-        user = space._user(data.get("user"))
-        place = space._place(data.get("team"))
-        action_id = space._text(data, "action_id", 255)
-        value = space._text(data, "value", 2000)
+        data = await json_body(request)
+        user = user_id(data.get("user"))
+        place = space.names.place(data.get("team"))
+        action_id = text_field(data, "action_id", 255)
+        value = text_field(data, "value", 2000)
         view = space.api.home(user)
         block_id = _block_of(view, action_id, value)
         if view is None or block_id is None:
@@ -83,7 +84,7 @@ class ContainerRoutes:
             value=value,
             block_id=block_id,
         )
-        space.enqueue(
+        space.outbox.enqueue(
             {
                 "kind": "form",
                 "team": place.team,
@@ -91,13 +92,13 @@ class ContainerRoutes:
                 "thread_ts": None,
                 "channel": "home",
                 "body": body,
-                "label": space._text(data, "label", 100) or action_id,
+                "label": text_field(data, "label", 100) or action_id,
             }
         )
         return web.json_response({"ok": True})
 
     def _event(self, team: str, user: str, event: dict[str, Any], *, label: str) -> None:
-        self.workspace.enqueue(
+        self.workspace.outbox.enqueue(
             {
                 "kind": "event",
                 "team": team,

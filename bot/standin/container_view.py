@@ -7,15 +7,13 @@ bot's own is shown only there (Slack drops an offer that no longer applies)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from bot.standin.container import Prompts
-from bot.standin.places import Place
+from bot.standin.local_workspaces import Place
 from bot.standin.slack_api import SlackWebApi
 from bot.standin.view import blocks_view
 
-DM_NAME = "agent"  # the pane's name on the page: the app's Messages tab
 SESSION_SAYS = {
     "active": "agent is ready",
     "processing": "agent is working on it…",
@@ -23,11 +21,6 @@ SESSION_SAYS = {
     "closed": "",
 }
 STOP_ACTION = "stop_run"  # the bot's own Stop offer (bot.slackapp.agent_blocks.STOP)
-
-
-def dm_place(place: Place, user: str, index: int = 0) -> Place:
-    """The person's DM with the app in that workspace: a `D…` channel of their own."""
-    return dataclasses.replace(place, channel=f"D{index}{user[2:]}", channel_name=DM_NAME)
 
 
 def session_view(api: SlackWebApi, channel: str, thread_ts: str) -> dict[str, Any] | None:

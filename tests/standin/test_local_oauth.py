@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bot.standin.places import GENERAL, SECOND
+from bot.standin.local_workspaces import GENERAL, SECOND
 from bot.standin.workspace import TOKEN_HEADER, Workspace
 from storage import StorageSettings
 from testkit.services import free_port
@@ -91,7 +91,7 @@ async def test_two_workspaces_installed_and_used_from_the_page(tmp_path: Path) -
 
     workspace = local_mode()
     async with workspace.serving(), browser_session(bot_port) as http:
-        assert await workspace.start_bot() is not None
+        assert await workspace.supervisor.start() is not None
         browser = Browser(http, workspace)
         state = await browser.state(GENERAL.team)
         assert [w["id"] for w in state["workspaces"]] == [GENERAL.team, SECOND.team]
@@ -100,10 +100,10 @@ async def test_two_workspaces_installed_and_used_from_the_page(tmp_path: Path) -
         # Not installed yet: the bot does not take the message.
         await browser.post(SECOND.team, "@agent anyone?")
         for _ in range(100):  # delivered: the bot answered the event
-            if not workspace.outbox:
+            if not workspace.outbox.items:
                 break
             await asyncio.sleep(0.05)
-        assert not workspace.outbox
+        assert not workspace.outbox.items
         assert [c for c in workspace.api.calls if c.method != "auth.test"] == []
 
         await browser.install(SECOND.team)
@@ -126,7 +126,7 @@ async def test_two_workspaces_installed_and_used_from_the_page(tmp_path: Path) -
     # Ctrl-C and run again: both stay installed, and the conversation goes on.
     workspace = local_mode()
     async with workspace.serving(), aiohttp.ClientSession() as http:
-        assert await workspace.start_bot() is not None
+        assert await workspace.supervisor.start() is not None
         browser = Browser(http, workspace)
         state = await browser.state(SECOND.team)
         assert all(w["installed"] for w in state["workspaces"])

@@ -37,7 +37,7 @@ async def test_the_page_draws_status_streams_tasks_markdown_and_clicks(tmp_path:
             await page.goto(client.url)
             await expect(page.locator(".thread")).to_have_count(1)
             # The header names the agent the bot runs (BOT_AGENT, as the bot child gets it).
-            named = "agent: " + workspace.agent().removesuffix(":build_agent")
+            named = "agent: " + workspace.supervisor.child.agent().removesuffix(":build_agent")
             await expect(page.locator("#agent")).to_have_text(named)
 
             await bot.assistant_threads_setStatus(

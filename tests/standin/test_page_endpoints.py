@@ -88,7 +88,7 @@ async def standin(
     port, bot_port = free_port(), free_port()
     workspace = Workspace(data_dir, port, bot_port, demo=True)
     async with fake_bot(bot_port) as bot, workspace.serving(), aiohttp.ClientSession() as http:
-        workspace._set_state("running" if bot_up else "restarting")
+        workspace.supervisor.set_state("running" if bot_up else "restarting")
         url = f"http://127.0.0.1:{port}"
         async with http.get(url) as response:
             html = await response.text()
@@ -103,17 +103,17 @@ async def settle(workspace: Workspace) -> None:
     """Wait until the stand-in has delivered everything (an item leaves the outbox once the
     bot answered it) and finished what it does in the background (a restart)."""
     for _ in range(250):
-        if not workspace.outbox and not workspace._tasks:
+        if not workspace.outbox.items and workspace.background.idle:
             return
         await asyncio.sleep(0.02)
-    raise TimeoutError(f"still queued: {workspace.outbox}")
+    raise TimeoutError(f"still queued: {workspace.outbox.items}")
 
 
 async def considered(workspace: Workspace) -> None:
     """Wait until the delivery loop has looked at the outbox since the last message was
     queued (queueing wakes it; it clears the wake-up once it has decided to wait)."""
     for _ in range(250):
-        if not workspace._wake.is_set():
+        if workspace.outbox.considered:
             return
         await asyncio.sleep(0.02)
     raise TimeoutError("the delivery loop never looked at the outbox")
@@ -183,7 +183,7 @@ async def test_only_the_page_gets_requests_signed(tmp_path: Path) -> None:
         async with http.post(f"{url}/api/chat.postMessage", data={"channel": "C0GENERAL"}) as r:
             assert (await r.json())["error"] == "not_authed"
         await settle(workspace)
-        assert bot.received == [] and workspace.outbox == [] and restarts == []
+        assert bot.received == [] and workspace.outbox.items == [] and restarts == []
         assert workspace.api.messages == {}
 
         # The page itself still works: signed as alice, delivered once.
@@ -242,7 +242,7 @@ async def test_messages_wait_durably_for_the_bot_and_go_in_order(tmp_path: Path)
         assert kinds[2:] == ["message"]
         texts = [json.loads(b)["event"]["text"] for _, b in bot.received if b.startswith("{")]
         assert texts[0].endswith("first about the café ☕") and texts[-1] == "second"
-        assert workspace.outbox == []
+        assert workspace.outbox.items == []
         assert not any(t["pending"] for t in (await page.state("bob"))["threads"])
 
 

@@ -1,4 +1,4 @@
-"""The workspaces local mode's page shows, each with one channel.
+"""The workspaces local mode's page shows, each with one channel, and the two people in them.
 
 By default one, with the bot running on a bot token (single-workspace mode). With
 `BOT_LOCAL_OAUTH=1` two, and the bot runs as it does when distributed: `SLACK_CLIENT_ID` and
@@ -29,6 +29,8 @@ class Place:
     channel_name: str
 
 
+DM_NAME = "agent"  # the DM pane's name on the page: the app's Messages tab
+USERS = {"alice": "U0ALICE", "bob": "U0BOB"}  # the only people the page may post as
 GENERAL = Place(TEAM, "Local", CHANNEL, "general")
 SECOND = Place("T0SECOND", "Second", "C0SECOND", "second")
 
@@ -54,6 +56,11 @@ class Places:
         if team in (None, ""):
             return self.all[0]
         return next((p for p in self.all if p.team == team), None)
+
+    def dm(self, user: str, place: Place) -> Place:
+        """The person's DM with the app in that workspace: a `D…` channel of their own."""
+        index = self.all.index(place)
+        return dataclasses.replace(place, channel=f"D{index}{user[2:]}", channel_name=DM_NAME)
 
     def of_channel(self, channel: str) -> Place:
         return next((p for p in self.all if p.channel == channel), self.all[0])

@@ -24,12 +24,11 @@ from bench.common import ms, percentile, section, table
 from bench.emulators import Emulators
 from bench.meter import METER, WRITES
 from bench.slack_path import SWEEP, Served
-from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.standin import requests
 from bot.standin.records import Call
 from testkit.responses import ScriptedResponses, message, responses_server
-from testkit.slack import CHANNEL, TEAM, Harness, slack_bot
+from testkit.slack import CHANNEL, TEAM, Harness, runtime_of, slack_bot
 
 SHORT_WORDS = 8
 LONG_WORDS = 400
@@ -112,9 +111,8 @@ async def run_live(emulators: Emulators, answers: int = 20) -> list[Answered]:
             instructions="Answer.",
             model=OpenAIResponsesModel(model="gpt-scripted", openai_client=client),
         )
-        runtime = ConversationRuntime(store, agent, RuntimeSettings())
-        served = Served(runtime)
-        async with slack_bot(store, runtime) as bot:
+        async with slack_bot(store, runtime_of(store, agent, RuntimeSettings())) as bot:
+            served = Served(bot.runtime)
             bot.api.listeners.append(seen)
             await asyncio.sleep(0.5)  # the start-up recovery sweep
             await one_answer(bot, served, script, seen, sizes[0], 0)  # warm-up, not counted

@@ -25,10 +25,14 @@ from storage import StorageSettings, open_store
 
 if TYPE_CHECKING:
     from agents import Agent
+    from slack_sdk.web.async_client import AsyncWebClient
 
     from bot.runtime import ConversationRuntime
     from bot.settings import RuntimeSettings
+    from bot.slackapp.poster import SlackPoster
+    from bot.wiring import MakeRuntime
     from storage import Store
+    from storage.calls import StorageCalls
 
 # Every admin command: its usage and what it does (shown by `python -m bot admin --help`):
 # those shared with /agent-admin, then the operator's own.
@@ -143,8 +147,8 @@ def _describe(settings: StorageSettings) -> str:
 
 def _serve(settings: StorageSettings, args: argparse.Namespace) -> int:
     from bot.settings import RuntimeSettings
-    from bot.slackapp.server import serve
     from bot.slackapp.settings import SlackSettings
+    from bot.wiring import serve_slack
 
     try:
         slack = SlackSettings()
@@ -155,11 +159,26 @@ def _serve(settings: StorageSettings, args: argparse.Namespace) -> int:
     if agent is None:
         return 2
     store = open_store(settings)
-    runtime = _runtime(store, runtime_settings, agent)
-    if runtime is None:
+    make_runtime = _slack_runtime(store, runtime_settings, agent)
+    if make_runtime is None:
         return 2
-    asyncio.run(serve(slack, runtime, runtime_settings.admins, store=store, own_process=True))
+    admins = runtime_settings.admins
+    asyncio.run(serve_slack(slack, store, make_runtime, admins, own_process=True))
     return 0
+
+
+def _slack_runtime(
+    store: Store, runtime_settings: RuntimeSettings, agent: Agent[Any]
+) -> MakeRuntime | None:
+    from bot.suggestions import SuggestionsError
+    from bot.tracing import TracingConfigError
+    from bot.wiring import slack_runtime
+
+    try:
+        return slack_runtime(store, runtime_settings, agent)
+    except (SuggestionsError, TracingConfigError) as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return None
 
 
 def _checked_agent(runtime_settings: RuntimeSettings) -> Agent[Any] | None:
@@ -177,7 +196,7 @@ def _checked_agent(runtime_settings: RuntimeSettings) -> Agent[Any] | None:
 
 
 def _runtime(
-    store: Store, runtime_settings: RuntimeSettings, agent: Agent[Any] | None = None
+    store: Store, runtime_settings: RuntimeSettings, poster: SlackPoster | None, io: StorageCalls
 ) -> ConversationRuntime | None:
     from agents.exceptions import UserError
 
@@ -188,7 +207,7 @@ def _runtime(
     from bot.wiring import build_runtime
 
     try:
-        runtime = build_runtime(store, runtime_settings, agent)
+        runtime = build_runtime(store, runtime_settings, on_outcome=poster, io=io)
         load_suggestions(runtime_settings.agent)  # the container's prompts, checked at start
         return runtime
     except (AgentLoadError, SuggestionsError, TracingConfigError, UnguardedTool, UserError) as exc:
@@ -226,39 +245,16 @@ async def _admin_command(
         runtime_settings = RuntimeSettings()
     except ValidationError as exc:
         return config_error(exc)
+    from storage.calls import StorageCalls
+
     store = open_store(settings)
-    runtime = _runtime(store, runtime_settings)
+    io = StorageCalls(store)  # the runtime's storage bridge, shared with the installations
+    poster, client = _admin_poster(process, store, io)
+    runtime = _runtime(store, runtime_settings, poster, io)
     if runtime is None:
         return 2
-    poster = None
-    if process.bot_token:
-        # Notices (e.g. "discarded") go to their threads, as from the slash command.
-        from bot.slackapp.app import web_client
-        from bot.slackapp.poster import SlackPoster
-        from bot.slackapp.settings import SlackSettings
-
-        client = web_client(
-            SlackSettings.model_construct(bot_token=process.bot_token, api_url=process.api_url)
-        )
-        runtime.on_outcome = poster = SlackPoster(client)
-        if team is None:
-            team = (await client.auth_test())["team_id"]
-    elif process.many_workspaces:
-        # Each notice goes with its workspace's token, from the installations kept.
-        from bot.slackapp.app import web_client
-        from bot.slackapp.installations import StoredInstallations
-        from bot.slackapp.oauth import workspace_clients
-        from bot.slackapp.poster import SlackPoster
-        from bot.slackapp.settings import SlackSettings
-
-        slack = SlackSettings.model_construct(
-            client_id=process.slack_client_id,
-            client_secret=process.slack_client_secret,
-            api_url=process.api_url,
-        )
-        installations = StoredInstallations(store, runtime.io)
-        poster = SlackPoster(workspace_clients(slack, installations, web_client(slack)))
-        runtime.on_outcome = poster
+    if team is None and client is not None:
+        team = (await client.auth_test())["team_id"]
     reply = await AdminCommands(runtime, permalink).run(
         text, team=team or "", by=None, enterprise=enterprise
     )
@@ -267,6 +263,35 @@ async def _admin_command(
     await runtime.close()  # MCP servers, if serving a thread had to connect them
     print(reply.text, file=sys.stdout if reply.ok else sys.stderr)
     return 0 if reply.ok else 2
+
+
+def _admin_poster(
+    process: ProcessSettings, store: Store, io: StorageCalls
+) -> tuple[SlackPoster | None, AsyncWebClient | None]:
+    """Where the admin command's notices (e.g. "discarded") go, as from the slash command:
+    with the bot token (and its client, to learn the workspace), or with each workspace's
+    token from the installations kept; nowhere without Slack credentials."""
+    if not (process.bot_token or process.many_workspaces):
+        return None, None
+    from bot.slackapp.app import web_client
+    from bot.slackapp.poster import SlackPoster
+    from bot.slackapp.settings import SlackSettings
+
+    if process.bot_token:
+        client = web_client(
+            SlackSettings.model_construct(bot_token=process.bot_token, api_url=process.api_url)
+        )
+        return SlackPoster(client), client
+    from bot.slackapp.installations import StoredInstallations
+    from bot.slackapp.oauth import workspace_clients
+
+    slack = SlackSettings.model_construct(
+        client_id=process.slack_client_id,
+        client_secret=process.slack_client_secret,
+        api_url=process.api_url,
+    )
+    installations = StoredInstallations(store, io)
+    return SlackPoster(workspace_clients(slack, installations, web_client(slack))), None
 
 
 def _init_storage(settings: StorageSettings) -> int:

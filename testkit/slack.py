@@ -14,14 +14,19 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from agents import Agent
 from aiohttp import web
 
-from bot.runtime import ConversationRuntime
-from bot.slackapp.server import serve
+from bot.runtime import ContextSource, ConversationRuntime, OutcomeSink, Progress
+from bot.settings import RuntimeSettings
+from bot.slackapp.app import web_api_session
+from bot.slackapp.server import run
 from bot.slackapp.settings import SlackSettings
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
+from bot.wiring import MakeRuntime, assemble_slack
 from storage import Conversation, ConversationKey, Status, Store
+from storage.calls import StorageCalls
 from testkit.services import free_port
 
 SECRET = "test-signing-secret"
@@ -308,8 +313,11 @@ class Harness:
 
 @asynccontextmanager
 async def slack_bot(
-    store: Store, runtime: ConversationRuntime, *, admins: frozenset[str] = frozenset()
+    store: Store, make_runtime: MakeRuntime, *, admins: frozenset[str] = frozenset()
 ) -> AsyncIterator[Harness]:
+    """The bot for one workspace in front of a fresh Web API stand-in; `make_runtime` (e.g.
+    `runtime_of`) builds its runtime on the Slack layer's ports, as `python -m bot serve`
+    does. The harness's `runtime` is the one built."""
     api = SlackWebApi(team=TEAM)
     async with running_api(api) as api_url:
         port = free_port()
@@ -319,14 +327,14 @@ async def slack_bot(
             SLACK_API_URL=f"{api_url}/api/",
             PORT=port,
         )
-        async with _serving(settings, api, api_url, store, runtime, admins) as harness:
+        async with _serving(settings, api, api_url, store, make_runtime, admins) as harness:
             yield harness
 
 
 @asynccontextmanager
 async def oauth_bot(
     store: Store,
-    runtime: ConversationRuntime,
+    make_runtime: MakeRuntime,
     api: SlackWebApi,
     api_url: str,
     *,
@@ -350,7 +358,7 @@ async def oauth_bot(
         SLACK_TOKEN_ROTATION_MINUTES=rotation_minutes,
         PORT=port,
     )
-    async with _serving(settings, api, api_url, store, runtime, admins) as harness:
+    async with _serving(settings, api, api_url, store, make_runtime, admins) as harness:
         yield harness
 
 
@@ -360,24 +368,50 @@ async def _serving(
     api: SlackWebApi,
     api_url: str,
     store: Store,
-    runtime: ConversationRuntime,
+    make_runtime: MakeRuntime,
     admins: frozenset[str],
 ) -> AsyncIterator[Harness]:
     stop = asyncio.Event()
-    task = asyncio.create_task(
-        serve(settings, runtime, admins, store=store, stop=stop, host="127.0.0.1")
-    )
-    harness = Harness(api, api_url, f"http://127.0.0.1:{settings.port}", runtime, store)
-    try:
-        for _ in range(200):
+    async with web_api_session() as session:
+        bot = await assemble_slack(settings, store, make_runtime, session, admins)
+        task = asyncio.create_task(run(bot, stop=stop, host="127.0.0.1"))
+        harness = Harness(api, api_url, f"http://127.0.0.1:{settings.port}", bot.runtime, store)
+        try:
+            for _ in range(200):
+                try:
+                    async with harness.http.get(f"{harness.bot_url}/healthz") as response:
+                        if response.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+            yield harness
+        finally:
+            stop.set()
             try:
-                async with harness.http.get(f"{harness.bot_url}/healthz") as response:
-                    if response.status == 200:
-                        break
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)
-        yield harness
-    finally:
-        stop.set()
-        await task
-        await harness.close()
+                await task
+            finally:
+                await bot.runtime.close()
+                await harness.close()
+
+
+def runtime_of(
+    store: Store, agent: Agent[Any], settings: RuntimeSettings | None = None, **options: Any
+) -> MakeRuntime:
+    """A test's runtime for its own agent, built on the ports the Slack layer gives it;
+    `options` are the runtime's others (e.g. `owner`)."""
+
+    def make(
+        *, io: StorageCalls, on_outcome: OutcomeSink, progress: Progress, source: ContextSource
+    ) -> ConversationRuntime:
+        return ConversationRuntime(
+            store,
+            agent,
+            settings,
+            io=io,
+            on_outcome=on_outcome,
+            progress=progress,
+            source=source,
+            **options,
+        )
+
+    return make

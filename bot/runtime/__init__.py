@@ -5,7 +5,13 @@ own and may change shape without notice."""
 
 from bot.runtime.attribution import split_author
 from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME, ClosedCalls
-from bot.runtime.context_source import EarlierMessage, SharedFile, ThreadHistory, Unavailable
+from bot.runtime.context_source import (
+    ContextSource,
+    EarlierMessage,
+    SharedFile,
+    ThreadHistory,
+    Unavailable,
+)
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
 from bot.runtime.envelope import UserMessage
 from bot.runtime.expiry import EXPIRED, expiry_text
@@ -29,7 +35,7 @@ from bot.runtime.outcomes import (
     Refused,
     StatusReply,
 )
-from bot.runtime.progress import Step
+from bot.runtime.progress import Progress, Step
 from bot.runtime.queries import PAUSED
 from bot.runtime.request_context import RequestContext
 from bot.runtime.runtime import (
@@ -62,6 +68,7 @@ __all__ = [
     "Answer",
     "ApprovalRequest",
     "ClosedCalls",
+    "ContextSource",
     "ConversationRuntime",
     "Decided",
     "DeliveryFailed",
@@ -76,6 +83,7 @@ __all__ = [
     "Outcome",
     "OutcomeSink",
     "PendingCall",
+    "Progress",
     "Refused",
     "RequestContext",
     "SharedFile",

@@ -73,6 +73,7 @@ from storage import (
     Status,
     Store,
 )
+from storage.calls import StorageCalls
 from storage.models import REFUSAL_TEXT
 
 log = logging.getLogger(__name__)
@@ -131,11 +132,14 @@ class ConversationRuntime(Queries, People):
         owner: str | None = None,
         agent_version: str = "",
         source: ContextSource | None = None,
+        io: StorageCalls | None = None,
     ) -> None:
-        from storage.calls import StorageCalls
-
+        """Built whole: the ports (`on_outcome`, `progress`, `source`) are given here and
+        never changed. `io` is the storage bridge to share with the caller (the Slack
+        layer's installations go through it); by default the runtime opens its own."""
         self.store = store
-        self.io = StorageCalls(store)
+        self.io = io or StorageCalls(store)
+        assert self.io.store is store, "the runtime's storage bridge is over its own store"
         self.settings = settings or RuntimeSettings()
         self.agent = guard_agent(agent)
         self.agent_version = agent_version
@@ -169,14 +173,6 @@ class ConversationRuntime(Queries, People):
         self._requesters: dict[ConversationKey, str] = {}  # whose slot a serve takes
         self.run_config = base_run_config(self.settings, self.files, self.rate_gate)
         self.session_settings = SessionSettings(limit=self.settings.history_items)
-
-    @property
-    def on_outcome(self) -> OutcomeSink | None:
-        return self.sink
-
-    @on_outcome.setter
-    def on_outcome(self, sink: OutcomeSink | None) -> None:
-        self.sink = sink
 
     # -- keeping and serving ------------------------------------------------------------
 

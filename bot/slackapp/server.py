@@ -16,8 +16,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+from dataclasses import dataclass
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from slack_bolt.adapter.aiohttp import to_aiohttp_response
@@ -27,16 +27,11 @@ from slack_sdk.signature import SignatureVerifier
 
 from bot import metrics
 from bot.runtime import ConversationRuntime, keep_beating, warm_up
-from bot.slackapp.app import build_app, web_api_session, web_client
-from bot.slackapp.clients import OneWorkspace, SlackClients, own_ids
-from bot.slackapp.conversation_source import SlackSource
 from bot.slackapp.gate import NotFromSlack, slack_request
 from bot.slackapp.home import HomeTab
-from bot.slackapp.live import LiveThreads
-from bot.slackapp.oauth import install_routes, installs
+from bot.slackapp.oauth import install_routes
 from bot.slackapp.poster import SlackPoster
 from bot.slackapp.settings import SlackSettings
-from storage import Store
 
 log = logging.getLogger(__name__)
 EVENTS_PATH = "/slack/events"
@@ -99,73 +94,29 @@ async def recovery_sweep(runtime: ConversationRuntime, interval: float) -> None:
         await asyncio.sleep(interval)
 
 
-async def serve(
-    settings: SlackSettings,
-    runtime: ConversationRuntime,
-    admins: frozenset[str] | None = None,
+@dataclass(frozen=True)
+class SlackBot:
+    """Everything `run` serves, built whole (`bot.wiring`)."""
+
+    settings: SlackSettings
+    runtime: ConversationRuntime
+    app: AsyncApp
+    poster: SlackPoster
+    home: HomeTab
+
+
+async def run(
+    bot: SlackBot,
     *,
-    store: Store | None = None,
     stop: asyncio.Event | None = None,
     host: str | None = None,
     own_process: bool = False,
 ) -> None:
-    """Serve until `stop` is set (or SIGTERM/SIGINT when no event is given). Many
-    workspaces keep their installations in `store` (the runtime's). `own_process`: the
-    process does nothing else (`python -m bot serve`), so its heap is frozen once warm."""
-    try:
-        async with web_api_session() as session:
-            await _serve(settings, runtime, admins, store, stop, host, session, own_process)
-    finally:
-        await runtime.close()  # the agents' MCP servers (a stdio server's process ends)
-
-
-async def _serve(
-    settings: SlackSettings,
-    runtime: ConversationRuntime,
-    admins: frozenset[str] | None,
-    store: Store | None,
-    stop: asyncio.Event | None,
-    host: str | None,
-    session: aiohttp.ClientSession,
-    own_process: bool,
-) -> None:
-    client = web_client(settings, session)
-    many = None
-    if settings.many_workspaces:
-        if store is None:
-            raise ValueError("many workspaces keep their installations in storage: pass store")
-        many = installs(settings, store, runtime.io, client)  # one storage pool per process
-    # Warm up before reporting healthy: the token, the workspace's URL (for thread links),
-    # the bot's own ids, Slack's and the storage's first connections. Many workspaces have
-    # no one token.
-    identity = None if many else await client.auth_test()
-    workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
-    clients: SlackClients = many.clients if many else OneWorkspace(client, own_ids(identity))
-    live = LiveThreads(clients)
-    runtime.progress = live
-    home = HomeTab(runtime, clients, admins or runtime.settings.admins, many_workspaces=bool(many))
-    poster = SlackPoster(
-        clients,
-        live,
-        recheck_after=settings.duplicate_check_seconds,
-        after_decision=home.after_decision,
-        on_home=home.tell,
-    )
-    runtime.on_outcome = poster
-    runtime.source = SlackSource(settings, clients, session=session)
+    """Serve what `bot.wiring` built until `stop` is set (or SIGTERM/SIGINT): warmed up
+    first, so that healthy means ready; then drained within the shutdown grace."""
+    settings, runtime, app, poster, home = bot.settings, bot.runtime, bot.app, bot.poster, bot.home
     await runtime.start()  # the agents' MCP servers connected and listed
-    await warm_up(runtime.io, freeze=own_process)
-    app = build_app(
-        settings,
-        runtime,
-        client,
-        admins or runtime.settings.admins,
-        workspace_url,
-        identity,
-        installs=many,
-        live=live,
-        home=home,
-    )
+    await warm_up(runtime.io, freeze=own_process)  # Slack's and the storage's first connections
     web_app = web.Application()
     if not settings.socket_mode:
         assert settings.signing_secret, "HTTP mode needs the signing secret (settings check)"

@@ -8,11 +8,10 @@ import os
 import re
 import sys
 
-from bot.runtime import ConversationRuntime
 from storage.local import LocalStore
 from testkit.runtime import SideEffects, build_agent, echo_model
 from testkit.services import ROOT, free_port
-from testkit.slack import slack_bot
+from testkit.slack import runtime_of, slack_bot
 
 DOCKERFILE = (ROOT / "infra" / "Dockerfile").read_text()
 
@@ -51,7 +50,7 @@ async def run_healthcheck(port: int) -> int:
 async def test_healthcheck_against_a_running_bot(
     local_store: LocalStore, effects: SideEffects
 ) -> None:
-    runtime = ConversationRuntime(local_store, build_agent(echo_model(), effects))
+    runtime = runtime_of(local_store, build_agent(echo_model(), effects))
     async with slack_bot(local_store, runtime) as bot:
         port = int(bot.bot_url.rsplit(":", 1)[1])
         assert await run_healthcheck(port) == 0

@@ -63,7 +63,7 @@ def test_nothing_outside_the_runtime_imports_its_modules() -> None:
     modules = {path.stem for path in RUNTIME.glob("*.py")} - {"__init__"}
     public = set(_exported())
     found = [
-        f"{where(path, node.lineno)} {ast.unparse(node)}"
+        f"{where(path, getattr(node, 'lineno', 0))} {ast.unparse(node)}"
         for path in sources("bot", "bench", "testkit", "tests", "examples")
         if RUNTIME not in path.parents and ROOT / "tests" / "runtime" not in path.parents
         for node in ast.walk(ast.parse(path.read_text()))

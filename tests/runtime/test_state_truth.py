@@ -316,13 +316,12 @@ async def test_a_missing_offloaded_item_is_a_gap_not_a_wedge(
         pytest.skip("only the aws backend offloads items to S3")
     store = backend.open()
     assert isinstance(store, AwsStore)
-    rt = ConversationRuntime(store, build_agent(echo_model(6), effects))
     posted: list[str] = []
 
     async def sink(outcome: Any, ref: Any) -> None:
         posted.append(getattr(outcome, "text", ""))
 
-    rt.on_outcome = sink
+    rt = ConversationRuntime(store, build_agent(echo_model(6), effects), on_outcome=sink)
     await rt.handle_message(KEY, event_id="E1", user="U1", text="log dump:\n" + "x" * 320_000)
     bucket = backend.env["BOT_BUCKET"]
     listed = store.s3.list_objects_v2(Bucket=bucket, Prefix="items/")

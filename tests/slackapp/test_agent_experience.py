@@ -15,13 +15,12 @@ import aiohttp
 import pytest
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.agent_blocks import FEEDBACK, STOP
 from bot.standin.slack_api import Message
 from storage import FeedbackTally, Status, Store
 from testkit.runtime import SideEffects, build_agent
-from testkit.slack import CHANNEL, TEAM, Harness, slack_bot
+from testkit.slack import CHANNEL, TEAM, Harness, runtime_of, slack_bot
 
 ADMIN, ALICE, BOB = "UADMIN", "UALICE", "UBOB"
 ANSWER = "**Tides** are lunar: <!channel> see [this](https://evil.example) & `a<b`"
@@ -50,7 +49,7 @@ async def bot(
     local_store: Store, effects: SideEffects, request: pytest.FixtureRequest
 ) -> AsyncIterator[Harness]:
     model = getattr(request, "param", None) or tides_model()
-    runtime = ConversationRuntime(local_store, build_agent(model, effects), RuntimeSettings())
+    runtime = runtime_of(local_store, build_agent(model, effects), RuntimeSettings())
     async with slack_bot(local_store, runtime, admins=frozenset({ADMIN})) as harness:
         yield harness
 

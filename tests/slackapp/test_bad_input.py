@@ -39,6 +39,7 @@ from testkit.slack import (
     TEAM,
     Harness,
     running_api,
+    runtime_of,
     signed_headers,
     slack_bot,
     thread_key,
@@ -73,7 +74,7 @@ def test_approval_cards_escape_the_tool_arguments() -> None:
 
 async def test_model_text_is_posted_escaped(local_store: LocalStore, effects: SideEffects) -> None:
     model = ScriptedModel([[assistant_message(f"Sure. {EVIL}")]])
-    runtime = ConversationRuntime(local_store, build_agent(model, effects))
+    runtime = runtime_of(local_store, build_agent(model, effects))
     async with slack_bot(local_store, runtime) as bot:
         top = await bot.mention("UALICE", "say something nasty")
         [answer] = await bot.bot_replies(top.ts, 1)
@@ -86,7 +87,7 @@ async def test_model_text_is_posted_escaped(local_store: LocalStore, effects: Si
 async def test_resume_and_buttons_never_enrol_the_bot(
     local_store: LocalStore, effects: SideEffects
 ) -> None:
-    runtime = ConversationRuntime(local_store, build_agent(echo_model(10), effects))
+    runtime = runtime_of(local_store, build_agent(echo_model(10), effects))
     async with slack_bot(local_store, runtime) as bot:
         top = bot.api.add_user_message("C0PRIVATE", "UCAROL", "salary review for Dave")
         await bot.reply("UCAROL", "private follow-up 1", top.ts, channel="C0PRIVATE")
@@ -132,7 +133,7 @@ async def test_a_failed_run_shows_a_reason_and_a_reference_not_internals(
             )
         ]
     )
-    runtime = ConversationRuntime(local_store, build_agent(model, effects))
+    runtime = runtime_of(local_store, build_agent(model, effects))
     async with slack_bot(local_store, runtime) as bot:
         top = await bot.mention("UALICE", "hi")
         [notice] = await bot.bot_replies(top.ts, 1)
@@ -162,7 +163,7 @@ async def post_raw(bot: Harness, body: str, content_type: str, headers: dict[str
 async def test_malformed_requests_get_a_4xx_and_change_nothing(
     local_store: LocalStore, effects: SideEffects, tmp_path: Path
 ) -> None:
-    runtime = ConversationRuntime(local_store, build_agent(echo_model(5), effects))
+    runtime = runtime_of(local_store, build_agent(echo_model(5), effects))
     async with slack_bot(local_store, runtime) as bot:
         broken = "{not json"
         assert await post_raw(bot, broken, "application/json", signed_headers(broken)) == 400
@@ -208,10 +209,10 @@ async def test_admin_arguments_are_validated(local_store: LocalStore, effects: S
 async def test_serve_listens_where_it_is_told(
     local_store: LocalStore, effects: SideEffects
 ) -> None:
-    from bot.slackapp.server import serve
     from bot.slackapp.settings import SlackSettings
+    from bot.wiring import serve_slack
 
-    runtime = ConversationRuntime(local_store, build_agent(echo_model(1), effects))
+    runtime = runtime_of(local_store, build_agent(echo_model(1), effects))
     api = SlackWebApi(team=TEAM)
     async with running_api(api) as api_url:
         port = free_port()
@@ -223,7 +224,9 @@ async def test_serve_listens_where_it_is_told(
             HOST="0.0.0.0",
         )
         stop = asyncio.Event()
-        task = asyncio.create_task(serve(settings, runtime, stop=stop, host="127.0.0.2"))
+        task = asyncio.create_task(
+            serve_slack(settings, local_store, runtime, stop=stop, host="127.0.0.2")
+        )
         try:
             async with aiohttp.ClientSession() as http:
                 for _ in range(200):

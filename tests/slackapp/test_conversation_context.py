@@ -19,14 +19,14 @@ from agents.tracing import set_trace_processors, set_tracing_disabled
 from agents.tracing.processors import default_processor
 
 from bot.demo_agent import who_is_asking
-from bot.runtime import ConversationRuntime, retry_safe
+from bot.runtime import retry_safe
 from bot.settings import RuntimeSettings
 from bot.standin.slack_api import Message
 from bot.tracing import configure_tracing
 from storage import Status
 from storage.local import LocalStore
 from testkit.runtime import history, user_texts
-from testkit.slack import CHANNEL, Harness, slack_bot, thread_key
+from testkit.slack import CHANNEL, Harness, runtime_of, slack_bot, thread_key
 
 ALICE, BOB = "UALICE", "UBOB"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -43,7 +43,7 @@ def answering(count: int = 10) -> ScriptedModel:
 async def bot(local_store: LocalStore, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     model = getattr(request, "param", None) or answering()
     agent = Agent(name="assistant", model=model, tools=[retry_safe(who_is_asking)])
-    runtime = ConversationRuntime(local_store, agent, RuntimeSettings())
+    runtime = runtime_of(local_store, agent, RuntimeSettings())
     async with slack_bot(local_store, runtime) as harness:
         harness.api.people = {ALICE: "Alice", BOB: "Bob"}
         yield harness
@@ -116,13 +116,13 @@ async def test_after_a_restart_the_earlier_messages_come_from_the_session(
 ) -> None:
     model = answering()
     agent = Agent(name="assistant", model=model)
-    async with slack_bot(local_store, ConversationRuntime(local_store, agent)) as bot:
+    async with slack_bot(local_store, runtime_of(local_store, agent)) as bot:
         top = bot.api.add_user_message(CHANNEL, ALICE, "Deploy is stuck")
         await bot.mention(BOB, "any idea?", thread_ts=top.ts)
         await answers(bot, top.ts, 1)
         assert context_reads(bot) == 1
     # A new process (runtime and Slack client) with the same storage.
-    async with slack_bot(local_store, ConversationRuntime(local_store, agent)) as bot:
+    async with slack_bot(local_store, runtime_of(local_store, agent)) as bot:
         await bot.reply(ALICE, "still stuck", top.ts)
         await bot.settled(top.ts, Status.IDLE)
         assert context_reads(bot) == 0
@@ -274,7 +274,7 @@ async def test_traces_are_grouped_per_thread(
     local_store: LocalStore, caplog: pytest.LogCaptureFixture, traces: None
 ) -> None:
     agent = Agent(name="assistant", model=answering())
-    runtime = ConversationRuntime(local_store, agent, RuntimeSettings(tracing=True))
+    runtime = runtime_of(local_store, agent, RuntimeSettings(tracing=True))
     async with slack_bot(local_store, runtime) as bot:
         one = await bot.mention(ALICE, "first thread")
         await answers(bot, one.ts, 1)

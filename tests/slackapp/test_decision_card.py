@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
 from bot.standin.slack_api import Call, Message
@@ -26,7 +25,7 @@ from storage.models import utcnow
 from testkit.deployment import deployment, finished
 from testkit.responses import ScriptedResponses, message, tool_call
 from testkit.runtime import SideEffects, build_agent, email_then_answer
-from testkit.slack import CHANNEL, Harness, slack_bot
+from testkit.slack import CHANNEL, Harness, runtime_of, slack_bot
 from tests.conftest import Backend
 from tests.slackapp.test_home import click, elements, open_home
 
@@ -37,7 +36,7 @@ APPROVED = ":white_check_mark: `send_email` approved by <@UALICE>"
 @pytest.fixture
 async def bot(local_store: LocalStore, effects: SideEffects) -> AsyncIterator[Harness]:
     settings = RuntimeSettings(approvers=frozenset({APPROVER}))
-    runtime = ConversationRuntime(local_store, build_agent(email_then_answer(), effects), settings)
+    runtime = runtime_of(local_store, build_agent(email_then_answer(), effects), settings)
     async with slack_bot(local_store, runtime) as harness:
         yield harness
 

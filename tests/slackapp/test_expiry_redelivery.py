@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.standin.slack_api import Message
 from storage import Status
 from storage.local import LocalStore
 from storage.models import utcnow
 from testkit.runtime import SideEffects, build_agent, email_then_answer
-from testkit.slack import CHANNEL, slack_bot
+from testkit.slack import CHANNEL, runtime_of, slack_bot
 
 ALICE = "UALICE"
 
@@ -28,9 +27,7 @@ def notices(messages: list[Message], kind: str) -> list[Message]:
 async def test_the_expiry_notice_is_redelivered_though_the_old_card_has_its_id(
     local_store: LocalStore, effects: SideEffects
 ) -> None:
-    runtime = ConversationRuntime(
-        local_store, build_agent(email_then_answer(), effects), RuntimeSettings()
-    )
+    runtime = runtime_of(local_store, build_agent(email_then_answer(), effects), RuntimeSettings())
     async with slack_bot(local_store, runtime) as bot:
         top = await bot.mention(ALICE, "email Ana")
         [card] = await bot.api.wait_for(lambda: bot.api.bot_replies(CHANNEL, top.ts))
@@ -45,7 +42,7 @@ async def test_the_expiry_notice_is_redelivered_though_the_old_card_has_its_id(
         await bot.settled(top.ts, Status.RUNNING)  # its delivery owed, retried later
         assert notices(bot.api.bot_replies(CHANNEL, top.ts), "state_expired") == []
         local_store.clock = lambda: later + timedelta(minutes=1)  # past the backoff
-        await runtime.serve(bot.key(top.ts))
+        await bot.runtime.serve(bot.key(top.ts))
         told = notices(bot.api.bot_replies(CHANNEL, top.ts), "state_expired")
     assert len(told) == 1 and "saved state expired" in told[0].text
     assert card.metadata is not None  # the card, with its own outbox id, is still there

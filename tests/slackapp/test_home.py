@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
 from bot.slackapp.home_blocks import DISCARD
@@ -23,7 +22,7 @@ from bot.standin import requests
 from bot.standin.slack_api import Message
 from storage import Status, Store
 from testkit.runtime import SideEffects, build_agent
-from testkit.slack import CHANNEL, TEAM, Harness, slack_bot
+from testkit.slack import CHANNEL, TEAM, Harness, runtime_of, slack_bot
 
 ALICE, BOB, APPROVER, ADMIN, STRANGER = "UALICE", "UBOB", "UAPPROVER", "UADMIN", "USTRANGER"
 
@@ -47,7 +46,7 @@ def two_emails() -> ScriptedModel:
 @pytest.fixture
 async def bot(local_store: Store, effects: SideEffects) -> AsyncIterator[Harness]:
     settings = RuntimeSettings(approvers=frozenset({APPROVER}), admins=frozenset({ADMIN}))
-    runtime = ConversationRuntime(local_store, build_agent(two_emails(), effects), settings)
+    runtime = runtime_of(local_store, build_agent(two_emails(), effects), settings)
     async with slack_bot(local_store, runtime, admins=frozenset({ADMIN})) as harness:
         yield harness
 

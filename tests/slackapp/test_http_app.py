@@ -12,19 +12,19 @@ from collections.abc import AsyncIterator
 import pytest
 from agents.testing import ScriptedModel
 
-from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
 from bot.standin import requests
+from bot.wiring import MakeRuntime
 from storage import Status, Store
 from testkit.runtime import SideEffects, build_agent, echo_model, email_then_answer, record_of
-from testkit.slack import CHANNEL, TEAM, Harness, signed_headers, slack_bot, thread_key
+from testkit.slack import CHANNEL, TEAM, Harness, runtime_of, signed_headers, slack_bot, thread_key
 
 ADMIN, ALICE, BOB = "UADMIN", "UALICE", "UBOB"
 
 
-def make_runtime(store: Store, model: ScriptedModel, effects: SideEffects) -> ConversationRuntime:
-    return ConversationRuntime(store, build_agent(model, effects), RuntimeSettings())
+def make_runtime(store: Store, model: ScriptedModel, effects: SideEffects) -> MakeRuntime:
+    return runtime_of(store, build_agent(model, effects), RuntimeSettings())
 
 
 @pytest.fixture

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from bot.slackapp.installations import decode
 from bot.slackapp.oauth import BOT_SCOPES
 from bot.standin.slack_api import SlackWebApi
+from bot.wiring import MakeRuntime
 from storage import Status, Store
 from testkit.runtime import SideEffects, build_agent, last_user_text
-from testkit.slack import CHANNEL, TEAM, oauth_bot, running_api
+from testkit.slack import CHANNEL, TEAM, oauth_bot, running_api, runtime_of
 
 ALICE, BOB = "UALICE", "UBOB"
 ORG, GRID_TEAM, GRID_CHANNEL = "E0ACME", "T0ACME", "C0ACME"
@@ -56,8 +56,8 @@ def stand_in() -> SlackWebApi:
     return api
 
 
-def runtime(store: Store, effects: SideEffects) -> ConversationRuntime:
-    return ConversationRuntime(store, build_agent(assistant(), effects), RuntimeSettings())
+def runtime(store: Store, effects: SideEffects) -> MakeRuntime:
+    return runtime_of(store, build_agent(assistant(), effects), RuntimeSettings())
 
 
 def calls_to(api: SlackWebApi, channel: str) -> list[Any]:

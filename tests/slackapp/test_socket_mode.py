@@ -10,16 +10,15 @@ from typing import Any
 import aiohttp
 import websockets
 
-from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
-from bot.slackapp.server import serve
 from bot.slackapp.settings import SlackSettings
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
+from bot.wiring import serve_slack
 from storage.local import LocalStore
 from testkit.runtime import SideEffects, build_agent, echo_model
 from testkit.services import free_port
-from testkit.slack import CHANNEL, TEAM, running_api
+from testkit.slack import CHANNEL, TEAM, running_api, runtime_of
 
 
 async def test_socket_mode_event_is_acked_and_answered(
@@ -59,9 +58,7 @@ async def test_socket_mode_event_is_acked_and_answered(
         ws_port = ws_server.sockets[0].getsockname()[1]
         api.socket_url = f"ws://127.0.0.1:{ws_port}/link"
         async with running_api(api) as api_url:
-            runtime = ConversationRuntime(
-                local_store, build_agent(echo_model(), effects), RuntimeSettings()
-            )
+            runtime = runtime_of(local_store, build_agent(echo_model(), effects), RuntimeSettings())
             settings = SlackSettings(
                 SLACK_BOT_TOKEN="xoxb-test",
                 SLACK_APP_TOKEN="xapp-test",
@@ -70,7 +67,9 @@ async def test_socket_mode_event_is_acked_and_answered(
             )
             stop = asyncio.Event()
             task = asyncio.create_task(
-                serve(settings, runtime, frozenset(), stop=stop, host="127.0.0.1")
+                serve_slack(
+                    settings, local_store, runtime, frozenset(), stop=stop, host="127.0.0.1"
+                )
             )
             try:
                 await asyncio.wait_for(connected.wait(), 30)

@@ -26,7 +26,10 @@ In a test:
 
 Another process steers it over HTTP (`FaultControl`, or `POST /_faultproxy/faults` with the
 same fields as JSON, `DELETE /_faultproxy/faults` to heal, `GET /_faultproxy/stats`).
-`python -m testkit.faultproxy --upstream URL --service dynamodb` runs one stand-alone."""
+`python -m testkit.faultproxy --upstream URL --service dynamodb` runs one stand-alone.
+
+What a fault is: `fault_spec`; the answers it gives: `fault_answers`; the control surface:
+`fault_control`."""
 
 from __future__ import annotations
 
@@ -34,133 +37,32 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import json
 import random
 import socket
 import threading
 import time
-import urllib.request
-import uuid
-import zlib
 from collections import Counter, deque
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import Any, Literal, cast
+from typing import Any
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 
-Service = Literal["dynamodb", "s3"]
-Action = Literal[
-    "throttle", "error500", "error503", "drop_before", "drop_after", "delay", "conflict"
+from testkit.fault_answers import dropped, error_answer, forward
+from testkit.fault_control import CONTROL, FaultControl, control_answer
+from testkit.fault_spec import ACTIONS, Action, Fault, Service, check_fault, operation_of
+
+__all__ = [
+    "ACTIONS",
+    "CONTROL",
+    "Action",
+    "Fault",
+    "FaultControl",
+    "FaultProxy",
+    "Service",
+    "main",
+    "operation_of",
 ]
-ACTIONS: tuple[Action, ...] = (
-    "throttle",
-    "error500",
-    "error503",
-    "drop_before",
-    "drop_after",
-    "delay",
-    "conflict",
-)
-CONTROL = "/_faultproxy"
-# Not forwarded either way: connection-level headers, and lengths aiohttp sets itself.
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "expect",
-        "content-length",
-    }
-)
-_DYNAMODB_ERRORS: dict[str, tuple[int, str, str]] = {
-    "throttle": (400, "com.amazonaws.dynamodb.v20120810#ThrottlingException", "Rate exceeded"),
-    "error500": (
-        500,
-        "com.amazonaws.dynamodb.v20120810#InternalServerError",
-        "Internal server error",
-    ),
-    "error503": (
-        503,
-        "com.amazon.coral.availability#ServiceUnavailableException",
-        "Service unavailable",
-    ),
-    "conflict": (
-        400,
-        "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
-        "Transaction cancelled, please refer cancellation reasons for specific reasons "
-        "[TransactionConflict, None]",
-    ),
-}
-_S3_ERRORS: dict[str, tuple[int, str, str]] = {
-    "throttle": (503, "SlowDown", "Please reduce your request rate."),
-    "error500": (500, "InternalError", "We encountered an internal error. Please try again."),
-    "error503": (503, "ServiceUnavailable", "Service is unable to handle request."),
-}
-
-
-@dataclass
-class Fault:
-    """One scripted fault. `until` is a `time.monotonic()` deadline; `hits` counts the
-    requests it was applied to."""
-
-    action: Action
-    times: int | None = None
-    until: float | None = None
-    probability: float = 1.0
-    operation: str | None = None
-    method: str | None = None
-    latency: float = 0.0
-    id: int = 0
-    hits: int = 0
-
-    def live(self, now: float) -> bool:
-        return (self.times is None or self.hits < self.times) and (
-            self.until is None or now < self.until
-        )
-
-    def matches(self, operation: str, method: str) -> bool:
-        return (self.operation is None or self.operation == operation) and (
-            self.method is None or self.method.upper() == method
-        )
-
-    def describe(self) -> dict[str, Any]:
-        data = asdict(self)
-        if self.until is not None:
-            data["until"] = None
-            data["seconds_left"] = round(max(0.0, self.until - time.monotonic()), 3)
-        return data
-
-
-def operation_of(service: Service, method: str, path: str, headers: Any, query: Any) -> str:
-    """The API operation a request is: `PutItem`, `TransactWriteItems`, `PutObject`, ..."""
-    if service == "dynamodb":
-        target = str(headers.get("X-Amz-Target", ""))
-        return target.rpartition(".")[2] or f"{method} {path}"
-    parts = [part for part in path.split("/") if part]
-    if len(parts) >= 2:
-        if method == "PUT" and "x-amz-copy-source" in headers:
-            return "CopyObject"
-        return {"GET": "GetObject", "PUT": "PutObject", "DELETE": "DeleteObject"}.get(
-            method, f"{method.title()}Object"
-        )
-    if len(parts) == 1:
-        if method == "POST" and "delete" in query:
-            return "DeleteObjects"
-        if method == "GET":
-            return "ListObjectsV2" if query.get("list-type") == "2" else "ListObjects"
-        return {"PUT": "CreateBucket", "DELETE": "DeleteBucket"}.get(
-            method, f"{method.title()}Bucket"
-        )
-    return "ListBuckets" if method == "GET" else f"{method} /"
 
 
 class FaultProxy:
@@ -211,12 +113,7 @@ class FaultProxy:
         latency: float = 0.0,
     ) -> Fault:
         """Add a fault; with neither `times` nor `seconds` it lasts until removed."""
-        if action not in ACTIONS:
-            raise ValueError(f"unknown fault action {action!r} (one of {', '.join(ACTIONS)})")
-        if action == "delay" and latency <= 0:
-            raise ValueError("a delay fault needs latency > 0")
-        if action == "conflict" and self.service != "dynamodb":
-            raise ValueError("a conflict fault is DynamoDB's (a cancelled transaction)")
+        check_fault(action, self.service, latency)
         fault = Fault(
             action=action,
             times=times,
@@ -232,8 +129,11 @@ class FaultProxy:
         return fault
 
     def remove(self, fault: Fault) -> None:
+        self.remove_id(fault.id)
+
+    def remove_id(self, fault_id: int) -> None:
         with self._lock:
-            self._faults = [f for f in self._faults if f.id != fault.id]
+            self._faults = [f for f in self._faults if f.id != fault_id]
 
     def heal(self) -> None:
         """Remove every fault: pass everything through from now on."""
@@ -355,7 +255,7 @@ class FaultProxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.path.startswith(CONTROL):
-            return await self._control(request)
+            return await control_answer(self, request)
         body = await request.read()
         operation = operation_of(
             self.service, request.method, request.path, request.headers, request.query
@@ -368,129 +268,15 @@ class FaultProxy:
         if fault.action == "delay":
             return await self._forward(request, body)
         if fault.action == "drop_before":
-            return _drop(request)
+            return dropped(request)
         if fault.action == "drop_after":
             await self._forward(request, body)
-            return _drop(request)
-        return self._error(fault.action, request)
+            return dropped(request)
+        return error_answer(self.service, fault.action, request.method)
 
     async def _forward(self, request: web.Request, body: bytes) -> web.Response:
         assert self._session is not None
-        headers = CIMultiDict(
-            (name, value)
-            for name, value in request.headers.items()
-            if name.lower() not in _HOP_BY_HOP
-        )
-        try:
-            async with self._session.request(
-                request.method,
-                self.upstream + request.path_qs,
-                headers=headers,
-                data=body or None,
-                allow_redirects=False,
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-            ) as upstream:
-                payload = await upstream.read()
-                answer_headers = CIMultiDict(
-                    (name, value)
-                    for name, value in upstream.headers.items()
-                    if name.lower() not in _HOP_BY_HOP
-                )
-                if request.method == "HEAD" and "Content-Length" in upstream.headers:
-                    answer_headers["Content-Length"] = upstream.headers["Content-Length"]
-                return web.Response(status=upstream.status, body=payload, headers=answer_headers)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return web.Response(status=502, text=f"faultproxy: upstream failed: {exc}")
-
-    def _error(self, action: Action, request: web.Request) -> web.Response:
-        request_id = uuid.uuid4().hex.upper()[:20]
-        if self.service == "dynamodb":
-            status, kind, message = _DYNAMODB_ERRORS[action]
-            document: dict[str, Any] = {"__type": kind, "message": message}
-            if action == "conflict":
-                document["CancellationReasons"] = [
-                    {"Code": "TransactionConflict", "Message": "Transaction is ongoing"},
-                    {"Code": "None"},
-                ]
-            body = json.dumps(document).encode()
-            return web.Response(
-                status=status,
-                body=body,
-                headers={
-                    "Content-Type": "application/x-amz-json-1.0",
-                    "x-amzn-ErrorType": kind.rpartition("#")[2],
-                    "x-amzn-RequestId": request_id,
-                    "x-amz-crc32": str(zlib.crc32(body) & 0xFFFFFFFF),
-                },
-            )
-        status, code, message = _S3_ERRORS[action]
-        xml = (
-            '<?xml version="1.0" encoding="UTF-8"?>\n'
-            f"<Error><Code>{code}</Code><Message>{message}</Message>"
-            f"<RequestId>{request_id}</RequestId><HostId>faultproxy</HostId></Error>"
-        )
-        return web.Response(
-            status=status,
-            body=b"" if request.method == "HEAD" else xml.encode(),
-            headers={"Content-Type": "application/xml", "x-amz-request-id": request_id},
-        )
-
-    # -- control endpoint ---------------------------------------------------------------
-
-    async def _control(self, request: web.Request) -> web.Response:
-        rest = request.path[len(CONTROL) :].strip("/")
-        if request.method == "GET" and rest == "stats":
-            return web.json_response(self.stats())
-        if request.method == "POST" and rest == "faults":
-            spec = await request.json()
-            try:
-                fault = self.inject(**spec)
-            except (TypeError, ValueError) as exc:
-                return web.json_response({"error": str(exc)}, status=400)
-            return web.json_response({"id": fault.id})
-        if request.method == "DELETE" and rest == "faults":
-            self.heal()
-            return web.json_response({"ok": True})
-        if request.method == "DELETE" and rest.startswith("faults/"):
-            fault_id = int(rest.partition("/")[2])
-            with self._lock:
-                self._faults = [f for f in self._faults if f.id != fault_id]
-            return web.json_response({"ok": True})
-        return web.json_response({"error": "not found"}, status=404)
-
-
-def _drop(request: web.Request) -> web.Response:
-    """Close the client's connection without an answer (what it reads is a disconnect)."""
-    if request.transport is not None:
-        request.transport.close()
-    return web.Response(status=500, text="dropped")  # never reaches the client
-
-
-class FaultControl:
-    """Steer a proxy from another process, through its control endpoint."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/") + CONTROL
-
-    def _send(self, method: str, path: str, document: object | None = None) -> Any:
-        data = None if document is None else json.dumps(document).encode()
-        request = urllib.request.Request(
-            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-
-    def inject(self, action: Action, **options: Any) -> int:
-        return cast(int, self._send("POST", "/faults", {"action": action, **options})["id"])
-
-    def remove(self, fault_id: int) -> None:
-        self._send("DELETE", f"/faults/{fault_id}")
-
-    def heal(self) -> None:
-        self._send("DELETE", "/faults")
-
-    def stats(self) -> dict[str, Any]:
-        return cast(dict[str, Any], self._send("GET", "/stats"))
+        return await forward(self._session, self.upstream, request, body)
 
 
 def main() -> None:

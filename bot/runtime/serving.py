@@ -164,6 +164,11 @@ class Serving:
         if self.keeper:
             self.keeper.check()
 
+    def ask_stop(self, user: str) -> None:
+        """A stop was kept for this thread: the run learns of it at once."""
+        if self.keeper is not None:
+            self.keeper.ask_stop(user)
+
     @property
     def stop_asked(self) -> bool:
         return self.keeper is not None and self.keeper.stop.is_set()

@@ -12,6 +12,8 @@ removed the app has every conversation that could still run or resume discarded 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from bot.runtime import trust
@@ -43,7 +45,16 @@ TEAM_SWEEP_CONCURRENCY = 8
 QUOTED = 10  # dropped messages the notice names
 
 if TYPE_CHECKING:
-    from bot.runtime.runtime import ConversationRuntime, StaleFilter
+    from bot.runtime.runtime import ConversationRuntime
+
+
+@dataclass(frozen=True)
+class StaleFilter:
+    """What `discard` re-checks after taking the lease: the conversation is still in one of
+    `statuses` and idle for longer than `older_than`."""
+
+    statuses: tuple[Status, ...]
+    older_than: timedelta
 
 
 async def discard_conversation(

@@ -64,7 +64,7 @@ async def drive(
         while True:
             serving.check()
             if rt.draining:
-                serving.stopped = True  # released as `running`: the next process continues
+                serving.give_back()  # released as `running`: the next process continues
                 return
             scope.reset()
             seen_down.clear()
@@ -107,7 +107,7 @@ async def drive(
                 return
             if kept.envelope.finished:
                 if not held:
-                    serving.final_status = Status.IDLE
+                    serving.release_as(Status.IDLE)
                     return
                 start, started_by, held = await render(serving, held), held[0].user, []
                 continue
@@ -409,8 +409,8 @@ async def guardrail_tripped(
         run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
     )
     await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
-    serving.final_status = Status.IDLE
-    serving.again = bool(held)
+    serving.release_as(Status.IDLE)
+    serving.look_again(bool(held))
 
 
 async def interrupted(serving: Serving, exc: BaseException) -> None:
@@ -419,7 +419,7 @@ async def interrupted(serving: Serving, exc: BaseException) -> None:
     consumed stay queued."""
     reference = new_reference()
     log.error("%s [%s]: run failed", serving.key, reference, exc_info=exc)
-    serving.final_status = Status.INTERRUPTED
+    serving.release_as(Status.INTERRUPTED)
     await serving.emit_now(
         Notice(
             key=serving.key,

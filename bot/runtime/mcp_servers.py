@@ -40,7 +40,7 @@ from agents.mcp import MCPServer, MCPServerManager
 from agents.mcp._logging import get_mcp_server_log_name
 
 from bot.runtime.outcomes import Notice, NoticeKind
-from storage import ConversationKey, Status
+from storage import ConversationKey
 
 if TYPE_CHECKING:
     from bot.runtime.serving import Serving
@@ -450,9 +450,7 @@ async def paused_for(serving: Serving, servers: Sequence[str]) -> None:
     continues it when the servers are back; the next message or `/resume` does too."""
     names = " and ".join(f"`{name}`" for name in servers)
     log.warning("%s: paused: MCP server(s) %s unavailable", serving.key, ", ".join(servers))
-    serving.final_status = Status.INTERRUPTED
-    serving.paused = True
-    serving.more = False  # nothing more runs in this serve
+    serving.pause_for_servers()  # nothing more runs in this serve
     serving.rt.mcp.wait_for(serving.key, servers)
     await serving.emit_now(
         Notice(

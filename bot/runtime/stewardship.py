@@ -150,16 +150,14 @@ async def _discard(serving: Serving, by: str | None) -> None:
         finished=True,
         decided=envelope.decided if envelope else {},
     )
-    await serving.commit(
+    await serving.set_aside_state(
         tombstone,
-        consume=ids,
-        outcomes=[notice],
+        notice=notice,
         items=closed.items,
+        consume=ids,
         status=Status.DISCARDED,
+        release_as=Status.DISCARDED,
     )
-    if old is not None:
-        await serving.io(serving.store.delete_checkpoint, old)
-    serving.final_status = Status.DISCARDED
     serving.outcomes.insert(
         0,
         Discarded(

@@ -28,14 +28,15 @@ from agents.exceptions import (
 
 from bot.runtime import approvals, stopping, trust
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
-from bot.runtime.guard import CURRENT_SCOPE, TurnScope
-from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
+from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
+from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_input import render
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
 from bot.runtime.progress import Step, shown
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import request_context, state_document
 from bot.runtime.run_options import for_run
+from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope
 from bot.runtime.turns import run_one_turn
 from storage import ConversationSession, Status, StorageError
 

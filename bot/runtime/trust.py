@@ -19,7 +19,8 @@ from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
 from bot.runtime.closing import ClosedCalls, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
-from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
+from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
+from bot.runtime.mcp_servers import paused_for
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import for_restore, request_context

@@ -32,7 +32,8 @@ from bot.runtime.request_context import state_document
 from storage import Status
 
 if TYPE_CHECKING:
-    from bot.runtime.serving import Entries, Serving
+    from bot.runtime.inbox_entries import Entries
+    from bot.runtime.serving import Serving
 
 Verdict = tuple[bool, str, str | None]  # approve, deciding user, reason
 
@@ -128,8 +129,7 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
         return
     if consume or verdicts:
         await _keep(serving, envelope, verdicts, held, consume)
-    elif serving.remind:
-        serving.remind = False
+    elif serving.take_reminder():
         names = ", ".join(f"`{call.tool_name}`" for call in envelope.humans)
         await serving.emit_now(
             StatusReply(
@@ -172,7 +172,7 @@ async def _decided(
         call_id: DecisionMade(approved=approve, user=user)
         for call_id, (approve, user, _) in verdicts.items()
     }
-    serving.decided = decided
+    serving.note_decisions(decided)
     if serving.stop_asked:  # a stop came with the decision: nothing of it runs
         who = serving.keeper.stop_by if serving.keeper else None
         for click in clicks:  # as a click read with the stop is told (see `stopping`)
@@ -221,7 +221,7 @@ async def _keep(
             call_id: DecisionMade(approved=approve, user=user)
             for call_id, (approve, user, _) in verdicts.items()
         }
-    serving.decided = decided
+    serving.note_decisions(decided)
     kept = envelope.model_copy(
         update={
             "run_state": state_doc,

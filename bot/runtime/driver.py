@@ -28,14 +28,15 @@ from agents.exceptions import (
 
 from bot.runtime import approvals, stopping, trust
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
-from bot.runtime.guard import CURRENT_SCOPE, TurnScope
-from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
+from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
+from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_input import render
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
 from bot.runtime.progress import Step, shown
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import request_context, state_document
 from bot.runtime.run_options import for_run
+from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope
 from bot.runtime.turns import run_one_turn
 from storage import ConversationSession, Status, StorageError
 
@@ -64,7 +65,7 @@ async def drive(
         while True:
             serving.check()
             if rt.draining:
-                serving.stopped = True  # released as `running`: the next process continues
+                serving.give_back()  # released as `running`: the next process continues
                 return
             scope.reset()
             seen_down.clear()
@@ -107,7 +108,7 @@ async def drive(
                 return
             if kept.envelope.finished:
                 if not held:
-                    serving.final_status = Status.IDLE
+                    serving.release_as(Status.IDLE)
                     return
                 start, started_by, held = await render(serving, held), held[0].user, []
                 continue
@@ -409,8 +410,8 @@ async def guardrail_tripped(
         run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
     )
     await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
-    serving.final_status = Status.IDLE
-    serving.again = bool(held)
+    serving.release_as(Status.IDLE)
+    serving.look_again(bool(held))
 
 
 async def interrupted(serving: Serving, exc: BaseException) -> None:
@@ -419,7 +420,7 @@ async def interrupted(serving: Serving, exc: BaseException) -> None:
     consumed stay queued."""
     reference = new_reference()
     log.error("%s [%s]: run failed", serving.key, reference, exc_info=exc)
-    serving.final_status = Status.INTERRUPTED
+    serving.release_as(Status.INTERRUPTED)
     await serving.emit_now(
         Notice(
             key=serving.key,

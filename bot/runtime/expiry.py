@@ -21,7 +21,8 @@ from bot.runtime.trust import human_age
 from storage import CheckpointError, CheckpointPointer, Expiry, Status
 
 if TYPE_CHECKING:
-    from bot.runtime.serving import Entries, Serving
+    from bot.runtime.inbox_entries import Entries
+    from bot.runtime.serving import Serving
 
 log = logging.getLogger(__name__)
 EXPIRED = (
@@ -66,8 +67,8 @@ async def announce(serving: Serving, entries: Entries) -> None:
         outcomes=[notice],
         clear_expiry=True,
     )
-    serving.final_status = Status.IDLE
-    serving.again = bool(fresh)  # served next, as the fresh conversation's first messages
+    serving.release_as(Status.IDLE)
+    serving.look_again(bool(fresh))  # served next, as the fresh conversation's first messages
 
 
 def expiry_text(gone: Expiry, pending: list[PendingCall], unanswered: int) -> str:

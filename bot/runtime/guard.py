@@ -13,7 +13,8 @@ known outcome, recorded); a tool interrupted by cancellation or shutdown stays `
 (its outcome is unknown); a call that a stop beat (up to the moment the tool itself starts)
 never runs, and the stop records it as cancelled. A storage failure or a lost lease inside a
 tool must not reach the Agents SDK (which would turn it into a `UserError`): it is kept on
-the turn's scope, and the runtime acts on it after the turn."""
+the turn's scope (`turn_scope`), and the runtime acts on it after the turn. How authors mark
+tools is in `tool_marks`."""
 
 from __future__ import annotations
 
@@ -22,8 +23,6 @@ import copy
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from agents import (
@@ -43,30 +42,32 @@ from agents.tool_context import ToolContext
 from bot.runtime.agent_graph import agents_of, is_agent_tool
 from bot.runtime.closing import CONNECTION_LOST, STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
 from bot.runtime.mcp_servers import watched_call
-from bot.runtime.progress import Step, shown
+from bot.runtime.progress import Step
+from bot.runtime.tool_marks import (
+    KEY_ARGUMENT,
+    MCP_SERVER,
+    idempotent,
+    is_idempotent,
+    is_retry_safe,
+    retry_safe,
+    server_says_idempotent,
+    server_says_retry_safe,
+)
+from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope
 from storage import (
-    Lease,
     LeaseLost,
     StorageError,
     StorageUnavailable,
-    Store,
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
 )
-from storage.calls import StorageCalls
 
-RETRY_SAFE = "_bot_retry_safe"
-RETRY_SAFE_TOOLS = "_bot_retry_safe_tools"  # on an MCP server: those of its tools
-IDEMPOTENT = "_bot_idempotent"
-IDEMPOTENT_TOOLS = "_bot_idempotent_tools"  # on an MCP server: those of its tools
-KEY_ARGUMENT = "_bot_key_argument"  # the argument a keyed tool receives its key in
-MCP_SERVER = "_bot_mcp_server"  # on a listed MCP tool: the server it runs on
-T = TypeVar("T")
 GuardableT = TypeVar("GuardableT", FunctionTool, CustomTool)
 COMPLETION_ATTEMPTS = 8  # recording an output that exists only in memory is worth waiting for
 
 __all__ = [
+    "CURRENT_SCOPE",
     "UNKNOWN_OUTCOME",
     "TurnScope",
     "UnguardedTool",
@@ -77,87 +78,6 @@ __all__ = [
     "retry_safe",
 ]
 
-
-def retry_safe(tool: T, *tool_names: str) -> T:
-    """Declare a tool harmless to run again (read-only, or idempotent by itself): it may run
-    again after a crash and needs no pre-call pause. Any kind of tool, or an MCP server: all
-    its tools, or only those named (`retry_safe(server, "search", "lookup")`)."""
-    if tool_names:
-        setattr(tool, RETRY_SAFE_TOOLS, frozenset(tool_names))
-    else:
-        setattr(tool, RETRY_SAFE, True)
-    return tool
-
-
-def is_retry_safe(tool: object) -> bool:
-    return bool(getattr(tool, RETRY_SAFE, False))
-
-
-def idempotent(tool: T, *tool_names: str, key_argument: str | None = None) -> T:
-    """Declare a side-effecting tool keyed: the service it calls deduplicates by the call's
-    idempotency key (`RequestContext.idempotency_key(ctx.tool_call_id)`), so a call whose
-    outcome is unknown after a crash is run again with the same key (`BOT_IDEMPOTENT_ATTEMPTS`
-    in all) and ends done or failed, not unknown. It still pauses before it runs and is
-    approved once. For an MCP server: all its tools, or those named; `key_argument` names
-    the argument the key is passed in (the tool's own schema must accept it)."""
-    if tool_names:
-        setattr(tool, IDEMPOTENT_TOOLS, frozenset(tool_names))
-    else:
-        setattr(tool, IDEMPOTENT, True)
-    if key_argument:
-        setattr(tool, KEY_ARGUMENT, key_argument)
-    return tool
-
-
-def is_idempotent(tool: object) -> bool:
-    return bool(getattr(tool, IDEMPOTENT, False))
-
-
-@dataclass
-class TurnScope:
-    """What wrapped tools need while a run is driven: storage and the lease to fence with,
-    and what they observed for the runtime to act on."""
-
-    storage: StorageCalls
-    lease: Lease
-    armed: set[str] = field(default_factory=set)  # recorded as started, not started yet
-    human_approval: dict[str, bool] = field(default_factory=dict)
-    unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
-    fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
-    on_step: Callable[[str, str, Step], Awaitable[None]] | None = None  # progress, best effort
-    running: int = 0  # side-effecting calls executing right now (a stop waits for them)
-    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while `running` is 0
-    stop_requested: Callable[[], bool] = lambda: False  # someone asked the run to stop
-    keyed_attempts: int = 3  # times a keyed call may be started in all
-    started_again: list[tuple[str, str]] = field(default_factory=list)  # keyed, after a crash
-    fates: dict[str, Step] = field(default_factory=dict)  # how calls run in this turn ended
-    lost: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, MCP server)
-    # sent, then the server's connection failed: outcome unknown
-    late: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, output)
-    # recorded after the lease was taken from us (a discard): the thread is told after
-
-    @property
-    def store(self) -> Store:
-        return self.storage.store
-
-    def __post_init__(self) -> None:
-        self.idle.set()
-
-    def reset(self) -> None:
-        self.human_approval.clear()
-        self.unknown_outcomes.clear()
-        self.started_again.clear()
-        self.fates.clear()
-        self.lost.clear()
-        self.fault = None
-
-    async def show(self, call_id: str, tool: str, state: Step) -> None:
-        if self.on_step is not None:
-            on_step = self.on_step
-            await shown(lambda: on_step(call_id, tool, state))
-
-
-CURRENT_SCOPE: ContextVar[TurnScope | None] = ContextVar("bot_turn_scope", default=None)
 
 NeedsApproval = bool | Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
 
@@ -224,24 +144,14 @@ def _guarded_mcp_tools(agent: Agent[Any]) -> Callable[[RunContextWrapper[Any]], 
                 guarded.append(tool)  # MCP servers list function tools only
                 continue
             setattr(tool, MCP_SERVER, server)  # its calls are watched (`mcp_servers`)
-            if server is not None and _server_says_retry_safe(server, str(tool_name)):
+            if server is not None and server_says_retry_safe(server, str(tool_name)):
                 retry_safe(tool)
-            if server is not None and _server_says_idempotent(server, str(tool_name)):
+            if server is not None and server_says_idempotent(server, str(tool_name)):
                 idempotent(tool, key_argument=getattr(server, KEY_ARGUMENT, None))
             guarded.append(guard_tool(tool))
         return guarded
 
     return get_mcp_tools
-
-
-def _server_says_retry_safe(server: object, tool_name: str) -> bool:
-    names = getattr(server, RETRY_SAFE_TOOLS, None)
-    return is_retry_safe(server) or (names is not None and tool_name in names)
-
-
-def _server_says_idempotent(server: object, tool_name: str) -> bool:
-    names = getattr(server, IDEMPOTENT_TOOLS, None)
-    return is_idempotent(server) or (names is not None and tool_name in names)
 
 
 def guard_tool(tool: GuardableT) -> GuardableT:

@@ -20,7 +20,7 @@ outlives that serve and is closed from any task).
 
 The servers' own `list_tools` and `call_tool` are wrapped on the instances (the SDK calls
 them there), so that the guard (`guard`) can tell a call that was never sent from one whose
-connection failed while it ran."""
+connection failed while it ran (the failures themselves are told apart in `mcp_failures`)."""
 
 from __future__ import annotations
 
@@ -29,18 +29,24 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from agents import Agent
-from agents.exceptions import AgentsException, UserError
+from agents.exceptions import UserError
 from agents.mcp import MCPServer, MCPServerManager
 from agents.mcp._logging import get_mcp_server_log_name
 
+from bot.runtime.mcp_failures import (
+    CURRENT_CALL,
+    SEEN_DOWN,
+    CallWatch,
+    McpServerDown,
+    answered,
+    connection_lost,
+    plain,
+)
 from bot.runtime.outcomes import Notice, NoticeKind
-from storage import ConversationKey, Status
+from storage import ConversationKey
 
 if TYPE_CHECKING:
     from bot.runtime.serving import Serving
@@ -51,53 +57,6 @@ PING_SECONDS = 5.0
 BACKOFF_FIRST = 1.0
 BACKOFF_MOST = 30.0
 MANAGED = "_bot_managed"  # on a server: its `ManagedServer`
-CONNECTION_CLOSED = -32000  # the MCP client's error code for a connection that is gone
-UNAVAILABLE_TRANSPORT = ("Connection lost", "Connection timeout", "HTTP error", "not initialized")
-
-
-class McpServerDown(AgentsException):
-    """A run needs MCP servers that are not connected; nothing was sent to them. An Agents
-    SDK exception, so that the SDK passes it on as it is (out of a tool, too)."""
-
-    def __init__(self, servers: Iterable[str]) -> None:
-        self.servers = sorted(set(servers))
-        names = ", ".join(f"`{name}`" for name in self.servers)
-        super().__init__(f"the {names} tools were unavailable, so nothing was sent to them")
-
-
-@dataclass
-class CallWatch:
-    """What became of one MCP tool call the guard watches (`watched_call`)."""
-
-    not_sent: bool = False  # its server was down: nothing was sent
-    lost: bool = False  # the connection failed while the call was in flight
-
-
-CURRENT_CALL: ContextVar[CallWatch | None] = ContextVar("bot_mcp_call", default=None)
-# Servers found down during the turn being driven: a nested agent's failure to list its
-# tools becomes an error output inside the SDK, and the runtime must still pause.
-SEEN_DOWN: ContextVar[set[str] | None] = ContextVar("bot_mcp_seen_down", default=None)
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """The error says the server's connection is gone (not that a tool failed)."""
-    code = getattr(getattr(exc, "error", None), "code", None)
-    if code == CONNECTION_CLOSED:
-        return True
-    if isinstance(exc, UserError):
-        return any(part in str(exc) for part in UNAVAILABLE_TRANSPORT)
-    if isinstance(exc, TimeoutError):  # a slow answer is not a lost connection
-        return False
-    return isinstance(
-        exc,
-        anyio.ClosedResourceError | anyio.BrokenResourceError | anyio.EndOfStream | OSError,
-    )
-
-
-def _answered(exc: BaseException) -> bool:
-    """An error the server itself sent back (so its connection works)."""
-    code = getattr(getattr(exc, "error", None), "code", None)
-    return isinstance(code, int) and code != CONNECTION_CLOSED
 
 
 def managed_of(server: object) -> ManagedServer | None:
@@ -174,7 +133,7 @@ class ManagedServer:
             log.warning(
                 "MCP server %s unavailable (%s); trying again in %.0fs",
                 self.label,
-                _plain(exc),
+                plain(exc),
                 self.delay,
             )
             self.delay = min(self.delay * 2, BACKOFF_MOST)
@@ -203,7 +162,7 @@ class ManagedServer:
     def mark_down(self, why: BaseException | None = None) -> None:
         """Its connection is gone: reconnect it at once (then with backoff)."""
         if self.up:
-            log.warning("MCP server %s dropped%s", self.label, f" ({_plain(why)})" if why else "")
+            log.warning("MCP server %s dropped%s", self.label, f" ({plain(why)})" if why else "")
             self.retry_at = time.monotonic()
         self.up = False
         self.owner.wake()
@@ -236,7 +195,7 @@ class ManagedServer:
             self.mark_down(TimeoutError("no answer to a ping"))
             return False
         except Exception as exc:
-            if _answered(exc):  # e.g. "Method not found": it answered all the same
+            if answered(exc):  # e.g. "Method not found": it answered all the same
                 return True
             self.mark_down(exc)
             return False
@@ -450,9 +409,7 @@ async def paused_for(serving: Serving, servers: Sequence[str]) -> None:
     continues it when the servers are back; the next message or `/resume` does too."""
     names = " and ".join(f"`{name}`" for name in servers)
     log.warning("%s: paused: MCP server(s) %s unavailable", serving.key, ", ".join(servers))
-    serving.final_status = Status.INTERRUPTED
-    serving.paused = True
-    serving.more = False  # nothing more runs in this serve
+    serving.pause_for_servers()  # nothing more runs in this serve
     serving.rt.mcp.wait_for(serving.key, servers)
     await serving.emit_now(
         Notice(
@@ -462,9 +419,3 @@ async def paused_for(serving: Serving, servers: Sequence[str]) -> None:
             "lost: I'll continue when they are back (or use /resume).",
         )
     )
-
-
-def _plain(exc: BaseException | None) -> str:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:  # what went wrong inside
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}" if exc is not None else ""

@@ -35,7 +35,7 @@ async def render(serving: Serving, messages: list[HeldMessage]) -> list[TRespons
     if starts and first is not None and first.ts and first.ts != key.thread_ts:
         context, notes = await earlier_context(rt, key, first.ts)
         items += context
-        serving.notes += notes
+        serving.add_notes(notes)
     names = await display_names(rt.source, key, {m.user for m in messages})
     skipped: list[tuple[str, str]] = []
     for message in messages:

@@ -12,6 +12,8 @@ removed the app has every conversation that could still run or resume discarded 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from bot.runtime import trust
@@ -43,7 +45,16 @@ TEAM_SWEEP_CONCURRENCY = 8
 QUOTED = 10  # dropped messages the notice names
 
 if TYPE_CHECKING:
-    from bot.runtime.runtime import ConversationRuntime, StaleFilter
+    from bot.runtime.runtime import ConversationRuntime
+
+
+@dataclass(frozen=True)
+class StaleFilter:
+    """What `discard` re-checks after taking the lease: the conversation is still in one of
+    `statuses` and idle for longer than `older_than`."""
+
+    statuses: tuple[Status, ...]
+    older_than: timedelta
 
 
 async def discard_conversation(
@@ -139,16 +150,14 @@ async def _discard(serving: Serving, by: str | None) -> None:
         finished=True,
         decided=envelope.decided if envelope else {},
     )
-    await serving.commit(
+    await serving.set_aside_state(
         tombstone,
-        consume=ids,
-        outcomes=[notice],
+        notice=notice,
         items=closed.items,
+        consume=ids,
         status=Status.DISCARDED,
+        release_as=Status.DISCARDED,
     )
-    if old is not None:
-        await serving.io(serving.store.delete_checkpoint, old)
-    serving.final_status = Status.DISCARDED
     serving.outcomes.insert(
         0,
         Discarded(

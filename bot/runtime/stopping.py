@@ -34,7 +34,8 @@ from storage import (
 )
 
 if TYPE_CHECKING:
-    from bot.runtime.serving import Entries, Serving
+    from bot.runtime.inbox_entries import Entries
+    from bot.runtime.serving import Serving
 
 QUOTED = 10  # messages dropped by a stop that the notice names
 
@@ -82,8 +83,7 @@ async def stopped(serving: Serving, consume: list[str], *, by: str | None = None
     decided = dict(serving.decided)
     for call in closed.not_run + closed.stopped:
         decided[call.call_id] = DecisionMade(approved=False, user=who or "", stopped=True)
-    serving.decided = decided
-    old = record.checkpoint
+    serving.note_decisions(decided)
     tombstone = Envelope(
         run_state={},
         started_by=envelope.started_by if envelope else "",
@@ -91,17 +91,15 @@ async def stopped(serving: Serving, consume: list[str], *, by: str | None = None
         decided=decided,
     )
     waiting = _waiting_stops(inbox, consume)
-    await serving.commit(
+    await serving.set_aside_state(
         tombstone,
-        consume=consume + waiting,
-        outcomes=[notice],
+        notice=notice,
         items=closed.items,
+        consume=consume + waiting,
+        release_as=Status.IDLE,
         clear_stop=True,
     )
-    if old is not None and old.inline is None:
-        await serving.io(serving.store.delete_checkpoint, old)
-    serving.final_status = Status.IDLE
-    serving.stopped_by = who or ""
+    serving.note_stopped_by(who)
     if serving.keeper is not None:
         serving.keeper.stop_applied()
 
@@ -126,7 +124,7 @@ async def stop_requests(serving: Serving, entries: Entries, runnable: Envelope |
                 await serving.refuse(item, f"That call was stopped by <@{who}> before it ran.")
         consume = entries.stop_ids + [entry_id for entry_id, _ in before]
         await stopped(serving, consume, by=who)
-        serving.again = True  # what came after the stop is served next
+        serving.look_again()  # what came after the stop is served next
         return True
     for stop in entries.stops:
         text = nothing_to_stop(serving.stopped_by)

@@ -19,7 +19,8 @@ from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
 from bot.runtime.closing import ClosedCalls, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
-from bot.runtime.mcp_servers import SEEN_DOWN, McpServerDown, paused_for
+from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
+from bot.runtime.mcp_servers import paused_for
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import for_restore, request_context
@@ -187,7 +188,6 @@ async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope 
         reference=reference,
         settles=closed.all,
     )
-    old = serving.record.checkpoint
     tombstone = Envelope(
         run_state={},
         started_by=envelope.started_by if envelope else "",
@@ -195,21 +195,16 @@ async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope 
         held=envelope.held if envelope else [],
         decided=envelope.decided if envelope else {},
     )
-    await serving.commit(
+    await serving.set_aside_state(
         tombstone,
-        consume=[],
-        outcomes=[notice],
+        notice=notice,
         items=closed.items,
+        consume=[],
         status=Status.NEEDS_RESTART,
+        release_as=Status.NEEDS_RESTART,
+        orphan_ok=True,  # the run's state is set aside already: an orphan blob harms none
     )
-    serving.final_status = Status.NEEDS_RESTART
-    if old is not None:
-        try:
-            await serving.io(serving.store.delete_checkpoint, old)
-        except Exception:  # an orphan blob; the lifecycle rule removes it
-            log.warning("%s: could not delete %s", serving.key, old.object_key, exc_info=True)
-    serving.set_aside = tombstone
-    serving.again = True  # what arrived with this pass is served from the fresh state
+    serving.failed_closed(tombstone)
     return tombstone
 
 

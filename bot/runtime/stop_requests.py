@@ -1,0 +1,120 @@
+"""Requests to stop a run (the Stop control, or the reply `stop`): kept in the thread's
+inbox, flagged on the record in the same write, for whoever serves the thread to apply
+(`stopping`). Honoured for the person who started the run, approvers and admins; refused
+privately to anyone else. Mixed into `ConversationRuntime`."""
+
+from __future__ import annotations
+
+import uuid
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bot.runtime.admitting import Admitting
+from bot.runtime.envelope import StopRequest
+from bot.runtime.keeping import Kept
+from bot.runtime.outcomes import Outcome, Refused
+from storage import Conversation, ConversationKey, Status
+
+# What a stop may apply to besides a held thread: a run paused or interrupted.
+STOPPABLE = (Status.RUNNING, Status.AWAITING_APPROVAL, Status.INTERRUPTED)
+NOT_YOURS_TO_STOP = "Only the person who started this run, an approver or an admin can stop it."
+EXPIRED_STOP = "Nothing is running there: this conversation's saved state expired (see the thread)."
+
+
+@dataclass(frozen=True)
+class Stopping:
+    accepted: bool
+    text: str
+    refused: bool = False  # the person may not stop this run (nothing was asked)
+    full: bool = False  # the thread's backlog is full: the stop was not kept
+    serve: bool = False  # the write took the thread: serve it next (`keep_stop`)
+
+
+class StopRequests(Admitting):
+    """Mixed into `ConversationRuntime`, which owns what `Admitting` names and:"""
+
+    @abstractmethod
+    def _ask_live_to_stop(self, key: ConversationKey, user: str) -> None:
+        """This process's own serve of the thread, if any, learns of the stop at once."""
+
+    @abstractmethod
+    def _emit_later(self, outcomes: Sequence[Outcome]) -> None:
+        """Deliver outcomes after the request that caused them is acknowledged."""
+
+    async def request_stop(
+        self, key: ConversationKey, user: str, *, reply_to: str | None = None
+    ) -> Stopping:
+        """Ask the run in progress to stop (the Stop control): honoured for the person who
+        started the run, approvers and admins (see `stopping`). `reply_to` answers the
+        person later, when it had already finished."""
+        stopping = await self.keep_stop(key, user, reply_to=reply_to)
+        if stopping.serve:
+            await self.serve(key)
+        return stopping
+
+    async def keep_stop(
+        self, key: ConversationKey, user: str, *, reply_to: str | None = None
+    ) -> Stopping:
+        """`request_stop`'s durable half, for a caller that acknowledges a request in
+        between: the stop is kept (or refused) when this returns; `Stopping.serve` says the
+        write took the thread (a paused run, or an expired thread to be told), for the caller
+        to `serve` next."""
+        record = await self.io(self.store.get, key)
+        if record is None:
+            if await self._expired_for(key, user):
+                kept = await self._keep_probe(key, user, "stop", take=True)
+                return Stopping(False, EXPIRED_STOP, serve=kept is Kept.KEPT)
+            return Stopping(False, "There is nothing of yours running there.")
+        stopping = await self._stop(record, user, reply_to=reply_to)
+        if stopping.accepted and key in self._taken:  # the run was paused: stop it now
+            return Stopping(True, stopping.text, serve=True)
+        return stopping
+
+    async def _ask_stop(self, key: ConversationKey, user: str) -> Kept | None:
+        """The reply `stop`: a request to the run in progress, refused privately to whoever
+        may not stop it (and then neither kept nor given to the model); None when nothing
+        runs there, and it is an ordinary message."""
+        record = await self.io(self.store.get, key)
+        if record is None:
+            if await self._expired_for(key, user):  # the thread is told, not the model
+                return await self._keep_probe(key, user, "stop", take=True)
+            return None
+        stopping = await self._stop(record, user)
+        if stopping.accepted:  # served by whoever holds the thread (us, if we took it)
+            return Kept.KEPT if key in self._taken else Kept.STOPPING
+        if stopping.refused:
+            text = f"{stopping.text} Your `stop` was not passed on to it."
+            self._emit_later([Refused(key=key, text=text, user=user)])
+            return Kept.STOP_REFUSED
+        if stopping.full:  # told privately: as a message it would be refused the same way
+            self._emit_later([Refused(key=key, text=stopping.text, user=user)])
+            return Kept.STOP_REFUSED
+        return None
+
+    async def _stop(
+        self, record: Conversation, user: str, *, reply_to: str | None = None
+    ) -> Stopping:
+        """Keep the request in the thread's inbox, flagged on the record in the same write
+        (see `stopping`); this process's own serve of the thread learns it at once, another
+        replica's within `STOP_POLL`. When the thread was free (a run paused for approval)
+        the write takes it, for the caller to serve."""
+        key = record.key
+        cutoff = self.store.takeover_cutoff(self.store.clock())
+        if not (record.leased(cutoff) or record.status in STOPPABLE):
+            return Stopping(False, "Nothing is running there right now.")
+        if not self.may_stop(record, user):
+            return Stopping(False, NOT_YOURS_TO_STOP, refused=True)
+        payload = StopRequest(user=user, reply_to=reply_to).model_dump_json()
+        event_id = f"stop:{user}:{uuid.uuid4().hex}"
+        kept = await self._keep(
+            key, event_id, payload, create=False, user=None, take=True, stop_by=user
+        )
+        if kept is Kept.NOT_OURS:
+            return Stopping(False, "Nothing is running there right now.")
+        if kept is Kept.NOT_TAKEN:
+            return Stopping(
+                False, "Too many messages are waiting in that thread; try again.", full=True
+            )
+        self._ask_live_to_stop(key, user)  # after the keep: the stop it applies consumes it
+        return Stopping(True, "Stopping it now.")

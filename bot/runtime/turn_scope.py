@@ -1,0 +1,59 @@
+"""What the guarded tools of one turn share with the runtime that drives it (`guard`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from bot.runtime.progress import Step, shown
+from storage import Lease, StorageError, Store
+from storage.calls import StorageCalls
+
+
+@dataclass
+class TurnScope:
+    """What wrapped tools need while a run is driven: storage and the lease to fence with,
+    and what they observed for the runtime to act on."""
+
+    storage: StorageCalls
+    lease: Lease
+    armed: set[str] = field(default_factory=set)  # recorded as started, not started yet
+    human_approval: dict[str, bool] = field(default_factory=dict)
+    unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
+    fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
+    on_step: Callable[[str, str, Step], Awaitable[None]] | None = None  # progress, best effort
+    running: int = 0  # side-effecting calls executing right now (a stop waits for them)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while `running` is 0
+    stop_requested: Callable[[], bool] = lambda: False  # someone asked the run to stop
+    keyed_attempts: int = 3  # times a keyed call may be started in all
+    started_again: list[tuple[str, str]] = field(default_factory=list)  # keyed, after a crash
+    fates: dict[str, Step] = field(default_factory=dict)  # how calls run in this turn ended
+    lost: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, MCP server)
+    # sent, then the server's connection failed: outcome unknown
+    late: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, output)
+    # recorded after the lease was taken from us (a discard): the thread is told after
+
+    @property
+    def store(self) -> Store:
+        return self.storage.store
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def reset(self) -> None:
+        self.human_approval.clear()
+        self.unknown_outcomes.clear()
+        self.started_again.clear()
+        self.fates.clear()
+        self.lost.clear()
+        self.fault = None
+
+    async def show(self, call_id: str, tool: str, state: Step) -> None:
+        if self.on_step is not None:
+            on_step = self.on_step
+            await shown(lambda: on_step(call_id, tool, state))
+
+
+CURRENT_SCOPE: ContextVar[TurnScope | None] = ContextVar("bot_turn_scope", default=None)

@@ -6,9 +6,10 @@ The runtime's session stages what the SDK appends during a turn and hands it to 
 so a crash can never leave a turn's items without its checkpoint, or the reverse. Each
 pointer also records the session watermark (`session_seq`) it was committed with.
 
-Records, leases, checkpoints, the session and the inbox are here; the contract's other
-parts are in modules of their own: `ledger` (events and tool calls), `listings`
-(operational queries and feedback), `installations`, `people`, `content` and `replicas`.
+Records, leases, checkpoints and the session are here; the contract's other parts are in
+modules of their own: `inbox` (keeping messages and stops), `ledger` (events and tool calls),
+`listings` (operational queries and feedback), `installations`, `people`, `content` and
+`replicas`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from storage.codec import decode_state, encode_state
 from storage.content import ContentBlobs
 from storage.errors import BlobExists, SessionConflict
+from storage.inbox import ConversationInbox
 from storage.installations import InstallationRecords
 from storage.ledger import ToolLedger
 from storage.listings import ConversationListings
@@ -33,7 +35,6 @@ from storage.models import (
     ConversationKey,
     DeliveryMark,
     Expiry,
-    InboxEntry,
     Lease,
     Status,
     ToolCallRecord,
@@ -48,12 +49,12 @@ from storage.writes import (
     INLINE_CHECKPOINT_LIMIT,
     Commit,
     Committed,
-    Kept,
     SessionPage,
 )
 
 
 class Store(
+    ConversationInbox,
     ToolLedger,
     ConversationListings,
     InstallationRecords,
@@ -292,77 +293,6 @@ class Store(
     @abstractmethod
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
         """Hide every item at once (a floor moves up), then delete the rows."""
-
-    # -- inbox --------------------------------------------------------------------------
-
-    @abstractmethod
-    def keep(
-        self,
-        key: ConversationKey,
-        event_id: str,
-        payload: str,
-        *,
-        create: bool = True,
-        participant: str | None = None,
-        owner: str | None = None,
-        token: str | None = None,
-        stop_by: str | None = None,
-        refusal_text: str = "",
-    ) -> Kept:
-        """Keep a user message durably, claiming its event id (per conversation, for at least
-        `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
-        conversation `running` (it has work), bumps `inbox_seq` and adds `participant` to its
-        participants. With `owner`, the same write also takes the lease if it is free
-        (`Kept.lease`), and the record comes back with its inbox, so that serving the
-        message needs no further read. Nothing is written when the event id was claimed
-        before (`Kept.kept` is False), nor when `backlog_limit` messages are queued already
-        (`Kept.refused`; the event is claimed all the same, and a duplicate of a message
-        kept is a duplicate, not refused). Without `create`, only an existing conversation takes it;
-        otherwise raises `NotFound` (and claims nothing). A conversation whose state expired
-        but whose tombstone lasts is brought back, with or without `create`, as a new
-        generation (none of the old rows is seen) that keeps its participants and says what
-        expired (`Conversation.expired_from`, until a commit clears it). Retrying with the
-        same `token` after an unanswered attempt is not mistaken for a duplicate. The cost of
-        one keep does not grow with the backlog. With `stop_by`, the message is a request to
-        stop the run: the same write sets `stop_by` on the record, for the holder to see at
-        once (`stop_requested`, `renew`); a release or a commit with `clear_stop` removes it,
-        and neither can pass over the message itself (it is in the inbox). A refusal is
-        recorded on the record in the same write (`Conversation.refused`: `participant` and
-        the first `REFUSAL_TEXT` characters of `refusal_text`, for the first
-        `REFUSALS_NAMED` untold; later ones only counted, `Kept.named` False), and bumps
-        `inbox_seq`, so that a holder's release sees it, until `refusals_told`."""
-
-    @abstractmethod
-    def refusals_told(
-        self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
-    ) -> None:
-        """The thread was told of these refusals: the named ones (by event id) and `counted`
-        of those only counted are no longer untold; a count below `counted` (told twice) is
-        left as it is. No lease needed."""
-
-    def enqueue(
-        self,
-        key: ConversationKey,
-        event_id: str,
-        payload: str,
-        *,
-        create: bool = True,
-        participant: str | None = None,
-        token: str | None = None,
-    ) -> bool:
-        """`keep` without taking the lease; True when kept, False for a duplicate."""
-        return self.keep(
-            key, event_id, payload, create=create, participant=participant, token=token
-        ).kept
-
-    @abstractmethod
-    def read_inbox(
-        self, key: ConversationKey, generation: int | None = None, limit: int | None = None
-    ) -> list[InboxEntry]:
-        """Queued messages, oldest first (the oldest `limit` when given; reading them costs
-        no more than that however long the backlog). Commits consume them
-        (`Commit.consume`). With `generation`, entries left by an earlier, expired record
-        are left out."""
 
     # -- the atomic write every mutation goes through -----------------------------------
 

@@ -1,0 +1,84 @@
+"""The inbox part of the `Store` contract: what a thread was sent, kept durably before the
+bot acks it (deduplicated by event id), read back oldest first by whoever holds the thread,
+and consumed by the commit of the turn that served it (`Commit.consume`, see `base`)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from storage.models import ConversationKey, InboxEntry
+from storage.writes import Kept
+
+
+class ConversationInbox(ABC):
+    """Keeping messages and stop requests, telling refusals, reading the backlog."""
+
+    @abstractmethod
+    def keep(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool = True,
+        participant: str | None = None,
+        owner: str | None = None,
+        token: str | None = None,
+        stop_by: str | None = None,
+        refusal_text: str = "",
+    ) -> Kept:
+        """Keep a user message durably, claiming its event id (per conversation, for at least
+        `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
+        conversation `running` (it has work), bumps `inbox_seq` and adds `participant` to its
+        participants. With `owner`, the same write also takes the lease if it is free
+        (`Kept.lease`), and the record comes back with its inbox, so that serving the
+        message needs no further read. Nothing is written when the event id was claimed
+        before (`Kept.kept` is False), nor when `backlog_limit` messages are queued already
+        (`Kept.refused`; the event is claimed all the same, and a duplicate of a message
+        kept is a duplicate, not refused). Without `create`, only an existing conversation takes it;
+        otherwise raises `NotFound` (and claims nothing). A conversation whose state expired
+        but whose tombstone lasts is brought back, with or without `create`, as a new
+        generation (none of the old rows is seen) that keeps its participants and says what
+        expired (`Conversation.expired_from`, until a commit clears it). Retrying with the
+        same `token` after an unanswered attempt is not mistaken for a duplicate. The cost of
+        one keep does not grow with the backlog. With `stop_by`, the message is a request to
+        stop the run: the same write sets `stop_by` on the record, for the holder to see at
+        once (`stop_requested`, `renew`); a release or a commit with `clear_stop` removes it,
+        and neither can pass over the message itself (it is in the inbox). A refusal is
+        recorded on the record in the same write (`Conversation.refused`: `participant` and
+        the first `REFUSAL_TEXT` characters of `refusal_text`, for the first
+        `REFUSALS_NAMED` untold; later ones only counted, `Kept.named` False), and bumps
+        `inbox_seq`, so that a holder's release sees it, until `refusals_told`."""
+
+    @abstractmethod
+    def refusals_told(
+        self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
+    ) -> None:
+        """The thread was told of these refusals: the named ones (by event id) and `counted`
+        of those only counted are no longer untold; a count below `counted` (told twice) is
+        left as it is. No lease needed."""
+
+    def enqueue(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool = True,
+        participant: str | None = None,
+        token: str | None = None,
+    ) -> bool:
+        """`keep` without taking the lease; True when kept, False for a duplicate."""
+        return self.keep(
+            key, event_id, payload, create=create, participant=participant, token=token
+        ).kept
+
+    @abstractmethod
+    def read_inbox(
+        self, key: ConversationKey, generation: int | None = None, limit: int | None = None
+    ) -> list[InboxEntry]:
+        """Queued messages, oldest first (the oldest `limit` when given; reading them costs
+        no more than that however long the backlog). Commits consume them
+        (`Commit.consume`). With `generation`, entries left by an earlier, expired record
+        are left out."""

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from storage.models import ConversationKey, InboxEntry
-from storage.writes import Kept
+from storage.writes import KeepResult
 
 
 class ConversationInbox(ABC):
@@ -27,15 +27,15 @@ class ConversationInbox(ABC):
         token: str | None = None,
         stop_by: str | None = None,
         refusal_text: str = "",
-    ) -> Kept:
+    ) -> KeepResult:
         """Keep a user message durably, claiming its event id (per conversation, for at least
         `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
         conversation `running` (it has work), bumps `inbox_seq` and adds `participant` to its
         participants. With `owner`, the same write also takes the lease if it is free
-        (`Kept.lease`), and the record comes back with its inbox, so that serving the
+        (`KeepResult.lease`), and the record comes back with its inbox, so that serving the
         message needs no further read. Nothing is written when the event id was claimed
-        before (`Kept.kept` is False), nor when `backlog_limit` messages are queued already
-        (`Kept.refused`; the event is claimed all the same, and a duplicate of a message
+        before (`KeepResult.kept` is False), nor when `backlog_limit` messages are queued already
+        (`KeepResult.refused`; the event is claimed all the same, and a duplicate of a message
         kept is a duplicate, not refused). Without `create`, only an existing conversation takes it;
         otherwise raises `NotFound` (and claims nothing). A conversation whose state expired
         but whose tombstone lasts is brought back, with or without `create`, as a new
@@ -48,7 +48,7 @@ class ConversationInbox(ABC):
         and neither can pass over the message itself (it is in the inbox). A refusal is
         recorded on the record in the same write (`Conversation.refused`: `participant` and
         the first `REFUSAL_TEXT` characters of `refusal_text`, for the first
-        `REFUSALS_NAMED` untold; later ones only counted, `Kept.named` False), and bumps
+        `REFUSALS_NAMED` untold; later ones only counted, `KeepResult.named` False), and bumps
         `inbox_seq`, so that a holder's release sees it, until `refusals_told`."""
 
     @abstractmethod

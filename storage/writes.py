@@ -1,6 +1,6 @@
 """What the storage contract's writes take and give back: the limits one atomic write
 honours on both backends, `Commit` (one fenced change to a conversation) and what a write
-reports (`Committed`, `Kept`, `SessionPage`)."""
+reports (`Committed`, `KeepResult`, `SessionPage`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ KEEP = _Keep()
 
 
 @dataclass(frozen=True)
-class Kept:
+class KeepResult:
     """What `keep` did: whether the message was kept (False: a duplicate, or `refused`
     because the thread's backlog is full: nothing was queued, but the event is claimed, so
     that another delivery of the same message is a duplicate), and, when the caller asked

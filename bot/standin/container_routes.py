@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bot.standin.errors import Refused
+from bot.standin.errors import PageRequestRefused
 from bot.standin.page_input import json_body, text_field, user_id
 from bot.standin.requests import agent_session_stopped, app_home_opened, view_actions
 
@@ -40,7 +40,7 @@ class ContainerRoutes:
         user = user_id(data.get("user"))
         tab = data.get("tab")
         if tab not in TABS:
-            raise Refused(400, f"tab: one of {', '.join(TABS)}")
+            raise PageRequestRefused(400, f"tab: one of {', '.join(TABS)}")
         place = space.names.place(data.get("team"))
         dm = space.places.dm(user, place)
         event = app_home_opened(user=user, channel=dm.channel, tab=str(tab)) | {"team": place.team}
@@ -56,7 +56,7 @@ class ContainerRoutes:
         thread_ts = space.names.thread(data.get("thread_ts"), place)
         session = space.api.session(place.channel, thread_ts) if thread_ts else None
         if thread_ts is None or session is None or session.status != "processing":
-            raise Refused(400, "nothing is working there to stop")
+            raise PageRequestRefused(400, "nothing is working there to stop")
         streams = space.api.stop_session(place.channel, thread_ts)
         event = agent_session_stopped(
             user=user, channel=place.channel, thread_ts=thread_ts, streams=streams
@@ -75,7 +75,7 @@ class ContainerRoutes:
         view = space.api.home(user)
         block_id = _block_of(view, action_id, value)
         if view is None or block_id is None:
-            raise Refused(400, "no such button on your Home tab")
+            raise PageRequestRefused(400, "no such button on your Home tab")
         body = view_actions(
             team=place.team,
             user=user,

@@ -13,7 +13,9 @@ class LocalModeError(Exception):
     """A start-up problem, told in one line; `python -m bot` exits with code 2."""
 
 
-class Refused(Exception):
+class PageRequestRefused(Exception):
+    """A request of the page's that is refused: answered with `status` and `error`."""
+
     def __init__(self, status: int, error: str) -> None:
         super().__init__(error)
         self.status = status

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.standin.errors import LOOPBACK, Refused
+from bot.standin.errors import LOOPBACK, PageRequestRefused
 from bot.standin.local_workspaces import USERS, Place, Places
 from bot.standin.slack_api import SlackWebApi
 
@@ -38,49 +38,49 @@ class PageGuard:
         page's own endpoints also want its token, its origin, and JSON."""
         try:
             if request.host not in self.hosts:
-                raise Refused(
+                raise PageRequestRefused(
                     403, f"wrong Host {request.host!r}; open http://{LOOPBACK}:{self.port}"
                 )
             if request.path.startswith("/ui/"):
                 self._check_page(request)
             response: web.StreamResponse = await handler(request)
             return response
-        except Refused as refused:
+        except PageRequestRefused as refused:
             log.warning("refused %s %s: %s", request.method, request.path, refused.error)
             return web.json_response({"ok": False, "error": refused.error}, status=refused.status)
 
     def _check_page(self, request: web.Request) -> None:
         origin = request.headers.get("Origin")
         if origin is not None and origin not in self.origins:
-            raise Refused(403, f"cross-origin request from {origin!r}")
+            raise PageRequestRefused(403, f"cross-origin request from {origin!r}")
         given = request.headers.get(TOKEN_HEADER, "").encode()
         if not hmac.compare_digest(given, self.page_token.encode()):
-            raise Refused(403, "missing or wrong page token; reload the page")
+            raise PageRequestRefused(403, "missing or wrong page token; reload the page")
         if request.method == "POST" and request.content_type != "application/json":
-            raise Refused(400, "the page sends application/json")
+            raise PageRequestRefused(400, "the page sends application/json")
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:
     try:
         data = await request.json()
     except ValueError:
-        raise Refused(400, "not JSON") from None
+        raise PageRequestRefused(400, "not JSON") from None
     if not isinstance(data, dict):
-        raise Refused(400, "expected a JSON object")
+        raise PageRequestRefused(400, "expected a JSON object")
     return data
 
 
 def text_field(data: dict[str, Any], name: str, limit: int = 40_000) -> str:
     value = data.get(name, "")
     if not isinstance(value, str) or len(value) > limit:
-        raise Refused(400, f"{name}: expected text up to {limit} characters")
+        raise PageRequestRefused(400, f"{name}: expected text up to {limit} characters")
     return value
 
 
 def user_id(name: object) -> str:
     """The id of the person the page names: one of `USERS`, by name, never a raw id."""
     if not isinstance(name, str) or name not in USERS:
-        raise Refused(400, f"unknown user {name!r}; one of {', '.join(USERS)}")
+        raise PageRequestRefused(400, f"unknown user {name!r}; one of {', '.join(USERS)}")
     return USERS[name]
 
 
@@ -96,7 +96,7 @@ class PageNames:
         with the app when the page's `pane` is the DM's."""
         place = self.places.find(team)
         if place is None:
-            raise Refused(400, f"unknown workspace {team!r}")
+            raise PageRequestRefused(400, f"unknown workspace {team!r}")
         return self.places.dm(user, place) if pane == "dm" else place
 
     def thread(self, value: object, place: Place | None = None) -> str | None:
@@ -106,5 +106,5 @@ class PageNames:
         channel = (place or self.places.all[0]).channel
         message = self.api.messages.get((channel, value)) if isinstance(value, str) else None
         if message is None or message.thread_ts or message.ephemeral_to:
-            raise Refused(400, f"no such thread: {value!r}")
+            raise PageRequestRefused(400, f"no such thread: {value!r}")
         return message.ts

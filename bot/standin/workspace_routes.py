@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bot.standin.container_routes import ContainerRoutes
-from bot.standin.errors import Refused
+from bot.standin.errors import PageRequestRefused
 from bot.standin.page_input import json_body, text_field, user_id
 from bot.standin.people_files import uploads
 
@@ -84,9 +84,9 @@ class WorkspaceRoutes:
         try:
             files = uploads(data.get("files"))
         except ValueError as exc:
-            raise Refused(400, str(exc)) from None
+            raise PageRequestRefused(400, str(exc)) from None
         if not text and not files:
-            raise Refused(400, "empty message")
+            raise PageRequestRefused(400, "empty message")
         actions = self.workspace.actions
         if text.startswith("/") and not files:
             command, _, rest = text.partition(" ")
@@ -104,9 +104,9 @@ class WorkspaceRoutes:
         if data.get("ephemeral") is not None:
             ephemeral = self.workspace.only_you.find(user, data["ephemeral"])
             if ephemeral is None:
-                raise Refused(400, "no such message only visible to you")
+                raise PageRequestRefused(400, "no such message only visible to you")
         elif ts and (place.channel, ts) not in self.workspace.api.messages:
-            raise Refused(400, f"no such message: {ts!r}")
+            raise PageRequestRefused(400, f"no such message: {ts!r}")
         self.workspace.actions.click(
             user,
             ts,
@@ -124,7 +124,7 @@ class WorkspaceRoutes:
         user = user_id(data.get("user"))
         ephemeral_id = data.get("id")
         if not isinstance(ephemeral_id, int):
-            raise Refused(400, "id: expected a number")
+            raise PageRequestRefused(400, "id: expected a number")
         return web.json_response({"ok": self.workspace.only_you.dismiss(user, ephemeral_id)})
 
     async def restart(self, request: web.Request) -> web.Response:

@@ -48,7 +48,7 @@ from storage.models import (
     Status,
     inbox_stamp,
 )
-from storage.writes import Kept
+from storage.writes import KeepResult
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -83,7 +83,7 @@ class Keeps:
         token: str | None,
         stop_by: str | None = None,
         refusal_text: str = "",
-    ) -> Kept:
+    ) -> KeepResult:
         token = token or uuid.uuid4().hex
         now = self.t.clock()
         take = owner is not None and not self.hints.held(key, now)
@@ -114,12 +114,12 @@ class Keeps:
                     item = self._keep_inline(key, update, returned=take)
             except ClientError as exc:
                 if code(exc) == "IdempotentParameterMismatchException":
-                    return Kept(kept=True)  # our own attempt landed; its answer was lost
+                    return KeepResult(kept=True)  # our own attempt landed; its answer was lost
                 if code(exc) not in CONDITION_FAILED:
                     raise
                 claim = _failed_claim(exc)
                 if claim is not None:  # the event's claim row: a duplicate, or our own retry
-                    return Kept(kept=claim.get("token", {}).get("S") == token)
+                    return KeepResult(kept=claim.get("token", {}).get("S") == token)
                 old = _failed_item(exc)
                 if old is None:
                     if create:
@@ -138,7 +138,7 @@ class Keeps:
                     mine = any(
                         e.event_id == event_id and e.token == token for e in inline_entries(old)[0]
                     )
-                    return Kept(kept=mine)
+                    return KeepResult(kept=mine)
                 if _number(old, "inbox_count") >= self.t.backlog_limit:
                     refusal = Refusal(
                         event_id=event_id,
@@ -156,15 +156,17 @@ class Keeps:
                     continue
                 raise
             if not take:
-                return Kept(kept=True)
+                return KeepResult(kept=True)
             self.hints.taken(key)
             if item is None:  # written in a transaction: nothing came back, so read it
                 record = self.records.get(key)
                 if record is not None and record.lease_owner == owner:
-                    return Kept(kept=True, lease=lease_of(record), record=record)
-                return Kept(kept=True)
+                    return KeepResult(kept=True, lease=lease_of(record), record=record)
+                return KeepResult(kept=True)
             record = record_from_item(item, with_inbox=True)
-            return Kept(kept=True, lease=lease_of(record, expired_claims(item, now)), record=record)
+            return KeepResult(
+                kept=True, lease=lease_of(record, expired_claims(item, now)), record=record
+            )
         raise StorageError(f"{key}: keeping a message kept losing to concurrent writers")
 
     def _keep_update(
@@ -270,7 +272,7 @@ class Keeps:
 
     def _refuse(
         self, key: ConversationKey, entry: InboxEntry, token: str, refusal: Refusal, old: Item
-    ) -> Kept:
+    ) -> KeepResult:
         """The backlog is full: the message is not kept, but its event is claimed (a claim
         row, and the thread's keeps go to rows meanwhile, where claim rows are checked), so
         that another delivery of it (a mention's `message` and `app_mention` events) is a
@@ -311,8 +313,8 @@ class Keeps:
                 raise
             claim = _failed_claim(exc)
             if claim is not None and claim.get("token") != mine:
-                return Kept(kept=False)  # a duplicate: its first delivery decided
-        return Kept(kept=False, refused=True, named=named)
+                return KeepResult(kept=False)  # a duplicate: its first delivery decided
+        return KeepResult(kept=False, refused=True, named=named)
 
 
 class Hints:

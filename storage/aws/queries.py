@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
 
 
-class Queries:
+class ListingQueries:
     def __init__(self, tables: Tables) -> None:
         self.t = tables
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="status-shards")

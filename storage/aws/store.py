@@ -29,7 +29,7 @@ from storage.aws.keeps import Keeps
 from storage.aws.ledger import Ledger
 from storage.aws.migrate import Migrated, migrate
 from storage.aws.people import People
-from storage.aws.queries import Queries
+from storage.aws.queries import ListingQueries
 from storage.aws.records import Records
 from storage.aws.refusals import refusals_told
 from storage.aws.replicas import Replicas
@@ -49,7 +49,7 @@ from storage.models import (
     Verdict,
 )
 from storage.people import Change, Person, PersonKey
-from storage.writes import Commit, Committed, Kept, SessionPage
+from storage.writes import Commit, Committed, KeepResult, SessionPage
 
 CLIENT_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5},
@@ -90,7 +90,7 @@ class AwsStore(Store):
         self.history = History(self.tables, self._get_blob)
         self.commits = Commits(self.tables, self.records.get, self._put_blob_once)
         self.ledger = Ledger(self.tables, self._generation, self._put_blob_once, self._get_blob)
-        self.queries = Queries(self.tables)
+        self.queries = ListingQueries(self.tables)
         self.feedback = Feedback(self.tables)
         self.installations = Installations(self.tables)
         self.people = People(self.tables)
@@ -179,7 +179,7 @@ class AwsStore(Store):
         token: str | None = None,
         stop_by: str | None = None,
         refusal_text: str = "",
-    ) -> Kept:
+    ) -> KeepResult:
         return self.keeps.keep(
             key,
             event_id,

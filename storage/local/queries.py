@@ -22,7 +22,7 @@ from storage.models import (
 _PAUSED = "status IN ({})".format(", ".join(f"'{status.value}'" for status in PAUSED_IN_CHANNEL))
 
 
-class Queries(Database):
+class ListingQueries(Database):
     @translated
     def list_by_status(
         self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100

@@ -31,7 +31,7 @@ from storage.local.feedback import Feedback
 from storage.local.installations import Installations
 from storage.local.ledger import Ledgers
 from storage.local.people import People
-from storage.local.queries import Queries
+from storage.local.queries import ListingQueries
 from storage.local.replicas import Replicas
 from storage.models import (
     REFUSAL_TEXT,
@@ -46,12 +46,12 @@ from storage.models import (
     with_refusal,
     with_refusals_told,
 )
-from storage.writes import KEEP, Commit, Committed, Kept, SessionPage
+from storage.writes import KEEP, Commit, Committed, KeepResult, SessionPage
 
 CONTENT_GRACE = timedelta(days=1)  # content outlives the history rows that refer to it
 
 
-class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
+class LocalStore(Ledgers, ListingQueries, Installations, People, Feedback, Replicas):
     # -- leases -------------------------------------------------------------------------
 
     @translated
@@ -253,7 +253,7 @@ class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
         token: str | None = None,
         stop_by: str | None = None,
         refusal_text: str = "",
-    ) -> Kept:
+    ) -> KeepResult:
         now = self.clock()
         with self._write() as db:
             record = self._live(db, key, now)
@@ -267,12 +267,12 @@ class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
             refusal = f"{claim}|refused|{token}"  # this keep was refused (if it was)
             if not self._claim(db, claim, now.timestamp(), self.claim_ttl):
                 if token and self._claimed(db, refusal, now.timestamp()):
-                    return Kept(kept=False, refused=True)  # our own refusal, retried
+                    return KeepResult(kept=False, refused=True)  # our own refusal, retried
                 # Our own earlier attempt (same token) is a keep; anything else a duplicate.
                 mine = bool(token) and any(
                     e.event_id == event_id and e.token == token for e in read_inbox(db, key)
                 )
-                return Kept(kept=mine)
+                return KeepResult(kept=mine)
             if backlog(db, key) >= self.backlog_limit:
                 # Claimed all the same: another delivery of it is a duplicate, not kept
                 # after the thread was told this one was not taken.
@@ -286,7 +286,7 @@ class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
                 )
                 record = with_refusal(record, told)
                 self._save(db, record)
-                return Kept(kept=False, refused=True, named=told in record.refused)
+                return KeepResult(kept=False, refused=True, named=told in record.refused)
             entry = InboxEntry(
                 entry_id=f"{inbox_stamp(now)}#{event_id}",
                 event_id=event_id,
@@ -324,7 +324,7 @@ class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
             self._save(db, record)
             inbox = read_inbox(db, key)
         if not take:
-            return Kept(kept=True)
+            return KeepResult(kept=True)
         lease = Lease(
             key=key,
             owner=record.lease_owner or "",
@@ -332,7 +332,7 @@ class LocalStore(Ledgers, Queries, Installations, People, Feedback, Replicas):
             expires_at=now + self.lease_duration,
             generation=record.generation,
         )
-        return Kept(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))
+        return KeepResult(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))
 
     @translated
     def read_inbox(

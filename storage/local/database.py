@@ -1,29 +1,24 @@
-"""The sqlite3 database under the local backend: one connection per thread, every mutation
-in `BEGIN IMMEDIATE` (the database's write lock, so a read-check-write is atomic across
-threads and processes), sqlite's transient failures translated, and the conversation
-record's rows. The backend's parts (`store`, `ledger`, `queries`, `installations`,
-`feedback`) build on it."""
+"""The sqlite3 database under the local backend, shared by its parts: one connection per
+thread, every mutation in `BEGIN IMMEDIATE` (the database's write lock, so a
+read-check-write is atomic across threads and processes), the clock and the policies
+(TTLs, leases, the backlog cap), and the conversation record's rows. The parts (`records`,
+`keeps`, `commits`, `history`, `ledger`, `queries`, `installations`, `people`, `feedback`,
+`replicas`, `housekeeping`) each take it."""
 
 from __future__ import annotations
 
-import functools
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
 
-from storage.base import Store
-from storage.errors import (
-    LeaseLost,
-    StorageUnavailable,
-)
-from storage.local.blobs import BlobDir
+from storage.base import new_record, revived
+from storage.errors import LeaseLost
 from storage.models import (
     Conversation,
     ConversationKey,
@@ -35,34 +30,34 @@ from storage.models import (
 )
 from storage.writes import DROPPED_KEPT
 
-P = ParamSpec("P")
-R = TypeVar("R")
 ROW_TABLES = ("items", "tool_calls", "inbox", "votes")
 
 
-def translated(method: Callable[P, R]) -> Callable[P, R]:
-    """sqlite's transient failures (a locked or read-only database, an I/O error) become
-    `StorageUnavailable`; the contract's own errors pass through."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except sqlite3.OperationalError as exc:
-            raise StorageUnavailable(f"sqlite: {exc}") from exc
-        except OSError as exc:  # the blob directory: read-only, full, I/O error
-            raise StorageUnavailable(f"blobs: {exc}") from exc
-
-    return wrapper
-
-
-class Database(Store):
-    def __init__(self, data_dir: Path, **options: Any) -> None:
-        super().__init__(**options)
+class Database:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        clock: Callable[[], datetime],
+        lease_duration: timedelta,
+        lease_skew: timedelta,
+        state_ttl: timedelta,
+        tombstone_ttl: timedelta,
+        event_ttl: timedelta,
+        claim_ttl: timedelta,
+        backlog_limit: int,
+    ) -> None:
+        self.clock = clock
+        self.lease_duration = lease_duration
+        self.lease_skew = lease_skew
+        self.state_ttl = state_ttl
+        self.tombstone_ttl = tombstone_ttl
+        self.event_ttl = event_ttl
+        self.claim_ttl = claim_ttl
+        self.backlog_limit = backlog_limit
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.data_dir / "state.sqlite3"
-        self.blobs = BlobDir(self.data_dir / "blobs")
         self._local = threading.local()
         # This process's writers queue here, each woken as soon as the one before commits;
         # left to sqlite, a writer that finds the lock held sleeps (1, 2, 5, 10, 15... ms)
@@ -71,13 +66,13 @@ class Database(Store):
         self._writer = threading.Lock()
         self.busy_timeout = 60.0  # seconds a write waits for another writer's lock
         schema = resources.files("storage.local").joinpath("schema.sql").read_text()
-        self._connection().executescript(schema)
-        with self._write() as db:
+        self.connection().executescript(schema)
+        with self.write() as db:
             _waiting_columns(db)
 
     # -- connection handling ------------------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
+    def connection(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
@@ -88,8 +83,8 @@ class Database(Store):
         return db
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        db = self._connection()
+    def write(self) -> Iterator[sqlite3.Connection]:
+        db = self.connection()
         with self._writer:
             db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             db.execute("BEGIN IMMEDIATE")
@@ -106,34 +101,39 @@ class Database(Store):
             db.close()
             self._local.db = None
 
+    # -- policies (as `Store`'s helpers) ------------------------------------------------
+
+    def tombstone_until(self, record: Conversation) -> datetime:
+        """When the record itself goes (its state expired a `tombstone_ttl` earlier)."""
+        return record.expires_at + self.tombstone_ttl
+
+    def takeover_cutoff(self, now: datetime) -> datetime:
+        """A lease that expired before this instant may be taken over."""
+        return now - self.lease_skew
+
+    def new_record(self, key: ConversationKey, now: datetime) -> Conversation:
+        return new_record(key, now, state_ttl=self.state_ttl)
+
+    def revived(
+        self, old: Conversation, now: datetime, dropped: Sequence[str] = (), queued: int = 0
+    ) -> Conversation:
+        return revived(old, now, state_ttl=self.state_ttl, dropped=dropped, queued=queued)
+
     # -- records ------------------------------------------------------------------------
 
-    @translated
-    def get(self, key: ConversationKey) -> Conversation | None:
-        record = read_record(self._connection(), key)
-        return None if record is None or self._expired(record, self.clock()) else record
-
-    @translated
-    def expired_record(self, key: ConversationKey) -> Conversation | None:
-        record = read_record(self._connection(), key)
-        now = self.clock()
-        if record is None or not self._expired(record, now):
-            return None
-        return record if now <= self.tombstone_until(record) else None
-
-    def _expired(self, record: Conversation, now: datetime) -> bool:
+    def expired(self, record: Conversation, now: datetime) -> bool:
         """Past its TTL: treated as absent (sqlite has no TTL of its own)."""
         return record.expires_at < now
 
-    def _live(
+    def live(
         self, db: sqlite3.Connection, key: ConversationKey, now: datetime
     ) -> Conversation | None:
         """The record, or None when there is none or its state expired (the expired record
-        stays, as the conversation's tombstone, until `_fresh` replaces it)."""
+        stays, as the conversation's tombstone, until `fresh` replaces it)."""
         record = read_record(db, key)
-        return None if record is None or self._expired(record, now) else record
+        return None if record is None or self.expired(record, now) else record
 
-    def _fresh(
+    def fresh(
         self, db: sqlite3.Connection, key: ConversationKey, now: datetime, *, revive: bool
     ) -> Conversation:
         """A new record in place of none, or of an expired one whose rows are deleted so
@@ -150,7 +150,7 @@ class Database(Store):
             return self.revived(old, now, dropped, queued)
         return self.new_record(key, now)
 
-    def _save(self, db: sqlite3.Connection, record: Conversation) -> None:
+    def save(self, db: sqlite3.Connection, record: Conversation) -> None:
         waiting = record.status is Status.AWAITING_APPROVAL and record.waiting_on is not None
         since = record.waiting_since or record.last_activity_at
         db.execute(

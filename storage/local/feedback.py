@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from storage.local.database import Database, translated
+from storage.local.database import Database
 from storage.models import (
     ConversationKey,
     FeedbackTally,
@@ -10,13 +10,15 @@ from storage.models import (
 )
 
 
-class Feedback(Database):
-    @translated
-    def record_feedback(
+class Feedback:
+    def __init__(self, database: Database) -> None:
+        self.d = database
+
+    def record(
         self, key: ConversationKey, answer: str, user: str, verdict: Verdict
     ) -> FeedbackTally | None:
-        with self._write() as db:
-            record = self._live(db, key, self.clock())
+        with self.d.write() as db:
+            record = self.d.live(db, key, self.d.clock())
             if record is None:
                 return None
             row = db.execute(
@@ -43,10 +45,9 @@ class Feedback(Database):
                     for side, change in changes.items()
                 }
             )
-            self._save(db, record.model_copy(update={"feedback": tally}))
+            self.d.save(db, record.model_copy(update={"feedback": tally}))
         return tally
 
-    @translated
-    def count_feedback(self) -> FeedbackTally:
-        rows = dict(self._connection().execute("SELECT verdict, count FROM feedback_totals"))
+    def count(self) -> FeedbackTally:
+        rows = dict(self.d.connection().execute("SELECT verdict, count FROM feedback_totals"))
         return FeedbackTally(good=max(rows.get("good", 0), 0), bad=max(rows.get("bad", 0), 0))

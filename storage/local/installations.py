@@ -6,38 +6,37 @@ import sqlite3
 from datetime import timedelta
 
 from storage.installations import check_document, check_id
-from storage.local.database import Database, translated
+from storage.local.database import Database
 
 
-class Installations(Database):
-    @translated
-    def save_installation(self, install_id: str, document: str) -> None:
-        with self._write() as db:
+class Installations:
+    def __init__(self, database: Database) -> None:
+        self.d = database
+
+    def save(self, install_id: str, document: str) -> None:
+        with self.d.write() as db:
             db.execute(
                 "INSERT OR REPLACE INTO installations (install_id, document, updated_at)"
                 " VALUES (?, ?, ?)",
-                (check_id(install_id), check_document(document), self.clock().timestamp()),
+                (check_id(install_id), check_document(document), self.d.clock().timestamp()),
             )
 
-    @translated
-    def find_installation(self, install_id: str) -> str | None:
+    def find(self, install_id: str) -> str | None:
         row = (
-            self._connection()
+            self.d.connection()
             .execute("SELECT document FROM installations WHERE install_id = ?", (install_id,))
             .fetchone()
         )
         return str(row[0]) if row else None
 
-    @translated
-    def delete_installation(self, install_id: str) -> bool:
-        with self._write() as db:
+    def delete(self, install_id: str) -> bool:
+        with self.d.write() as db:
             gone = db.execute("DELETE FROM installations WHERE install_id = ?", (install_id,))
             return gone.rowcount > 0
 
-    @translated
     def issue_state(self, state: str, ttl: timedelta) -> bool:
-        now = self.clock()
-        with self._write() as db:
+        now = self.d.clock()
+        with self.d.write() as db:
             _forget_expired_states(db, now.timestamp())
             added = db.execute(
                 "INSERT OR IGNORE INTO one_time_states (state, expires_at) VALUES (?, ?)",
@@ -45,10 +44,9 @@ class Installations(Database):
             )
             return added.rowcount == 1
 
-    @translated
     def consume_state(self, state: str) -> bool:
-        now = self.clock().timestamp()
-        with self._write() as db:
+        now = self.d.clock().timestamp()
+        with self.d.write() as db:
             row = db.execute(
                 "DELETE FROM one_time_states WHERE state = ? RETURNING expires_at", (state,)
             ).fetchone()

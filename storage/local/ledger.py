@@ -9,7 +9,7 @@ from storage.errors import (
     LeaseLost,
     StorageError,
 )
-from storage.local.database import Database, fenced, read_tool, translated
+from storage.local.database import Database, fenced, read_tool
 from storage.models import (
     ConversationKey,
     Lease,
@@ -19,19 +19,21 @@ from storage.models import (
 )
 
 
-class Ledgers(Database):
-    @translated
-    def claim_event(self, event_id: str) -> bool:
-        with self._write() as db:
-            return self._claim(db, event_id, self.clock().timestamp())
+class Ledger:
+    def __init__(self, database: Database) -> None:
+        self.d = database
 
-    def _claimed(self, db: sqlite3.Connection, event_id: str, now: float) -> bool:
+    def claim_event(self, event_id: str) -> bool:
+        with self.d.write() as db:
+            return self.claim(db, event_id, self.d.clock().timestamp())
+
+    def claimed(self, db: sqlite3.Connection, event_id: str, now: float) -> bool:
         """A live claim of `event_id` (read only)."""
         row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
         found = row.fetchone()
         return found is not None and found[0] > now
 
-    def _claim(
+    def claim(
         self, db: sqlite3.Connection, event_id: str, now: float, ttl: timedelta | None = None
     ) -> bool:
         row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))
@@ -40,16 +42,13 @@ class Ledgers(Database):
             return False  # an expired claim counts as absent, as with DynamoDB's late TTL
         db.execute(
             "INSERT OR REPLACE INTO events (event_id, expires_at) VALUES (?, ?)",
-            (event_id, now + (ttl or self.event_ttl).total_seconds()),
+            (event_id, now + (ttl or self.d.event_ttl).total_seconds()),
         )
         return True
 
-    @translated
-    def begin_tool_call(
-        self, lease: Lease, call_id: str, tool_name: str, arguments: str
-    ) -> ToolCallClaim:
-        now = self.clock()
-        with self._write() as db:
+    def begin(self, lease: Lease, call_id: str, tool_name: str, arguments: str) -> ToolCallClaim:
+        now = self.d.clock()
+        with self.d.write() as db:
             fenced(db, lease)
             existing = read_tool(db, lease.key, call_id)
             if existing is not None:
@@ -63,11 +62,10 @@ class Ledgers(Database):
                 fence=lease.fence,
                 started_at=now,
             )
-            self._save_tool(db, record)
+            self.save_tool(db, record)
         return ToolCallClaim(record=record, created=True)
 
-    @translated
-    def complete_tool_call(
+    def complete(
         self,
         lease: Lease,
         call_id: str,
@@ -75,8 +73,8 @@ class Ledgers(Database):
         *,
         status: ToolCallStatus = ToolCallStatus.COMPLETED,
     ) -> bool:
-        now = self.clock()
-        with self._write() as db:
+        now = self.d.clock()
+        with self.d.write() as db:
             try:
                 fenced(db, lease)
                 held = True
@@ -94,15 +92,12 @@ class Ledgers(Database):
             record = record.model_copy(
                 update={"status": status, "output": output, "completed_at": now}
             )
-            self._save_tool(db, record)
+            self.save_tool(db, record)
         return held
 
-    @translated
-    def retry_tool_call(
-        self, lease: Lease, call_id: str, *, max_attempts: int
-    ) -> ToolCallRecord | None:
-        now = self.clock()
-        with self._write() as db:
+    def retry(self, lease: Lease, call_id: str, *, max_attempts: int) -> ToolCallRecord | None:
+        now = self.d.clock()
+        with self.d.write() as db:
             fenced(db, lease)
             record = read_tool(db, lease.key, call_id)
             if record is None or record.status is not ToolCallStatus.STARTED:
@@ -112,18 +107,17 @@ class Ledgers(Database):
             record = record.model_copy(
                 update={"attempts": record.attempts + 1, "fence": lease.fence, "started_at": now}
             )
-            self._save_tool(db, record)
+            self.save_tool(db, record)
         return record
 
-    @translated
-    def get_tool_call(
+    def get(
         self, key: ConversationKey, call_id: str, generation: int | None = None
     ) -> ToolCallRecord | None:
         # Rows of an expired record are deleted with it, so there is one generation here.
-        return read_tool(self._connection(), key, call_id)
+        return read_tool(self.d.connection(), key, call_id)
 
-    def _save_tool(self, db: sqlite3.Connection, record: ToolCallRecord) -> None:
-        expires = (self.clock() + self.state_ttl).timestamp()
+    def save_tool(self, db: sqlite3.Connection, record: ToolCallRecord) -> None:
+        expires = (self.d.clock() + self.d.state_ttl).timestamp()
         db.execute(
             "INSERT OR REPLACE INTO tool_calls (key, call_id, record, expires_at)"
             " VALUES (?, ?, ?, ?)",

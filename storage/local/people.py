@@ -3,27 +3,28 @@ one write transaction (the database's write lock makes the read, change, write a
 
 from __future__ import annotations
 
-from storage.local.database import Database, translated
+from storage.local.database import Database
 from storage.people import PERSON_TTL, Change, Person, PersonKey, blank, changed
 
 
-class People(Database):
-    @translated
-    def get_person(self, key: PersonKey) -> Person | None:
+class People:
+    def __init__(self, database: Database) -> None:
+        self.d = database
+
+    def get(self, key: PersonKey) -> Person | None:
         row = (
-            self._connection()
+            self.d.connection()
             .execute(
                 "SELECT record, version FROM people WHERE key = ? AND expires_at >= ?",
-                (str(key), self.clock().timestamp()),
+                (str(key), self.d.clock().timestamp()),
             )
             .fetchone()
         )
         return Person.from_document(key, row[0], row[1]) if row else None
 
-    @translated
-    def _change_person(self, key: PersonKey, change: Change) -> Person | None:
-        now = self.clock()
-        with self._write() as db:
+    def change(self, key: PersonKey, change: Change) -> Person | None:
+        now = self.d.clock()
+        with self.d.write() as db:
             row = db.execute(
                 "SELECT record, version, expires_at FROM people WHERE key = ?", (str(key),)
             ).fetchone()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from storage.listings import INDEXED, PAUSED_IN_CHANNEL, PAUSED_PAGES, WAITING_PAGES
-from storage.local.database import Database, translated
+from storage.local.database import Database
 from storage.models import (
     Conversation,
     ConversationKey,
@@ -22,33 +22,33 @@ from storage.models import (
 _PAUSED = "status IN ({})".format(", ".join(f"'{status.value}'" for status in PAUSED_IN_CHANNEL))
 
 
-class ListingQueries(Database):
-    @translated
+class ListingQueries:
+    def __init__(self, database: Database) -> None:
+        self.d = database
+
     def list_by_status(
         self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
     ) -> list[Conversation]:
         if status is Status.IDLE:
             return []  # as with the aws backend's index: idle conversations are not listed
-        now = self.clock()
+        now = self.d.clock()
         cutoff = (now - (idle_for or timedelta(0))).timestamp()
-        rows = self._connection().execute(
+        rows = self.d.connection().execute(
             "SELECT record FROM conversations WHERE status = ? AND last_activity_at <= ?"
             " AND expires_at >= ? ORDER BY last_activity_at LIMIT ?",
             (status.value, cutoff, now.timestamp(), limit),
         )
         return [Conversation.model_validate_json(row[0]) for row in rows]
 
-    @translated
     def count_by_status(self) -> dict[Status, int]:
-        rows = self._connection().execute(
+        rows = self.d.connection().execute(
             "SELECT status, COUNT(*) FROM conversations WHERE expires_at >= ? GROUP BY status",
-            (self.clock().timestamp(),),
+            (self.d.clock().timestamp(),),
         )
         counts = dict.fromkeys(Status, 0)
         counts.update({Status(status): count for status, count in rows})
         return counts
 
-    @translated
     def list_by_team(
         self,
         team: str | None,
@@ -61,15 +61,14 @@ class ListingQueries(Database):
             raise ValueError("list_by_team needs a team or an enterprise")
         wanted = [status.value for status in statuses if status is not Status.IDLE]
         prefix = ":".join(part for part in (enterprise, team) if part) + ":"
-        rows = self._connection().execute(
+        rows = self.d.connection().execute(
             f"SELECT record FROM conversations WHERE status IN ({','.join('?' * len(wanted))})"
             " AND substr(key, 1, ?) = ? AND expires_at >= ? ORDER BY last_activity_at",
-            (*wanted, len(prefix), prefix, self.clock().timestamp()),
+            (*wanted, len(prefix), prefix, self.d.clock().timestamp()),
         )
         found = [Conversation.model_validate_json(row[0]) for row in rows]
         return [r for r in found if _of_team(r.key, team, enterprise)][:limit]
 
-    @translated
     def list_paused_in(
         self,
         team: str,
@@ -84,9 +83,9 @@ class ListingQueries(Database):
         place = place_of(team, channel, enterprise)
         if place is None or limit < 1:
             return []
-        now = self.clock()
+        now = self.d.clock()
         rows = (
-            self._connection()
+            self.d.connection()
             .execute(
                 "SELECT record FROM conversations INDEXED BY conversations_by_place"
                 f" WHERE rtrim(key, '0123456789.') = ? AND {_PAUSED}"
@@ -99,11 +98,10 @@ class ListingQueries(Database):
         return [
             record
             for record in found
-            if not self._expired(record, now)
+            if not self.d.expired(record, now)
             and (participant is None or participant in record.participants)
         ][:limit]
 
-    @translated
     def list_waiting_on(
         self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
     ) -> list[Conversation]:
@@ -111,15 +109,14 @@ class ListingQueries(Database):
         workspace = workspace_of(team, enterprise)
         if workspace is None or not waitable(user) or limit < 1:
             return []
-        rows = self._connection().execute(
+        rows = self.d.connection().execute(
             "SELECT record FROM conversations INDEXED BY conversations_waiting"
             " WHERE waiting_ws = ? AND waiting_user = ? AND waiting_ws IS NOT NULL"
             " AND expires_at >= ? ORDER BY waiting_since DESC LIMIT ?",
-            (workspace, user, self.clock().timestamp(), limit),
+            (workspace, user, self.d.clock().timestamp(), limit),
         )
         return [Conversation.model_validate_json(text) for (text,) in rows]
 
-    @translated
     def list_waiting_in(
         self, team: str, *, enterprise: str | None = None, limit: int = 50
     ) -> list[Conversation]:
@@ -129,13 +126,13 @@ class ListingQueries(Database):
         workspace = workspace_of(team, enterprise)
         if workspace is None or limit < 1:
             return []
-        rows = self._connection().execute(
+        rows = self.d.connection().execute(
             "SELECT record, expires_at FROM conversations INDEXED BY conversations_waiting"
             " WHERE waiting_ws = ? AND waiting_ws IS NOT NULL"
             " ORDER BY waiting_user, waiting_since LIMIT ?",
             (workspace, limit * WAITING_PAGES),
         )
-        now = self.clock().timestamp()
+        now = self.d.clock().timestamp()
         found = [Conversation.model_validate_json(text) for text, expires in rows if expires >= now]
         found.sort(key=lambda r: r.waiting_since or r.last_activity_at, reverse=True)
         return found[:limit]

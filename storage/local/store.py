@@ -1,58 +1,109 @@
-"""sqlite3 backend (the default): leases, the atomic write, session items, the inbox, blobs
-and housekeeping here; the database and the record's rows in `database`, ledgers in
-`ledger`, operational queries in `queries`, installations in `installations`, verdicts in
-`feedback`, replicas' heartbeats in `replicas`."""
+"""sqlite3 backend (the default): stdlib sqlite3 for records and a directory of write-once
+blobs.
+
+The store only wires its parts and translates errors (`errors.translated`), as the aws
+backend's does; every part takes the one `Database` (its connections, the write
+transaction, the clock and the policies) and the record's rows are read and saved there:
+the record and its lease (`records`), keeping messages and reading them (`keeps`), the
+atomic write (`commits`), session items (`history`), ledgers (`ledger`), operational
+queries (`queries`), verdicts on answers (`feedback`), installation documents and one-time
+states (`installations`), people (`people`), replicas' heartbeats (`replicas`), the blob
+directory (`blobs`) and `admin gc` (`housekeeping`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from storage.content import CONTENT_PREFIX
-from storage.errors import (
-    CheckpointConflict,
-    InboxChanged,
-    LeaseBusy,
-    NotFound,
-    SessionConflict,
-)
-from storage.local.database import (
-    ROW_TABLES,
-    backlog,
-    fenced,
-    read_inbox,
-    read_record,
-    read_tool,
-    status_change,
-    translated,
-)
+from storage.base import Store
+from storage.listings import INDEXED
+from storage.local.blobs import BlobDir
+from storage.local.commits import Commits
+from storage.local.database import Database
+from storage.local.errors import translated
 from storage.local.feedback import Feedback
+from storage.local.history import History
+from storage.local.housekeeping import Housekeeping
 from storage.local.installations import Installations
-from storage.local.ledger import Ledgers
+from storage.local.keeps import Keeps
+from storage.local.ledger import Ledger
 from storage.local.people import People
 from storage.local.queries import ListingQueries
+from storage.local.records import Records
 from storage.local.replicas import Replicas
 from storage.models import (
-    REFUSAL_TEXT,
     Conversation,
     ConversationKey,
-    DeliveryMark,
+    FeedbackTally,
     InboxEntry,
     Lease,
-    Refusal,
     Status,
-    inbox_stamp,
-    with_refusal,
-    with_refusals_told,
+    ToolCallClaim,
+    ToolCallRecord,
+    ToolCallStatus,
+    Verdict,
 )
-from storage.writes import KEEP, Commit, Committed, KeepResult, SessionPage
+from storage.people import Change, Person, PersonKey
+from storage.writes import Commit, Committed, KeepResult, SessionPage
 
-CONTENT_GRACE = timedelta(days=1)  # content outlives the history rows that refer to it
 
+class LocalStore(Store):
+    def __init__(self, data_dir: Path, **options: Any) -> None:
+        super().__init__(**options)
+        self.database = Database(
+            data_dir,
+            clock=lambda: self.clock(),
+            lease_duration=self.lease_duration,
+            lease_skew=self.lease_skew,
+            state_ttl=self.state_ttl,
+            tombstone_ttl=self.tombstone_ttl,
+            event_ttl=self.event_ttl,
+            claim_ttl=self.claim_ttl,
+            backlog_limit=self.backlog_limit,
+        )
+        self.data_dir = self.database.data_dir
+        self.db_path = self.database.db_path
+        self.blobs = BlobDir(self.data_dir / "blobs")
+        self.records = Records(self.database)
+        self.ledger = Ledger(self.database)
+        self.keeps = Keeps(self.database, self.ledger)
+        self.commits = Commits(self.database, self.ledger)
+        self.history = History(self.database)
+        self.queries = ListingQueries(self.database)
+        self.feedback = Feedback(self.database)
+        self.installations = Installations(self.database)
+        self.people = People(self.database)
+        self.replicas = Replicas(self.database)
+        self.housekeeping = Housekeeping(self.database, self.blobs)
 
-class LocalStore(Ledgers, ListingQueries, Installations, People, Feedback, Replicas):
-    # -- leases -------------------------------------------------------------------------
+    @property
+    def busy_timeout(self) -> float:
+        """Seconds a write waits for another process's writer (sqlite's lock)."""
+        return self.database.busy_timeout
+
+    @busy_timeout.setter
+    def busy_timeout(self, seconds: float) -> None:
+        self.database.busy_timeout = seconds
+
+    def close(self) -> None:
+        self.database.close()
+
+    def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:
+        """Delete expired rows, orphan checkpoint blobs older than `orphan_age` and content
+        no longer kept (see `Housekeeping.collect`). Returns how many blobs were removed."""
+        return self.housekeeping.collect(orphan_age=orphan_age)
+
+    # -- records and leases -------------------------------------------------------------
+
+    @translated
+    def get(self, key: ConversationKey) -> Conversation | None:
+        return self.records.get(key)
+
+    @translated
+    def expired_record(self, key: ConversationKey) -> Conversation | None:
+        return self.records.expired_record(key)
 
     @translated
     def acquire(
@@ -65,178 +116,33 @@ class LocalStore(Ledgers, ListingQueries, Installations, People, Feedback, Repli
         create: bool = True,
         takeover_from: str | None = None,
     ) -> tuple[Lease, Conversation]:
-        now = self.clock()
-        with self._write() as db:
-            record = self._live(db, key, now)
-            if record is None:
-                if not create:
-                    raise NotFound(str(key))
-                record = self._fresh(db, key, now, revive=True)
-            held = record.lease_owner is not None and record.lease_expires_at is not None
-            busy = held and record.lease_expires_at >= self.takeover_cutoff(now)  # type: ignore[operator]
-            if takeover_from is not None and record.lease_owner == takeover_from:
-                busy = False  # its holder is known to be dead
-            if busy and not force:
-                raise LeaseBusy(str(key), record.lease_owner, record.lease_expires_at)
-            record = record.model_copy(
-                update={
-                    "fence": record.fence + 1,
-                    "lease_owner": owner,
-                    "lease_expires_at": now + self.lease_duration,  # == Lease.expires_at
-                    "stop_by": None,
-                    "updated_at": now,
-                    **(status_change(status, None, now) if status else {}),
-                }
-            )
-            self._save(db, record)
-            inbox = read_inbox(db, key)
-        expires = now + self.lease_duration
-        lease = Lease(
-            key=key,
-            owner=owner,
-            fence=record.fence,
-            expires_at=expires,
-            generation=record.generation,
+        return self.records.acquire(
+            key, owner, status=status, force=force, create=create, takeover_from=takeover_from
         )
-        return lease, record.model_copy(update={"inbox": inbox})
 
     @translated
     def renew(self, lease: Lease) -> Lease:
-        now = self.clock()
-        with self._write() as db:
-            record = fenced(db, lease)
-            expires = now + self.lease_duration
-            self._save(db, record.model_copy(update={"lease_expires_at": expires}))
-        return lease.model_copy(update={"expires_at": expires, "stop_by": record.stop_by})
+        return self.records.renew(lease)
 
     # -- the atomic write ---------------------------------------------------------------
 
     @translated
     def apply(self, commit: Commit) -> Committed:
-        now = self.clock()
-        with self._write() as db:
-            if commit.lease is not None:
-                record = fenced(db, commit.lease)
-            else:
-                record = self._live(db, commit.key, now) or self._fresh(
-                    db, commit.key, now, revive=False
-                )
-            if (
-                commit.expected_version is not None
-                and record.checkpoint_version != commit.expected_version
-            ):
-                raise CheckpointConflict(
-                    str(commit.key), commit.expected_version, record.checkpoint_version
-                )
-            if commit.inbox_seen is not None and commit.inbox_seen != record.inbox_seq:
-                raise InboxChanged(f"{commit.key}: inbox at {record.inbox_seq}")
-            for entry_id in commit.consume:
-                db.execute(
-                    "DELETE FROM inbox WHERE key = ? AND entry_id = ?", (str(commit.key), entry_id)
-                )
-            if commit.base_seq is not None and commit.base_seq != record.next_seq:
-                raise SessionConflict(
-                    f"{commit.key}: items staged at seq {commit.base_seq}, now {record.next_seq}"
-                )
-            next_seq = record.next_seq
-            armed = []
-            for call in commit.arm:  # calls recorded as started with this checkpoint
-                if read_tool(db, commit.key, call.call_id) is None:  # else it says more
-                    self._save_tool(db, call)
-                    armed.append(call.call_id)
-            for item in commit.items:
-                db.execute(
-                    "INSERT INTO items (key, seq, data) VALUES (?, ?, ?)",
-                    (str(commit.key), next_seq, item),
-                )
-                next_seq += 1
-            update: dict[str, Any] = {"updated_at": now, "next_seq": next_seq}
-            if commit.checkpoint is not KEEP:
-                update["checkpoint"] = (
-                    commit.checkpoint.model_copy(update={"session_seq": next_seq})  # type: ignore[union-attr]
-                    if commit.checkpoint is not None
-                    else None
-                )
-            if commit.status is not None:
-                update |= status_change(commit.status, commit.run_by, now)
-            if commit.run_by is not None:
-                update["run_by"] = commit.run_by
-            if commit.clear_expiry:
-                update["expired_from"] = None
-            if commit.clear_stop:
-                update["stop_by"] = None
-            if commit.release:
-                update |= {"lease_owner": None, "lease_expires_at": None, "stop_by": None}
-            if commit.touch:
-                update |= {"last_activity_at": now, "expires_at": now + self.state_ttl}
-            record = record.model_copy(update=update)
-            delivery = commit.delivery
-            if delivery is None and commit.delivered:
-                delivery = DeliveryMark(version=record.checkpoint_version)
-            if delivery is not None:
-                record = record.model_copy(
-                    update={
-                        "delivered_version": delivery.version,
-                        "delivered_count": delivery.count,
-                        "delivery_attempts": delivery.attempts,
-                        "delivery_retry_at": delivery.retry_at,
-                        "delivery_error": delivery.error,
-                    }
-                )
-            self._save(db, record)
-        wrote_pointer = commit.checkpoint is not KEEP and commit.checkpoint is not None
-        session_known = commit.base_seq is not None or bool(commit.items) or wrote_pointer
-        return Committed(
-            key=commit.key,
-            next_seq=record.next_seq if session_known else None,
-            checkpoint=record.checkpoint if wrote_pointer else None,
-            status=commit.status,
-            armed=tuple(armed),
-        )
+        return self.commits.apply(commit)
 
     # -- session ------------------------------------------------------------------------
 
     @translated
     def read_items(self, key: ConversationKey, limit: int | None = None) -> SessionPage:
-        db = self._connection()
-        db.execute("BEGIN")  # one snapshot for the record and its items
-        try:
-            record = read_record(db, key)
-            if record is None:
-                return SessionPage(items=[], next_seq=0)
-            query = "SELECT data FROM items WHERE key = ? AND seq >= ? ORDER BY seq DESC"
-            params: tuple[Any, ...] = (str(key), record.session_floor)
-            if limit is not None:
-                query += " LIMIT ?"
-                params += (max(limit, 0),)
-            rows = db.execute(query, params).fetchall()
-        finally:
-            db.execute("COMMIT")
-        return SessionPage(items=[row[0] for row in reversed(rows)], next_seq=record.next_seq)
+        return self.history.read_items(key, limit)
 
     @translated
     def pop_item(self, key: ConversationKey, lease: Lease | None = None) -> str | None:
-        with self._write() as db:
-            record = fenced(db, lease) if lease else read_record(db, key)
-            if record is None:
-                return None
-            row = db.execute(
-                "SELECT seq, data FROM items WHERE key = ? AND seq >= ? ORDER BY seq DESC LIMIT 1",
-                (str(key), record.session_floor),
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute("DELETE FROM items WHERE key = ? AND seq = ?", (str(key), row[0]))
-            return str(row[1])
+        return self.history.pop_item(key, lease)
 
     @translated
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
-        with self._write() as db:
-            record = fenced(db, lease) if lease else read_record(db, key)
-            if record is None:
-                return
-            self._save(db, record.model_copy(update={"session_floor": record.next_seq}))
-            db.execute("DELETE FROM items WHERE key = ?", (str(key),))
+        self.history.clear_items(key, lease)
 
     # -- inbox --------------------------------------------------------------------------
 
@@ -254,162 +160,187 @@ class LocalStore(Ledgers, ListingQueries, Installations, People, Feedback, Repli
         stop_by: str | None = None,
         refusal_text: str = "",
     ) -> KeepResult:
-        now = self.clock()
-        with self._write() as db:
-            record = self._live(db, key, now)
-            if record is None:
-                tombstone = read_record(db, key)
-                lasts = tombstone is not None and now <= self.tombstone_until(tombstone)
-                if not (create or lasts):
-                    raise NotFound(str(key))
-                record = self._fresh(db, key, now, revive=True)
-            claim = f"{key}|{event_id}"
-            refusal = f"{claim}|refused|{token}"  # this keep was refused (if it was)
-            if not self._claim(db, claim, now.timestamp(), self.claim_ttl):
-                if token and self._claimed(db, refusal, now.timestamp()):
-                    return KeepResult(kept=False, refused=True)  # our own refusal, retried
-                # Our own earlier attempt (same token) is a keep; anything else a duplicate.
-                mine = bool(token) and any(
-                    e.event_id == event_id and e.token == token for e in read_inbox(db, key)
-                )
-                return KeepResult(kept=mine)
-            if backlog(db, key) >= self.backlog_limit:
-                # Claimed all the same: another delivery of it is a duplicate, not kept
-                # after the thread was told this one was not taken.
-                if token:
-                    self._claim(db, refusal, now.timestamp(), self.claim_ttl)
-                told = Refusal(
-                    event_id=event_id,
-                    user=participant or "",
-                    text=refusal_text[:REFUSAL_TEXT],
-                    at=now,
-                )
-                record = with_refusal(record, told)
-                self._save(db, record)
-                return KeepResult(kept=False, refused=True, named=told in record.refused)
-            entry = InboxEntry(
-                entry_id=f"{inbox_stamp(now)}#{event_id}",
-                event_id=event_id,
-                payload=payload,
-                received_at=now,
-                token=token or "",
-            )
-            db.execute(
-                "INSERT INTO inbox (key, entry_id, entry) VALUES (?, ?, ?)",
-                (str(key), entry.entry_id, entry.model_dump_json()),
-            )
-            participants = record.participants | ({participant} if participant else set())
-            update: dict[str, Any] = {
-                "inbox_seq": record.inbox_seq + 1,
-                **status_change(Status.RUNNING, None, now),
-                "participants": participants,
-                "updated_at": now,
-                "last_activity_at": now,
-                "expires_at": now + self.state_ttl,
-            }
-            held = record.lease_owner is not None and record.lease_expires_at is not None
-            free = not held or record.lease_expires_at < self.takeover_cutoff(now)  # type: ignore[operator]
-            take = owner is not None and free
-            if take:
-                update |= {
-                    "fence": record.fence + 1,
-                    "lease_owner": owner,
-                    "lease_expires_at": now + self.lease_duration,
-                    "stop_by": None,
-                    "run_by": participant or record.run_by,
-                }
-            if stop_by:
-                update["stop_by"] = stop_by
-            record = record.model_copy(update=update)
-            self._save(db, record)
-            inbox = read_inbox(db, key)
-        if not take:
-            return KeepResult(kept=True)
-        lease = Lease(
-            key=key,
-            owner=record.lease_owner or "",
-            fence=record.fence,
-            expires_at=now + self.lease_duration,
-            generation=record.generation,
+        return self.keeps.keep(
+            key,
+            event_id,
+            payload,
+            create=create,
+            participant=participant,
+            owner=owner,
+            token=token,
+            stop_by=stop_by,
+            refusal_text=refusal_text,
         )
-        return KeepResult(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))
 
     @translated
     def read_inbox(
         self, key: ConversationKey, generation: int | None = None, limit: int | None = None
     ) -> list[InboxEntry]:
-        return read_inbox(self._connection(), key, limit)
+        return self.keeps.read(key, generation, limit)
 
     @translated
     def refusals_told(
         self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
     ) -> None:
-        with self._write() as db:
-            record = read_record(db, key)
-            if record is not None and record.refusals_untold:
-                self._save(db, with_refusals_told(record, event_ids, counted))
+        self.keeps.refusals_told(key, event_ids, counted)
 
-    # -- blobs and housekeeping ---------------------------------------------------------
+    # -- ledgers ------------------------------------------------------------------------
+
+    @translated
+    def claim_event(self, event_id: str) -> bool:
+        return self.ledger.claim_event(event_id)
+
+    @translated
+    def begin_tool_call(
+        self, lease: Lease, call_id: str, tool_name: str, arguments: str
+    ) -> ToolCallClaim:
+        return self.ledger.begin(lease, call_id, tool_name, arguments)
+
+    @translated
+    def complete_tool_call(
+        self,
+        lease: Lease,
+        call_id: str,
+        output: str,
+        *,
+        status: ToolCallStatus = ToolCallStatus.COMPLETED,
+    ) -> bool:
+        return self.ledger.complete(lease, call_id, output, status=status)
+
+    @translated
+    def retry_tool_call(
+        self, lease: Lease, call_id: str, *, max_attempts: int
+    ) -> ToolCallRecord | None:
+        return self.ledger.retry(lease, call_id, max_attempts=max_attempts)
+
+    @translated
+    def get_tool_call(
+        self, key: ConversationKey, call_id: str, generation: int | None = None
+    ) -> ToolCallRecord | None:
+        return self.ledger.get(key, call_id, generation)
+
+    # -- operational queries ------------------------------------------------------------
+
+    @translated
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        return self.queries.list_by_status(status, idle_for=idle_for, limit=limit)
+
+    @translated
+    def count_by_status(self) -> dict[Status, int]:
+        return self.queries.count_by_status()
+
+    @translated
+    def list_by_team(
+        self,
+        team: str | None,
+        *,
+        enterprise: str | None = None,
+        statuses: Sequence[Status] = INDEXED,
+        limit: int = 1000,
+    ) -> list[Conversation]:
+        return self.queries.list_by_team(
+            team, enterprise=enterprise, statuses=statuses, limit=limit
+        )
+
+    @translated
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        *,
+        enterprise: str | None = None,
+        participant: str | None = None,
+        limit: int = 50,
+    ) -> list[Conversation]:
+        return self.queries.list_paused_in(
+            team, channel, enterprise=enterprise, participant=participant, limit=limit
+        )
+
+    @translated
+    def list_waiting_on(
+        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
+    ) -> list[Conversation]:
+        return self.queries.list_waiting_on(team, user, enterprise=enterprise, limit=limit)
+
+    @translated
+    def list_waiting_in(
+        self, team: str, *, enterprise: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        return self.queries.list_waiting_in(team, enterprise=enterprise, limit=limit)
+
+    # -- people -------------------------------------------------------------------------
+
+    @translated
+    def get_person(self, key: PersonKey) -> Person | None:
+        return self.people.get(key)
+
+    @translated
+    def _change_person(self, key: PersonKey, change: Change) -> Person | None:
+        return self.people.change(key, change)
+
+    # -- replicas -----------------------------------------------------------------------
+
+    @translated
+    def beat(self, replica: str) -> None:
+        self.replicas.beat(replica)
+
+    @translated
+    def beats(self) -> dict[str, datetime]:
+        return self.replicas.beats()
+
+    # -- installations ------------------------------------------------------------------
+
+    @translated
+    def save_installation(self, install_id: str, document: str) -> None:
+        self.installations.save(install_id, document)
+
+    @translated
+    def find_installation(self, install_id: str) -> str | None:
+        return self.installations.find(install_id)
+
+    @translated
+    def delete_installation(self, install_id: str) -> bool:
+        return self.installations.delete(install_id)
+
+    @translated
+    def issue_state(self, state: str, ttl: timedelta) -> bool:
+        return self.installations.issue_state(state, ttl)
+
+    @translated
+    def consume_state(self, state: str) -> bool:
+        return self.installations.consume_state(state)
+
+    # -- feedback -----------------------------------------------------------------------
+
+    @translated
+    def record_feedback(
+        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
+    ) -> FeedbackTally | None:
+        return self.feedback.record(key, answer, user, verdict)
+
+    @translated
+    def count_feedback(self) -> FeedbackTally:
+        return self.feedback.count()
+
+    # -- blobs --------------------------------------------------------------------------
 
     @translated
     def _put_blob(self, object_key: str, data: bytes) -> None:
         self.blobs.put_new(object_key, data)
 
     @translated
-    def _get_blob(self, object_key: str) -> bytes:
-        return self.blobs.get(object_key)
-
-    @translated
     def _refresh_blob(self, object_key: str, data: bytes) -> None:
         self.blobs.refresh(object_key, data)
+
+    @translated
+    def _get_blob(self, object_key: str) -> bytes:
+        return self.blobs.get(object_key)
 
     @translated
     def _delete_blob(self, object_key: str) -> None:
         self.blobs.delete(object_key)
 
-    def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:
-        """Delete expired rows (sqlite has no TTL; an expired record itself once its
-        tombstone's time is over too), checkpoint blobs that no live record points to and
-        that are older than `orphan_age`, and content blobs not written for a day
-        longer than the state TTL (as the S3 lifecycle rule does). Returns how many blobs
-        were removed."""
-        now = self.clock()
-        with self._write() as db:
-            # A record whose state expired stays as its conversation's tombstone (its
-            # queued messages with it, to be named) until `tombstone_ttl` later.
-            expired = [
-                row[0]
-                for row in db.execute(
-                    "SELECT key FROM conversations WHERE expires_at < ?", (now.timestamp(),)
-                )
-            ]
-            gone = (now - self.tombstone_ttl).timestamp()
-            for key in expired:
-                db.execute(
-                    "DELETE FROM conversations WHERE key = ? AND expires_at < ?", (key, gone)
-                )
-                for table in ROW_TABLES:
-                    if table != "inbox":
-                        db.execute(f"DELETE FROM {table} WHERE key = ?", (key,))
-            db.execute("DELETE FROM inbox WHERE key NOT IN (SELECT key FROM conversations)")
-            for table in ("events", "tool_calls", "one_time_states"):
-                db.execute(f"DELETE FROM {table} WHERE expires_at < ?", (now.timestamp(),))
-            live = {  # an expired state's checkpoint goes with it
-                record.checkpoint.object_key
-                for (text,) in db.execute(
-                    "SELECT record FROM conversations WHERE expires_at >= ?", (now.timestamp(),)
-                )
-                if (record := Conversation.model_validate_json(text)).checkpoint
-            }
-        cutoff = (now - orphan_age).timestamp()
-        removed = 0
-        for object_key, mtime in self.blobs.keys("checkpoints"):
-            if object_key not in live and mtime < cutoff:
-                self.blobs.delete(object_key)
-                removed += 1
-        retained = (now - self.state_ttl - CONTENT_GRACE).timestamp()
-        for object_key, mtime in self.blobs.keys(CONTENT_PREFIX.rstrip("/")):
-            if mtime < retained:
-                self.blobs.delete(object_key)
-                removed += 1
-        return removed
+
+__all__ = ["LocalStore"]

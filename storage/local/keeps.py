@@ -1,0 +1,135 @@
+"""Keeping messages on sqlite: a message kept in the thread's inbox (claimed once, refused
+past the backlog cap, taking the lease when it is free), the inbox read, refusals told."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from storage.errors import NotFound
+from storage.local.database import Database, backlog, read_inbox, read_record, status_change
+from storage.local.ledger import Ledger
+from storage.models import (
+    REFUSAL_TEXT,
+    ConversationKey,
+    InboxEntry,
+    Lease,
+    Refusal,
+    Status,
+    inbox_stamp,
+    with_refusal,
+    with_refusals_told,
+)
+from storage.writes import KeepResult
+
+
+class Keeps:
+    def __init__(self, database: Database, ledger: Ledger) -> None:
+        self.d = database
+        self.ledger = ledger
+
+    def keep(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool = True,
+        participant: str | None = None,
+        owner: str | None = None,
+        token: str | None = None,
+        stop_by: str | None = None,
+        refusal_text: str = "",
+    ) -> KeepResult:
+        now = self.d.clock()
+        with self.d.write() as db:
+            record = self.d.live(db, key, now)
+            if record is None:
+                tombstone = read_record(db, key)
+                lasts = tombstone is not None and now <= self.d.tombstone_until(tombstone)
+                if not (create or lasts):
+                    raise NotFound(str(key))
+                record = self.d.fresh(db, key, now, revive=True)
+            claim = f"{key}|{event_id}"
+            refusal = f"{claim}|refused|{token}"  # this keep was refused (if it was)
+            if not self.ledger.claim(db, claim, now.timestamp(), self.d.claim_ttl):
+                if token and self.ledger.claimed(db, refusal, now.timestamp()):
+                    return KeepResult(kept=False, refused=True)  # our own refusal, retried
+                # Our own earlier attempt (same token) is a keep; anything else a duplicate.
+                mine = bool(token) and any(
+                    e.event_id == event_id and e.token == token for e in read_inbox(db, key)
+                )
+                return KeepResult(kept=mine)
+            if backlog(db, key) >= self.d.backlog_limit:
+                # Claimed all the same: another delivery of it is a duplicate, not kept
+                # after the thread was told this one was not taken.
+                if token:
+                    self.ledger.claim(db, refusal, now.timestamp(), self.d.claim_ttl)
+                told = Refusal(
+                    event_id=event_id,
+                    user=participant or "",
+                    text=refusal_text[:REFUSAL_TEXT],
+                    at=now,
+                )
+                record = with_refusal(record, told)
+                self.d.save(db, record)
+                return KeepResult(kept=False, refused=True, named=told in record.refused)
+            entry = InboxEntry(
+                entry_id=f"{inbox_stamp(now)}#{event_id}",
+                event_id=event_id,
+                payload=payload,
+                received_at=now,
+                token=token or "",
+            )
+            db.execute(
+                "INSERT INTO inbox (key, entry_id, entry) VALUES (?, ?, ?)",
+                (str(key), entry.entry_id, entry.model_dump_json()),
+            )
+            participants = record.participants | ({participant} if participant else set())
+            update: dict[str, Any] = {
+                "inbox_seq": record.inbox_seq + 1,
+                **status_change(Status.RUNNING, None, now),
+                "participants": participants,
+                "updated_at": now,
+                "last_activity_at": now,
+                "expires_at": now + self.d.state_ttl,
+            }
+            held = record.lease_owner is not None and record.lease_expires_at is not None
+            free = not held or record.lease_expires_at < self.d.takeover_cutoff(now)  # type: ignore[operator]
+            take = owner is not None and free
+            if take:
+                update |= {
+                    "fence": record.fence + 1,
+                    "lease_owner": owner,
+                    "lease_expires_at": now + self.d.lease_duration,
+                    "stop_by": None,
+                    "run_by": participant or record.run_by,
+                }
+            if stop_by:
+                update["stop_by"] = stop_by
+            record = record.model_copy(update=update)
+            self.d.save(db, record)
+            inbox = read_inbox(db, key)
+        if not take:
+            return KeepResult(kept=True)
+        lease = Lease(
+            key=key,
+            owner=record.lease_owner or "",
+            fence=record.fence,
+            expires_at=now + self.d.lease_duration,
+            generation=record.generation,
+        )
+        return KeepResult(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))
+
+    def read(
+        self, key: ConversationKey, generation: int | None = None, limit: int | None = None
+    ) -> list[InboxEntry]:
+        return read_inbox(self.d.connection(), key, limit)
+
+    def refusals_told(
+        self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
+    ) -> None:
+        with self.d.write() as db:
+            record = read_record(db, key)
+            if record is not None and record.refusals_untold:
+                self.d.save(db, with_refusals_told(record, event_ids, counted))

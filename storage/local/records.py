@@ -1,0 +1,78 @@
+"""The conversation record on sqlite: reading it, and taking and renewing its lease (a
+record whose state expired is brought back by the take that finds it, see
+`Database.fresh`). Keeping messages in it is `keeps`'."""
+
+from __future__ import annotations
+
+from storage.errors import LeaseBusy, NotFound
+from storage.local.database import Database, fenced, read_inbox, read_record, status_change
+from storage.models import Conversation, ConversationKey, Lease, Status
+
+
+class Records:
+    def __init__(self, database: Database) -> None:
+        self.d = database
+
+    def get(self, key: ConversationKey) -> Conversation | None:
+        record = read_record(self.d.connection(), key)
+        return None if record is None or self.d.expired(record, self.d.clock()) else record
+
+    def expired_record(self, key: ConversationKey) -> Conversation | None:
+        record = read_record(self.d.connection(), key)
+        now = self.d.clock()
+        if record is None or not self.d.expired(record, now):
+            return None
+        return record if now <= self.d.tombstone_until(record) else None
+
+    def acquire(
+        self,
+        key: ConversationKey,
+        owner: str,
+        *,
+        status: Status | None = None,
+        force: bool = False,
+        create: bool = True,
+        takeover_from: str | None = None,
+    ) -> tuple[Lease, Conversation]:
+        now = self.d.clock()
+        with self.d.write() as db:
+            record = self.d.live(db, key, now)
+            if record is None:
+                if not create:
+                    raise NotFound(str(key))
+                record = self.d.fresh(db, key, now, revive=True)
+            held = record.lease_owner is not None and record.lease_expires_at is not None
+            busy = held and record.lease_expires_at >= self.d.takeover_cutoff(now)  # type: ignore[operator]
+            if takeover_from is not None and record.lease_owner == takeover_from:
+                busy = False  # its holder is known to be dead
+            if busy and not force:
+                raise LeaseBusy(str(key), record.lease_owner, record.lease_expires_at)
+            record = record.model_copy(
+                update={
+                    "fence": record.fence + 1,
+                    "lease_owner": owner,
+                    "lease_expires_at": now + self.d.lease_duration,  # == Lease.expires_at
+                    "stop_by": None,
+                    "updated_at": now,
+                    **(status_change(status, None, now) if status else {}),
+                }
+            )
+            self.d.save(db, record)
+            inbox = read_inbox(db, key)
+        expires = now + self.d.lease_duration
+        lease = Lease(
+            key=key,
+            owner=owner,
+            fence=record.fence,
+            expires_at=expires,
+            generation=record.generation,
+        )
+        return lease, record.model_copy(update={"inbox": inbox})
+
+    def renew(self, lease: Lease) -> Lease:
+        now = self.d.clock()
+        with self.d.write() as db:
+            record = fenced(db, lease)
+            expires = now + self.d.lease_duration
+            self.d.save(db, record.model_copy(update={"lease_expires_at": expires}))
+        return lease.model_copy(update={"expires_at": expires, "stop_by": record.stop_by})

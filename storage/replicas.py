@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from storage.installations import check_id
 
 BEAT_TTL = timedelta(hours=1)  # a replica's record outlives its last beat this long
-SEPARATOR = "|"  # an owner is `replica|suffix` (see `bot.runtime.holder.new_owner`)
+SEPARATOR = "|"  # an owner is `replica|suffix` (see `bot.runtime.lease_owner.new_owner`)
 
 
 class ReplicaBeats(ABC):

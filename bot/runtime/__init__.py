@@ -19,7 +19,7 @@ from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import UnguardedTool, guard_agent, idempotent, retry_safe
 from bot.runtime.heartbeat import keep_beating
 from bot.runtime.history_cache import HistoryCache
-from bot.runtime.holder import new_owner, owner_pid
+from bot.runtime.lease_owner import new_owner, owner_pid
 from bot.runtime.not_taken import notice as not_taken_notice
 from bot.runtime.outcomes import (
     Answer,

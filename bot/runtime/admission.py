@@ -1,6 +1,6 @@
 """Admission: at most `BOT_MAX_RUNS` threads are served at once in a replica.
 
-Keeping a message never waits for this (the keep and the ack come first, see `ack_first`).
+Keeping a message never waits for this (the keep and the ack come first, see `keeps_first`).
 A thread that finds no slot gives its lease up at once, as `running` with its inbox
 untouched, so it waits durably: any replica's recovery sweep finds it, one with room takes
 it, and a replica that dies while threads wait loses none. Here it waits in arrival order

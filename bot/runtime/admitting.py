@@ -14,8 +14,8 @@ from typing import Any
 
 from bot import metrics
 from bot.runtime.admission import Admission
-from bot.runtime.holder import new_owner
 from bot.runtime.keeping import Keeping
+from bot.runtime.lease_owner import new_owner
 from bot.runtime.outcomes import Notice, NoticeKind, Outcome
 from bot.runtime.progress import Progress, shown
 from storage import Conversation, ConversationKey, Lease, LeaseBusy, LeaseLost, NotFound, Status

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import RunState
 
-from bot.runtime import stopping, trust
+from bot.runtime import state_checks, stopping
 from bot.runtime.envelope import DecisionMade, DecisionRequest, Envelope, HeldMessage
 from bot.runtime.outcomes import (
     ApprovalRequest,
@@ -150,7 +150,7 @@ async def _decided(
     consume: list[str],
     clicks: list[DecisionRequest],
 ) -> None:
-    state = await trust.load_state(serving, envelope)
+    state = await state_checks.load_state(serving, envelope)
     if state is None:
         return
     apply_decisions(state, verdicts)
@@ -212,7 +212,7 @@ async def _keep(
     state_doc = envelope.run_state
     decided = dict(envelope.decided)
     if verdicts:
-        state = await trust.load_state(serving, envelope)
+        state = await state_checks.load_state(serving, envelope)
         if state is None:
             return
         apply_decisions(state, verdicts)

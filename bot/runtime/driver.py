@@ -26,7 +26,7 @@ from agents.exceptions import (
     UserError,
 )
 
-from bot.runtime import approvals, stopping, trust
+from bot.runtime import approvals, state_checks, stopping
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
 from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
 from bot.runtime.mcp_servers import paused_for
@@ -230,8 +230,10 @@ class _Turn:
             return
         if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
             log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
-            await trust.fail_closed(
-                serving, trust.FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"), None
+            await state_checks.fail_closed(
+                serving,
+                state_checks.FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"),
+                None,
             )
             return
         await interrupted(serving, exc)
@@ -398,7 +400,7 @@ async def guardrail_tripped(
     continue). The turn's items are not kept; calls left open are closed as the ledger
     says, so that the history stays valid; messages held for the run are answered next."""
     log.info("%s: guardrail %r stopped the request", serving.key, name)
-    closed = await trust.close_calls(serving)
+    closed = await state_checks.close_calls(serving)
     notice = Notice(
         key=serving.key,
         kind=NoticeKind.GUARDRAIL,

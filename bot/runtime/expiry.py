@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from bot.runtime.envelope import DecisionRequest, Envelope, UserMessage, parse_payload
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
+from bot.runtime.state_checks import human_age
 from bot.runtime.text import quote, quoted_then_counted
-from bot.runtime.trust import human_age
 from storage import CheckpointError, CheckpointPointer, Expiry, Status
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from enum import StrEnum
 
-from bot.runtime.ack_first import KeepsFirst
 from bot.runtime.context_source import SharedFile
 from bot.runtime.envelope import DecisionRequest, Probe, UserMessage
-from bot.runtime.holder import new_owner
+from bot.runtime.keeps_first import KeepsFirst
+from bot.runtime.lease_owner import new_owner
 from bot.runtime.not_taken import NotTaken
 from bot.runtime.queries import Queries
 from bot.runtime.replies import is_stop_word

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from bot import metrics
-from bot.runtime.holder import new_owner, provably_dead
+from bot.runtime.lease_owner import new_owner, provably_dead
 from bot.runtime.outcomes import Outcome
 from bot.runtime.progress import shown
 from bot.runtime.serving import Serving

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from bot.runtime.admitting import Admitting
-from bot.runtime.holder import new_owner
 from bot.runtime.keeping import Kept
+from bot.runtime.lease_owner import new_owner
 from bot.runtime.outcomes import Outcome, StatusReply
 from storage import ConversationKey, LeaseBusy, NotFound, Status
 

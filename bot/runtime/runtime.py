@@ -2,7 +2,7 @@
 recover, drain. Slack-agnostic. What may be asked without serving a thread (conversations,
 counts, health) is in `queries`; keeping a request in `keeping`; serving it when a slot
 admits it in `admitting`; stop requests in `stop_requests`; `/resume` in `resuming`;
-recovery in `recovery`; discarding in `stewardship`.
+recovery in `recovery`; discarding in `discarding`.
 
 A message or a decision is first *kept* (one durable write to the thread's inbox; the caller
 acknowledges the delivery only after that), then the thread is *served* by whoever takes its
@@ -22,19 +22,20 @@ from agents import Agent
 from agents.memory import SessionSettings
 from agents.run_state import CURRENT_SCHEMA_VERSION
 
-from bot.runtime.ack_first import KeepsFirst
 from bot.runtime.admission import Admission
 from bot.runtime.admitting import Served
 from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource
 from bot.runtime.delivery import OutcomeSink
+from bot.runtime.discarding import StaleFilter, discard_conversation, discard_team
 from bot.runtime.expiry import EXPIRED
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
 from bot.runtime.history_cache import HistoryCache
-from bot.runtime.holder import new_owner, process_identity
 from bot.runtime.keeping import Kept
+from bot.runtime.keeps_first import KeepsFirst
+from bot.runtime.lease_owner import new_owner, process_identity
 from bot.runtime.mcp_servers import McpServers
 from bot.runtime.not_taken import NotTaken
 from bot.runtime.outcomes import Duplicate, Outcome, Refused
@@ -45,7 +46,6 @@ from bot.runtime.recovery import recover_conversations
 from bot.runtime.resuming import EXPIRED_RESUME, NEUTRAL, Resuming
 from bot.runtime.run_options import base_run_config
 from bot.runtime.serving import Serving
-from bot.runtime.stewardship import StaleFilter, discard_conversation, discard_team
 from bot.runtime.stop_requests import EXPIRED_STOP, NOT_YOURS_TO_STOP, Stopping, StopRequests
 from bot.runtime.waiting import Waiting, waiting_for
 from bot.settings import RuntimeSettings
@@ -172,14 +172,14 @@ class ConversationRuntime(Resuming, StopRequests, People):
     async def discard(
         self, key: ConversationKey, *, by: str | None, only_if: StaleFilter | None = None
     ) -> list[Outcome]:
-        """Admin: set the conversation's saved state aside (see `stewardship`)."""
+        """Admin: set the conversation's saved state aside (see `discarding`)."""
         return await discard_conversation(self, key, by=by, only_if=only_if)
 
     async def discard_team(
         self, team: str | None, *, enterprise: str | None = None
     ) -> list[ConversationKey]:
         """A workspace removed the app: discard each of its conversations that could still
-        run or resume (see `stewardship`)."""
+        run or resume (see `discarding`)."""
         return await discard_team(self, team, enterprise)
 
     async def recover(self, *, limit: int = 1000) -> list[Outcome]:

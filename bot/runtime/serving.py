@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agents import RunState, TResponseInputItem
 
 from bot import metrics
-from bot.runtime import approvals, expiry, not_taken, stopping, trust
+from bot.runtime import approvals, expiry, not_taken, state_checks, stopping
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
 from bot.runtime.envelope import (
@@ -140,8 +140,8 @@ class Serving(Holding):
             await paused_for(self, unlisted)
             return
         try:
-            current = await trust.current_envelope(self)
-        except trust.WrittenByNewer as newer:
+            current = await state_checks.current_envelope(self)
+        except state_checks.WrittenByNewer as newer:
             self._leave_for_newer(str(newer))
             return
         owed: list[Outcome] = []
@@ -179,7 +179,7 @@ class Serving(Holding):
                 await self.refuse(decision, approvals.late_decision(known, decision))
         arrived = [HeldMessage.of(m) for m in entries.messages]
         if runnable is not None:  # a run to continue (after a restart, or `/resume`)
-            state = await trust.load_state(self, runnable)
+            state = await state_checks.load_state(self, runnable)
             if state is not None:
                 await self.drive(state, runnable.started_by, runnable.held + arrived, entries.ids)
                 return

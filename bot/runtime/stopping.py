@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bot.runtime import trust
+from bot.runtime import state_checks
 from bot.runtime.closing import STOPPED_BEFORE_IT_RAN
 from bot.runtime.envelope import (
     DecisionMade,
@@ -58,7 +58,7 @@ async def stopped(serving: Serving, consume: list[str], *, by: str | None = None
         except (CheckpointError, ValueError):
             envelope = None
     await _cancel_armed(serving)
-    closed = await trust.close_calls(serving, run=envelope)
+    closed = await state_checks.close_calls(serving, run=envelope)
     inbox = await serving.io(
         serving.store.read_inbox, serving.key, record.generation, CONSUME_LIMIT
     )

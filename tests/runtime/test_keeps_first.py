@@ -9,7 +9,7 @@ import time
 from agents.testing import ScriptedModel, assistant_message
 
 from bot.runtime import Answer, ConversationRuntime
-from bot.runtime.ack_first import KeepsFirst
+from bot.runtime.keeps_first import KeepsFirst
 from storage import Store
 from testkit.runtime import KEY, SideEffects, build_agent
 

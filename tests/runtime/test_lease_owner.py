@@ -1,4 +1,4 @@
-"""Lease owners (`bot.runtime.holder`): who holds a thread, and when another process on
+"""Lease owners (`bot.runtime.lease_owner`): who holds a thread, and when another process on
 the same host may take it over at once because the holder is provably dead."""
 
 from __future__ import annotations
@@ -6,21 +6,21 @@ from __future__ import annotations
 import os
 import socket
 
-from bot.runtime import holder
-from bot.runtime.holder import SEPARATOR, new_owner, process_identity, provably_dead
+from bot.runtime import lease_owner
+from bot.runtime.lease_owner import SEPARATOR, new_owner, process_identity, provably_dead
 
 NO_SUCH_PID = 4_194_305  # above Linux's highest possible pid (2**22)
 
 
 def owner_of(pid: int, ticks: object, host: str | None = None, boot: str | None = None) -> str:
-    parts = [host or socket.gethostname(), boot or holder.boot_id(), str(pid), str(ticks)]
+    parts = [host or socket.gethostname(), boot or lease_owner.boot_id(), str(pid), str(ticks)]
     return new_owner(SEPARATOR.join(parts))
 
 
 def test_this_process_identity() -> None:
     host, boot, pid, ticks = process_identity().split(SEPARATOR)
-    assert host == socket.gethostname() and boot == holder.boot_id()
-    assert int(pid) == os.getpid() and ticks == str(holder.start_ticks(os.getpid()))
+    assert host == socket.gethostname() and boot == lease_owner.boot_id()
+    assert int(pid) == os.getpid() and ticks == str(lease_owner.start_ticks(os.getpid()))
 
 
 def test_a_new_owner_per_acquisition() -> None:
@@ -38,7 +38,7 @@ def test_this_process_is_alive() -> None:
 
 def test_a_live_process_with_its_own_start_time_is_alive() -> None:
     parent = os.getppid()
-    assert provably_dead(owner_of(parent, holder.start_ticks(parent))) is False
+    assert provably_dead(owner_of(parent, lease_owner.start_ticks(parent))) is False
 
 
 def test_a_pid_that_no_longer_runs_is_dead() -> None:
@@ -48,9 +48,9 @@ def test_a_pid_that_no_longer_runs_is_dead() -> None:
 def test_a_reused_pid_is_dead() -> None:
     """The pid runs, but it is another process: its start time differs."""
     me = os.getpid()
-    assert provably_dead(owner_of(me, int(holder.start_ticks(me) or 0) + 1)) is True
+    assert provably_dead(owner_of(me, int(lease_owner.start_ticks(me) or 0) + 1)) is True
     parent = os.getppid()
-    assert provably_dead(owner_of(parent, int(holder.start_ticks(parent) or 0) + 1)) is True
+    assert provably_dead(owner_of(parent, int(lease_owner.start_ticks(parent) or 0) + 1)) is True
 
 
 def test_nothing_can_be_proven_about_another_host_or_boot() -> None:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from bot.runtime import trust
+from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, UserMessage, parse_payload
-from bot.runtime.holder import new_owner
+from bot.runtime.lease_owner import new_owner
 from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
 from bot.runtime.serving import Serving
 from bot.runtime.text import quote, quoted_then_counted
@@ -124,7 +124,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
             envelope = None  # damaged: there is nothing in it to count
     quotes = [quote(held.text) for held in envelope.held] if envelope else []
     quotes += [quote(text) for text in _message_texts(inbox)]
-    closed = await trust.close_calls(serving, run=envelope)
+    closed = await state_checks.close_calls(serving, run=envelope)
     dropped = len(quotes)
     who = f"An admin (<@{by}>)" if by else "An operator"
     lost = closed.describe() or "No tool call was pending."

@@ -19,7 +19,6 @@ from bot import metrics
 from bot.runtime.lease_owner import new_owner, provably_dead
 from bot.runtime.outcomes import Outcome
 from bot.runtime.progress import shown
-from bot.runtime.serving import Serving
 from storage import Conversation, LeaseBusy, LeaseLost, NotFound, Status
 from storage.replicas import silent
 
@@ -93,9 +92,9 @@ async def recover_conversations(rt: ConversationRuntime, *, limit: int) -> list[
                     log.info("%s: took over from %s (%s)", key, dead, why)
                     metrics.TAKEOVERS.labels(why.split()[1]).inc()
                 unheld = record.lease_owner is None
-                serving = Serving(rt, lease, fresh, recovering=True, unheld=unheld)
-                outcomes = await rt._serve(serving)
-        if serving.yielded:
+                served = await rt.serve_under_lease(lease, fresh, recovering=True, unheld=unheld)
+        outcomes = served.outcomes
+        if served.yielded:
             outcomes += await rt.serve_when_admitted(key, person)
         return outcomes
 

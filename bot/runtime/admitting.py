@@ -37,8 +37,14 @@ class Admitting(Keeping):
     progress: Progress
 
     @abstractmethod
-    async def _serve_under(
-        self, lease: Lease, record: Conversation, *, remind: bool = False
+    async def serve_under_lease(
+        self,
+        lease: Lease,
+        record: Conversation,
+        *,
+        remind: bool = False,
+        recovering: bool = False,
+        unheld: bool = False,
     ) -> Served:
         """Serve the thread under its lease, until nothing is left to do (`serving`)."""
 
@@ -80,7 +86,7 @@ class Admitting(Keeping):
                     return [Notice(key=key, kind=NoticeKind.QUEUED, text=text)]
                 except NotFound:
                     return []
-            served = await self._serve_under(lease, record)
+            served = await self.serve_under_lease(lease, record)
         outcomes = served.outcomes
         if served.yielded:
             outcomes += await self.serve_when_admitted(key, person)
@@ -106,7 +112,7 @@ class Admitting(Keeping):
                 taken = await self._admitted(key)
                 if taken is None:
                     return outcomes
-                served = await self._serve_under(*taken)
+                served = await self.serve_under_lease(*taken)
                 outcomes += served.outcomes
             if not served.yielded:
                 return outcomes
@@ -153,6 +159,6 @@ class Admitting(Keeping):
             return
         log.info("%s: its MCP servers are back; continuing", key)
         try:
-            await self._serve_under(lease, record)
+            await self.serve_under_lease(lease, record)
         except Exception:
             log.exception("%s: continuing after the MCP servers came back failed", key)

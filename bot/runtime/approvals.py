@@ -33,16 +33,16 @@ from storage import Status
 
 if TYPE_CHECKING:
     from bot.runtime.inbox_entries import Entries
-    from bot.runtime.serving import Serving
+    from bot.runtime.serving_view import ServingView
 
 Verdict = tuple[bool, str, str | None]  # approve, deciding user, reason
 
 
-def allowed(serving: Serving, envelope: Envelope, user: str) -> bool:
+def allowed(serving: ServingView, envelope: Envelope, user: str) -> bool:
     return user == envelope.started_by or user in serving.rt.settings.approvers
 
 
-def who_may_decide(serving: Serving, envelope: Envelope) -> str:
+def who_may_decide(serving: ServingView, envelope: Envelope) -> str:
     approvers = sorted(serving.rt.settings.approvers - {envelope.started_by})
     names = [f"<@{envelope.started_by}>"] + [f"<@{user}>" for user in approvers]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
@@ -63,7 +63,7 @@ def already(made: DecisionMade) -> str:
     return f"That call was already {verdict} by <@{made.user}>."
 
 
-def approval_request(serving: Serving, envelope: Envelope) -> ApprovalRequest:
+def approval_request(serving: ServingView, envelope: Envelope) -> ApprovalRequest:
     calls = [PendingCall(**c.model_dump(exclude={"human"})) for c in envelope.humans]
     return ApprovalRequest(
         key=serving.key,
@@ -74,7 +74,7 @@ def approval_request(serving: Serving, envelope: Envelope) -> ApprovalRequest:
     )
 
 
-async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries) -> None:
+async def while_awaiting(serving: ServingView, envelope: Envelope, entries: Entries) -> None:
     awaiting = {call.call_id for call in envelope.humans}
     verdicts: dict[str, Verdict] = {}
     clicked: dict[str, str | None] = {}
@@ -142,7 +142,7 @@ async def while_awaiting(serving: Serving, envelope: Envelope, entries: Entries)
 
 
 async def _decided(
-    serving: Serving,
+    serving: ServingView,
     envelope: Envelope,
     verdicts: dict[str, Verdict],
     clicked: dict[str, str | None],
@@ -201,7 +201,7 @@ async def _decided(
 
 
 async def _keep(
-    serving: Serving,
+    serving: ServingView,
     envelope: Envelope,
     verdicts: dict[str, Verdict],
     held: list[HeldMessage],

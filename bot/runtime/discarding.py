@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, UserMessage, parse_payload
 from bot.runtime.lease_owner import new_owner
 from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
+from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving import Serving
 from bot.runtime.text import quote, quoted_then_counted
 from storage import (
@@ -44,9 +44,6 @@ UNFINISHED = (
 TEAM_SWEEP_CONCURRENCY = 8
 QUOTED = 10  # dropped messages the notice names
 
-if TYPE_CHECKING:
-    from bot.runtime.runtime import ConversationRuntime
-
 
 @dataclass(frozen=True)
 class StaleFilter:
@@ -58,7 +55,7 @@ class StaleFilter:
 
 
 async def discard_conversation(
-    rt: ConversationRuntime,
+    rt: RuntimeParts,
     key: ConversationKey,
     *,
     by: str | None,
@@ -87,7 +84,7 @@ async def discard_conversation(
 
 
 async def discard_team(
-    rt: ConversationRuntime, team: str | None, enterprise: str | None
+    rt: RuntimeParts, team: str | None, enterprise: str | None
 ) -> list[ConversationKey]:
     """Discard every unfinished conversation of a workspace (every workspace of `enterprise`
     when `team` is None), live holders included: their next write is fenced off, so nothing

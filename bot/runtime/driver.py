@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents import RunResultStreaming, RunState, TResponseInputItem
+from agents import RunResultStreaming, RunState
 from agents.exceptions import (
     InputGuardrailTripwireTriggered,
     MaxTurnsExceeded,
@@ -41,15 +41,14 @@ from bot.runtime.turns import run_one_turn
 from storage import ConversationSession, Status, StorageError
 
 if TYPE_CHECKING:
-    from bot.runtime.serving import Serving
+    from bot.runtime.serving_view import ServingView, Start
 
 log = logging.getLogger(__name__)
-Start = str | list[TResponseInputItem] | RunState[Any]
 LATE_OUTPUT_CHARACTERS = 500
 
 
 async def drive(
-    serving: Serving, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
+    serving: ServingView, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
 ) -> None:
     """Run until it pauses for a person, finishes (then answer held messages), fails, or the
     process starts shutting down."""
@@ -119,7 +118,7 @@ async def drive(
         CURRENT_SCOPE.reset(token)
 
 
-def _session(serving: Serving) -> ConversationSession:
+def _session(serving: ServingView) -> ConversationSession:
     """The conversation's history for this serve: staged, so that a turn's items are written
     by its commit, together with the checkpoint."""
     rt = serving.rt
@@ -134,7 +133,7 @@ def _session(serving: Serving) -> ConversationSession:
     )
 
 
-def _scope(serving: Serving) -> TurnScope:
+def _scope(serving: ServingView) -> TurnScope:
     """What the guarded tools of a turn see: the storage, the lease, the calls armed to run,
     where their steps are shown, and whether a stop was asked."""
     progress, key = serving.rt.progress, serving.key
@@ -159,7 +158,7 @@ class _Turn:
 
     def __init__(
         self,
-        serving: Serving,
+        serving: ServingView,
         session: ConversationSession,
         scope: TurnScope,
         seen_down: set[str],
@@ -257,7 +256,7 @@ class _Turn:
         return True
 
 
-def _restart_notices(serving: Serving, scope: TurnScope) -> list[Outcome]:
+def _restart_notices(serving: ServingView, scope: TurnScope) -> list[Outcome]:
     """What the thread is told of the calls a restart cut short."""
     outcomes: list[Outcome] = []
     outcomes += [
@@ -304,7 +303,7 @@ class _Kept:
     @classmethod
     def of(
         cls,
-        serving: Serving,
+        serving: ServingView,
         scope: TurnScope,
         result: RunResultStreaming,
         started_by: str,
@@ -339,7 +338,7 @@ class _Kept:
         return cls(envelope, awaiting, state)
 
 
-async def _stopped_first(serving: Serving, scope: TurnScope, turn: asyncio.Task[Any]) -> bool:
+async def _stopped_first(serving: ServingView, scope: TurnScope, turn: asyncio.Task[Any]) -> bool:
     """Wait for the turn, unless someone asks the run to stop first: then abandon it (a
     model call has no side effects) once no side-effecting tool is mid-way (a tool already
     started finishes and is recorded). True when the turn was abandoned."""
@@ -366,7 +365,7 @@ async def _stopped_first(serving: Serving, scope: TurnScope, turn: asyncio.Task[
         asked.cancel()
 
 
-async def _tell_late(serving: Serving, scope: TurnScope) -> None:
+async def _tell_late(serving: ServingView, scope: TurnScope) -> None:
     """Results recorded after the lease was taken from this serve (a discard, while the
     tool ran): the thread is told what became of them (best effort: the ledger has it)."""
     for call_id, tool, output in scope.late:
@@ -393,7 +392,7 @@ def guardrail_name(exc: BaseException) -> str | None:
 
 
 async def guardrail_tripped(
-    serving: Serving, name: str, started_by: str, held: list[HeldMessage], consume: list[str]
+    serving: ServingView, name: str, started_by: str, held: list[HeldMessage], consume: list[str]
 ) -> None:
     """A guardrail stopped the request: the turn ends with a plain answer naming it, and is
     recorded as finished (not a failure: nothing is retried, `/resume` has nothing to
@@ -416,7 +415,7 @@ async def guardrail_tripped(
     serving.look_again(bool(held))
 
 
-async def interrupted(serving: Serving, exc: BaseException) -> None:
+async def interrupted(serving: ServingView, exc: BaseException) -> None:
     """The run failed (model or API error, too many turns, a turn that took too long). The
     last checkpoint stays; a new message or `/resume` continues from it. Messages not yet
     consumed stay queued."""

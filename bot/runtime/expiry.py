@@ -22,7 +22,7 @@ from storage import CheckpointError, CheckpointPointer, Expiry, Status
 
 if TYPE_CHECKING:
     from bot.runtime.inbox_entries import Entries
-    from bot.runtime.serving import Serving
+    from bot.runtime.serving_view import ServingView
 
 log = logging.getLogger(__name__)
 EXPIRED = (
@@ -32,7 +32,7 @@ EXPIRED = (
 QUOTED = 10  # unanswered messages named in the notice
 
 
-async def announce(serving: Serving, entries: Entries) -> None:
+async def announce(serving: ServingView, entries: Entries) -> None:
     gone = serving.record.expired_from
     assert gone is not None
     envelope = await _expired_envelope(serving, gone.checkpoint)
@@ -100,7 +100,9 @@ def expiry_text(gone: Expiry, pending: list[PendingCall], unanswered: int) -> st
     )
 
 
-async def _expired_envelope(serving: Serving, pointer: CheckpointPointer | None) -> Envelope | None:
+async def _expired_envelope(
+    serving: ServingView, pointer: CheckpointPointer | None
+) -> Envelope | None:
     """The expired state's envelope while its object lasts (to name what was waiting)."""
     if pointer is None:
         return None

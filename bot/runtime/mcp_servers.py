@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agents import Agent
 from agents.exceptions import UserError
@@ -45,11 +45,8 @@ from bot.runtime.mcp_failures import (
     connection_lost,
     plain,
 )
-from bot.runtime.outcomes import Notice, NoticeKind
+from bot.runtime.outcomes import Notice, NoticeKind, Outcome
 from storage import ConversationKey
-
-if TYPE_CHECKING:
-    from bot.runtime.serving import Serving
 
 log = logging.getLogger(__name__)
 CONNECT_SECONDS = 10.0  # to connect, and to list the tools after
@@ -403,7 +400,23 @@ class McpServers:
             self.on_back(ready)
 
 
-async def paused_for(serving: Serving, servers: Sequence[str]) -> None:
+class _HasServers(Protocol):
+    @property
+    def mcp(self) -> McpServers: ...
+
+
+class PausedServe(Protocol):
+    """What `paused_for` uses of a serve (so this module needs nothing of `serving`)."""
+
+    @property
+    def key(self) -> ConversationKey: ...
+    @property
+    def rt(self) -> _HasServers: ...
+    def pause_for_servers(self) -> None: ...
+    async def emit_now(self, outcome: Outcome) -> None: ...
+
+
+async def paused_for(serving: PausedServe, servers: Sequence[str]) -> None:
     """A run needs MCP servers that are down: the thread waits, interrupted, and is told.
     Nothing is lost: its messages stay queued, its checkpoint stays as it was. This process
     continues it when the servers are back; the next message or `/resume` does too."""

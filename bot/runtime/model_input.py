@@ -24,10 +24,10 @@ from bot.runtime.thread_context import earlier_context
 from bot.runtime.viewing import describe
 
 if TYPE_CHECKING:
-    from bot.runtime.serving import Serving
+    from bot.runtime.serving_view import ServingView
 
 
-async def render(serving: Serving, messages: list[HeldMessage]) -> list[TResponseInputItem]:
+async def render(serving: ServingView, messages: list[HeldMessage]) -> list[TResponseInputItem]:
     rt, key = serving.rt, serving.key
     items: list[TResponseInputItem] = []
     first = messages[0] if messages else None

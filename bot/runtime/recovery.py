@@ -13,24 +13,20 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from bot import metrics
 from bot.runtime.lease_owner import new_owner, provably_dead
 from bot.runtime.outcomes import Outcome
 from bot.runtime.progress import shown
-from bot.runtime.serving import Serving
+from bot.runtime.runtime_parts import RuntimeParts
 from storage import Conversation, LeaseBusy, LeaseLost, NotFound, Status
 from storage.replicas import silent
-
-if TYPE_CHECKING:
-    from bot.runtime.runtime import ConversationRuntime
 
 log = logging.getLogger(__name__)
 SILENCE = timedelta(seconds=4)  # a replica whose last beat is older is taken for dead
 
 
-async def recover_conversations(rt: ConversationRuntime, *, limit: int) -> list[Outcome]:
+async def recover_conversations(rt: RuntimeParts, *, limit: int) -> list[Outcome]:
     """Resume conversations whose holder died (status `running`, lease expired, absent,
     held by a process on this host that no longer runs, or by a replica that stopped
     beating), each once across replicas, with bounded concurrency; failed deliveries wait
@@ -93,9 +89,9 @@ async def recover_conversations(rt: ConversationRuntime, *, limit: int) -> list[
                     log.info("%s: took over from %s (%s)", key, dead, why)
                     metrics.TAKEOVERS.labels(why.split()[1]).inc()
                 unheld = record.lease_owner is None
-                serving = Serving(rt, lease, fresh, recovering=True, unheld=unheld)
-                outcomes = await rt._serve(serving)
-        if serving.yielded:
+                served = await rt.serve_under_lease(lease, fresh, recovering=True, unheld=unheld)
+        outcomes = served.outcomes
+        if served.yielded:
             outcomes += await rt.serve_when_admitted(key, person)
         return outcomes
 

@@ -49,9 +49,9 @@ class Resuming(Admitting):
         except NotFound:
             return [StatusReply(key=key, text=NEUTRAL)]
         if record.status in (Status.RUNNING, Status.INTERRUPTED):
-            return (await self._serve_under(lease, record)).outcomes
+            return (await self.serve_under_lease(lease, record)).outcomes
         if record.status is Status.AWAITING_APPROVAL:
-            return (await self._serve_under(lease, record, remind=True)).outcomes
+            return (await self.serve_under_lease(lease, record, remind=True)).outcomes
         await self.io(self.store.release, lease, touch=False)
         why = NOTHING_TO_RESUME.get(record.status, "There is nothing to resume.")
         return [StatusReply(key=key, text=why)]

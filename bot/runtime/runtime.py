@@ -231,10 +231,18 @@ class ConversationRuntime(Resuming, StopRequests, People):
             if task is not None:
                 self._serving.discard(task)
 
-    async def _serve_under(
-        self, lease: Lease, record: Conversation, *, remind: bool = False
+    async def serve_under_lease(
+        self,
+        lease: Lease,
+        record: Conversation,
+        *,
+        remind: bool = False,
+        recovering: bool = False,
+        unheld: bool = False,
     ) -> Served:
-        serving = Serving(self, lease, record, remind=remind)
+        """Serve a thread whose lease this process took, as one of its live threads (a stop
+        reaches it, `drain` waits for it), until nothing is left to do (`serving`)."""
+        serving = Serving(self, lease, record, remind=remind, recovering=recovering, unheld=unheld)
         outcomes = await self._serve(serving)
         return Served(outcomes, serving.yielded)
 

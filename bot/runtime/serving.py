@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-from agents import RunState, TResponseInputItem
+from typing import Any
 
 from bot import metrics
 from bot.runtime import approvals, expiry, not_taken, state_checks, stopping
@@ -34,6 +32,8 @@ from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_input import render
 from bot.runtime.outcomes import Notice, NoticeKind, Outcome, Refused
 from bot.runtime.progress import shown
+from bot.runtime.runtime_parts import RuntimeParts
+from bot.runtime.serving_view import Start
 from storage import (
     CONSUME_LIMIT,
     KEEP,
@@ -46,16 +46,13 @@ from storage import (
     ToolCallStatus,
 )
 
-if TYPE_CHECKING:
-    from bot.runtime.runtime import ConversationRuntime
-
 log = logging.getLogger(__name__)
 
 
 class Serving(Holding):
     def __init__(
         self,
-        runtime: ConversationRuntime,
+        runtime: RuntimeParts,
         lease: Lease,
         record: Conversation,
         *,
@@ -211,11 +208,7 @@ class Serving(Holding):
         self.give_back()
 
     async def drive(
-        self,
-        start: str | list[TResponseInputItem] | RunState[Any],
-        started_by: str,
-        held: list[HeldMessage],
-        consume: list[str],
+        self, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
     ) -> None:
         await drive(self, start, started_by, held, consume)
 

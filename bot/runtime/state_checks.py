@@ -27,7 +27,7 @@ from bot.runtime.request_context import for_restore, request_context
 from storage import CheckpointError, Conversation, Status, ToolCallStatus
 
 if TYPE_CHECKING:
-    from bot.runtime.serving import Serving
+    from bot.runtime.serving_view import ServingView
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def verify(record: Conversation, *, fingerprint: str, state_ttl: timedelta, now:
         )
 
 
-async def current_envelope(serving: Serving) -> Envelope | None:
+async def current_envelope(serving: ServingView) -> Envelope | None:
     """The checkpoint's envelope, verified; None when there is none, when it is finished
     and owes nothing (not even loaded), or when it was set aside (a notice says so)."""
     record = serving.record
@@ -127,9 +127,9 @@ async def current_envelope(serving: Serving) -> Envelope | None:
     return envelope
 
 
-async def load_state(serving: Serving, envelope: Envelope) -> RunState[Any] | None:
+async def load_state(serving: ServingView, envelope: Envelope) -> RunState[Any] | None:
     """The SDK's run state, with the run context rebuilt from the envelope (not the copy the
-    state carries). None when it was set aside (`serving.set_aside`), or when the MCP
+    state carries). None when it was set aside (`fail_closed`), or when the MCP
     servers it needs are down (the thread then waits, interrupted: `paused_for`)."""
     context = request_context(serving.key, envelope.started_by, envelope.decided)
     # Restoring lists the current agent's MCP tools, and the SDK hides whatever a restore
@@ -171,7 +171,9 @@ def _current_agent_name(run_state: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope | None) -> Envelope:
+async def fail_closed(
+    serving: ServingView, failure: FailClosed, envelope: Envelope | None
+) -> Envelope:
     """Run nothing; close the history's open calls as the ledger says; replace the
     checkpoint by a finished one that carries the notice (and any messages held for the
     next run); say what was lost and why. Returns that finished envelope."""
@@ -209,7 +211,7 @@ async def fail_closed(serving: Serving, failure: FailClosed, envelope: Envelope 
 
 
 async def close_calls(
-    serving: Serving, *, run: Envelope | None = None, window: int = 200
+    serving: ServingView, *, run: Envelope | None = None, window: int = 200
 ) -> ClosedCalls:
     """The outputs that close every open call in the recent history, from the ledger. Calls
     of `run` (the checkpoint's) that the history does not hold, those inside an agent used

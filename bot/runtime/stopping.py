@@ -35,12 +35,12 @@ from storage import (
 
 if TYPE_CHECKING:
     from bot.runtime.inbox_entries import Entries
-    from bot.runtime.serving import Serving
+    from bot.runtime.serving_view import ServingView
 
 QUOTED = 10  # messages dropped by a stop that the notice names
 
 
-async def stopped(serving: Serving, consume: list[str], *, by: str | None = None) -> None:
+async def stopped(serving: ServingView, consume: list[str], *, by: str | None = None) -> None:
     """Someone asked the run to stop: it ends here. Its open calls are closed as the ledger
     says (a call that ran is said to have run; one armed but never started was stopped before
     it ran), the checkpoint is replaced by a finished one with the notice, messages that came
@@ -104,7 +104,7 @@ async def stopped(serving: Serving, consume: list[str], *, by: str | None = None
         serving.keeper.stop_applied()
 
 
-async def stop_requests(serving: Serving, entries: Entries, runnable: Envelope | None) -> bool:
+async def stop_requests(serving: ServingView, entries: Entries, runnable: Envelope | None) -> bool:
     """Stops read from the inbox in this pass. With a run to continue (paused for approval,
     interrupted), it is stopped: messages and clicks that came before the stop go with it;
     later messages are served next. Without one, each stopper is told it had finished.
@@ -147,7 +147,7 @@ async def stop_requests(serving: Serving, entries: Entries, runnable: Envelope |
     return False
 
 
-async def _cancel_armed(serving: Serving) -> None:
+async def _cancel_armed(serving: ServingView) -> None:
     """Calls this serve recorded as started (with the commit that approved them, or claimed
     just before running them) and never started (the stop came first): the ledger says they
     did not run, rather than "outcome unknown". When the thread was taken from this serve
@@ -166,7 +166,7 @@ async def _cancel_armed(serving: Serving) -> None:
     serving.armed.clear()
 
 
-async def _tell_cancelled_late(serving: Serving, call_id: str) -> None:
+async def _tell_cancelled_late(serving: ServingView, call_id: str) -> None:
     record = await serving.io(
         serving.store.get_tool_call, serving.key, call_id, serving.record.generation
     )

@@ -15,25 +15,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from agents import TResponseInputItem
 
 from bot.runtime.attribution import author
-from bot.runtime.context_source import EarlierMessage, ThreadHistory, Unavailable, display_names
+from bot.runtime.context_source import (
+    ContextSource,
+    EarlierMessage,
+    ThreadHistory,
+    Unavailable,
+    display_names,
+)
 from bot.runtime.outcomes import Notice, NoticeKind
+from bot.settings import RuntimeSettings
 from storage import ConversationKey
-
-if TYPE_CHECKING:
-    from bot.runtime.runtime import ConversationRuntime
 
 log = logging.getLogger(__name__)
 CONTEXT_SECONDS = 5.0  # the user is waiting: a thread that can't be read quickly is skipped
 MESSAGE_CHARS = 2_000
 
 
+class ThreadReading(Protocol):
+    """What reading a thread's earlier messages uses of the runtime."""
+
+    @property
+    def settings(self) -> RuntimeSettings: ...
+    @property
+    def source(self) -> ContextSource: ...
+
+
 async def earlier_context(
-    rt: ConversationRuntime, key: ConversationKey, before: str
+    rt: ThreadReading, key: ConversationKey, before: str
 ) -> tuple[list[TResponseInputItem], list[Notice]]:
     """The input item holding the thread's messages before `before` (none when there are
     none), and the notes the thread should get."""

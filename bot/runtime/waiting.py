@@ -9,16 +9,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bot.runtime.envelope import AwaitingCall, Envelope
-from storage import CheckpointError, Conversation, PersonKey
-
-if TYPE_CHECKING:
-    from bot.runtime.runtime import ConversationRuntime
+from bot.settings import RuntimeSettings
+from storage import CheckpointError, Conversation, PersonKey, Store
+from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 LISTED = 10
+
+
+class WaitingSources(Protocol):
+    """What the listing uses of the runtime: who approves, and the storage."""
+
+    @property
+    def settings(self) -> RuntimeSettings: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def io(self) -> StorageCalls: ...
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,7 @@ class Waiting:
     requested_by: str
 
 
-async def waiting_for(rt: ConversationRuntime, person: PersonKey) -> list[Waiting]:
+async def waiting_for(rt: WaitingSources, person: PersonKey) -> list[Waiting]:
     """What `person` may decide, the most recently waiting first."""
     if person.user in rt.settings.approvers:
         records = await rt.io(
@@ -50,7 +60,7 @@ async def waiting_for(rt: ConversationRuntime, person: PersonKey) -> list[Waitin
     return [waiting for waiting in found if waiting is not None]
 
 
-async def _calls(rt: ConversationRuntime, record: Conversation) -> Waiting | None:
+async def _calls(rt: WaitingSources, record: Conversation) -> Waiting | None:
     """The calls a person must decide, from the checkpoint the listing names (None: there
     is none to decide any more, or it cannot be read: the thread says so itself)."""
     if record.checkpoint is None:

@@ -1,6 +1,7 @@
 """The house's layering, read off the source: data flows Slack layer -> runtime -> storage,
-the runtime is reached only through its package, storage is reached from async code only
-through its one bridge, and no room grows past 450 lines."""
+the runtime is reached only through its package, its modules import one another without a
+circle, storage is reached from async code only through its one bridge, and no room grows
+past 450 lines."""
 
 from __future__ import annotations
 
@@ -92,6 +93,67 @@ def _exported() -> list[str]:
         ):
             return [ast.literal_eval(item) for item in node.value.elts]  # type: ignore[attr-defined]
     raise AssertionError("bot/runtime/__init__.py has no __all__")
+
+
+def test_the_runtime_modules_import_one_another_without_a_circle() -> None:
+    """Type-only imports (under `if TYPE_CHECKING:`) count too: a module that needs only part
+    of another says so in a protocol (`runtime_parts`, `serving_view`) rather than import
+    the module that calls it."""
+    modules = {path.stem for path in RUNTIME.glob("*.py")} - {"__init__"}
+    edges = {module: _runtime_imports(RUNTIME / f"{module}.py", modules) for module in modules}
+    assert [sorted(part) for part in _circles(edges)] == []
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules of bot/runtime that `path` imports (`bot.runtime.x`, `from bot.runtime
+    import x`), wherever the import is."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("bot.runtime."):
+                found.add(node.module.split(".")[2])
+            elif node.module == "bot.runtime":
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(
+                alias.name.split(".")[2]
+                for alias in node.names
+                if alias.name.startswith("bot.runtime.")
+            )
+    return found & modules
+
+
+def _circles(edges: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan), and any module
+    that imports itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(edges[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            part: set[str] = set()
+            while not part or module not in part:
+                part.add(member := stack.pop())
+                on_stack.discard(member)
+            if len(part) > 1 or module in edges[module]:
+                found.append(part)
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return found
 
 
 def test_async_code_reaches_storage_through_one_bridge() -> None:

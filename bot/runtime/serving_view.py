@@ -1,0 +1,104 @@
+"""A serve as its collaborators see it: the members of `Serving` that the modules doing one
+part of a pass use (`approvals`, `driver`, `expiry`, `model_input`, `state_checks`,
+`stopping`; `mcp_servers` needs fewer, see its `PausedServe`). Typed against this protocol,
+they need nothing of `serving`, which calls them: no import circle, and what they read and
+change of a serve is all here. Read-only members are properties, so that a plain attribute
+of `Serving` satisfies them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from agents import RunState, TResponseInputItem
+
+from bot.runtime.envelope import AwaitingCall, DecisionMade, DecisionRequest, Envelope, HeldMessage
+from bot.runtime.outcomes import Notice, Outcome
+from bot.runtime.runtime_parts import RuntimeParts
+from storage import Conversation, ConversationKey, Lease, LeaseKeeper, Status, Store
+from storage.calls import StorageCalls
+
+# What a run starts from: a new input, or a saved run state to continue.
+Start = str | list[TResponseInputItem] | RunState[Any]
+
+
+class ServingView(Protocol):
+    """What a pass's collaborators use of `Serving`."""
+
+    @property
+    def rt(self) -> RuntimeParts: ...
+    @property
+    def key(self) -> ConversationKey: ...
+    @property
+    def record(self) -> Conversation: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def io(self) -> StorageCalls: ...
+    @property
+    def lease(self) -> Lease: ...
+    @property
+    def keeper(self) -> LeaseKeeper | None: ...
+    @property
+    def stop_asked(self) -> bool: ...
+    @property
+    def decided(self) -> dict[str, DecisionMade]: ...
+    @property
+    def armed(self) -> set[str]: ...
+    @property
+    def notes(self) -> list[Outcome]: ...
+    @property
+    def stopped_by(self) -> str: ...
+
+    def check(self) -> None: ...
+
+    # -- what it tells, and what it is left as ------------------------------------------
+
+    async def show_work(self, requester: str | None) -> None: ...
+    async def emit_now(self, outcome: Outcome) -> None: ...
+    async def refuse(self, decision: DecisionRequest, text: str) -> None: ...
+    def add_notes(self, notes: Sequence[Outcome]) -> None: ...
+    def note_decisions(self, decided: dict[str, DecisionMade]) -> None: ...
+    def note_stopped_by(self, who: str | None) -> None: ...
+    def take_reminder(self) -> bool: ...
+    def release_as(self, status: Status) -> None: ...
+    def await_decision(self, started_by: str) -> None: ...
+    def look_again(self, when: bool = True) -> None: ...
+    def give_back(self) -> None: ...
+    def pause_for_servers(self) -> None: ...
+    def failed_closed(self, finished: Envelope) -> None: ...
+
+    # -- running and writing ------------------------------------------------------------
+
+    async def drive(
+        self, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
+    ) -> None: ...
+
+    async def commit(
+        self,
+        envelope: Envelope,
+        *,
+        consume: list[str],
+        outcomes: list[Outcome],
+        items: list[str] | None = None,
+        base_seq: int | None = None,
+        status: Status = Status.RUNNING,
+        arm: list[AwaitingCall] | None = None,
+        clear_expiry: bool = False,
+        clear_stop: bool = False,
+    ) -> int | None: ...
+
+    async def set_aside_state(
+        self,
+        finished: Envelope,
+        *,
+        notice: Notice,
+        items: list[str],
+        consume: list[str],
+        release_as: Status,
+        status: Status = Status.RUNNING,
+        clear_stop: bool = False,
+        orphan_ok: bool = False,
+    ) -> None: ...

@@ -204,7 +204,7 @@ class Store(
             # Nothing to resume from it: it travels in its pointer, with no object to write.
             inline = base64.b64encode(encoded.data).decode()
         else:
-            self._put_blob_once(object_key, encoded.data)
+            self.put_blob_once(object_key, encoded.data)
         pointer = CheckpointPointer(
             inline=inline,
             object_key=object_key,
@@ -260,13 +260,13 @@ class Store(
     def delete_checkpoint(self, pointer: CheckpointPointer) -> None:
         """Delete a blob that is no longer (or never was) the committed checkpoint."""
         if pointer.inline is None:
-            self._delete_blob(pointer.object_key)
+            self.delete_blob(pointer.object_key)
 
     def load_checkpoint(self, pointer: CheckpointPointer) -> dict[str, Any]:
         """The verified RunState JSON. Raises a `CheckpointError` subtype."""
         if pointer.inline is not None:
             return decode_state(pointer, base64.b64decode(pointer.inline))
-        return decode_state(pointer, self._get_blob(pointer.object_key))
+        return decode_state(pointer, self.get_blob(pointer.object_key))
 
     # -- session ------------------------------------------------------------------------
 
@@ -302,22 +302,24 @@ class Store(
         `SessionConflict` (items staged against a stale `base_seq`) or `InboxChanged`."""
 
     # -- blobs --------------------------------------------------------------------------
+    # The object primitives each backend implements under checkpoints, history and the
+    # ledger; public because they are part of what a backend is, and what a crash test wraps.
 
     @abstractmethod
-    def _put_blob(self, object_key: str, data: bytes) -> None:
+    def put_blob(self, object_key: str, data: bytes) -> None:
         """Create-only write; raises `BlobExists` if the object is there."""
 
-    def _put_blob_once(self, object_key: str, data: bytes) -> None:
+    def put_blob_once(self, object_key: str, data: bytes) -> None:
         """Write a content-addressed blob; one already there holds these very bytes."""
         with contextlib.suppress(BlobExists):
-            self._put_blob(object_key, data)
+            self.put_blob(object_key, data)
 
     @abstractmethod
-    def _get_blob(self, object_key: str) -> bytes:
+    def get_blob(self, object_key: str) -> bytes:
         """Raises `CheckpointMissing`."""
 
     @abstractmethod
-    def _delete_blob(self, object_key: str) -> None: ...
+    def delete_blob(self, object_key: str) -> None: ...
 
     @abstractmethod
     def close(self) -> None: ...

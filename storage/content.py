@@ -31,7 +31,7 @@ class ContentBlobs(ABC):
     def put_content(self, data: bytes) -> str:
         """Keep `data` once; returns its sha256 (hex), the name to read it back by."""
         digest = hashlib.sha256(data).hexdigest()
-        self._refresh_blob(content_key(digest), data)
+        self.refresh_blob(content_key(digest), data)
         return digest
 
     def get_content(self, digest: str) -> bytes:
@@ -39,7 +39,7 @@ class ContentBlobs(ABC):
         or fail their digest, ValueError for a malformed digest."""
         object_key = content_key(digest)
         try:
-            data = self._get_blob(object_key)
+            data = self.get_blob(object_key)
         except CheckpointMissing as exc:
             raise ContentMissing(digest, "no such blob") from exc
         if hashlib.sha256(data).hexdigest() != digest:
@@ -47,10 +47,10 @@ class ContentBlobs(ABC):
         return data
 
     @abstractmethod
-    def _refresh_blob(self, object_key: str, data: bytes) -> None:
+    def refresh_blob(self, object_key: str, data: bytes) -> None:
         """Write the content-addressed object, or, when it is there already (the same
         bytes, by its name), make it count as written now."""
 
     @abstractmethod
-    def _get_blob(self, object_key: str) -> bytes:
+    def get_blob(self, object_key: str) -> bytes:
         """Raises `CheckpointMissing`."""

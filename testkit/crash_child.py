@@ -120,7 +120,7 @@ def build(trigger: Trigger, effects: SideEffects, *, human: bool = False) -> Age
 
 
 def instrument(store: Store, trigger: Trigger) -> None:
-    put_blob, apply = store._put_blob, store.apply
+    put_blob, apply = store.put_blob, store.apply
 
     def put_then_maybe_die(object_key: str, data: bytes) -> None:
         put_blob(object_key, data)
@@ -133,7 +133,7 @@ def instrument(store: Store, trigger: Trigger) -> None:
             trigger.hit("after_commit")
         return done
 
-    store._put_blob = put_then_maybe_die  # type: ignore[method-assign]
+    store.put_blob = put_then_maybe_die  # type: ignore[method-assign]
     store.apply = apply_then_maybe_die  # type: ignore[method-assign]
 
 

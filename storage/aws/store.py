@@ -87,9 +87,9 @@ class AwsStore(Store):
         self.blobs = Blobs(self.tables)
         self.records = Records(self.tables)
         self.keeps = Keeps(self.tables, self.records)
-        self.history = History(self.tables, self._get_blob)
-        self.commits = Commits(self.tables, self.records.get, self._put_blob_once)
-        self.ledger = Ledger(self.tables, self._generation, self._put_blob_once, self._get_blob)
+        self.history = History(self.tables, self.get_blob)
+        self.commits = Commits(self.tables, self.records.get, self.put_blob_once)
+        self.ledger = Ledger(self.tables, self._generation, self.put_blob_once, self.get_blob)
         self.queries = ListingQueries(self.tables)
         self.feedback = Feedback(self.tables)
         self.installations = Installations(self.tables)
@@ -343,19 +343,19 @@ class AwsStore(Store):
     # -- blobs --------------------------------------------------------------------------
 
     @translated
-    def _put_blob(self, object_key: str, data: bytes) -> None:
+    def put_blob(self, object_key: str, data: bytes) -> None:
         self.blobs.put_new(object_key, data)
 
     @translated
-    def _refresh_blob(self, object_key: str, data: bytes) -> None:
+    def refresh_blob(self, object_key: str, data: bytes) -> None:
         self.blobs.put(object_key, data)
 
     @translated
-    def _get_blob(self, object_key: str) -> bytes:
+    def get_blob(self, object_key: str) -> bytes:
         return self.blobs.get(object_key)
 
     @translated
-    def _delete_blob(self, object_key: str) -> None:
+    def delete_blob(self, object_key: str) -> None:
         self.blobs.delete(object_key)
 
 

@@ -327,19 +327,19 @@ class LocalStore(Store):
     # -- blobs --------------------------------------------------------------------------
 
     @translated
-    def _put_blob(self, object_key: str, data: bytes) -> None:
+    def put_blob(self, object_key: str, data: bytes) -> None:
         self.blobs.put_new(object_key, data)
 
     @translated
-    def _refresh_blob(self, object_key: str, data: bytes) -> None:
+    def refresh_blob(self, object_key: str, data: bytes) -> None:
         self.blobs.refresh(object_key, data)
 
     @translated
-    def _get_blob(self, object_key: str) -> bytes:
+    def get_blob(self, object_key: str) -> bytes:
         return self.blobs.get(object_key)
 
     @translated
-    def _delete_blob(self, object_key: str) -> None:
+    def delete_blob(self, object_key: str) -> None:
         self.blobs.delete(object_key)
 
 

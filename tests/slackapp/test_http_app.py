@@ -8,16 +8,24 @@ import copy
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
-from agents.testing import ScriptedModel
+from agents.testing import ScriptedModel, assistant_message
 
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
 from bot.standin import requests
 from bot.wiring import MakeRuntime
 from storage import Status, Store
-from testkit.runtime import SideEffects, build_agent, echo_model, email_then_answer, record_of
+from testkit.runtime import (
+    SideEffects,
+    build_agent,
+    echo_model,
+    email_then_answer,
+    last_user_text,
+    record_of,
+)
 from testkit.slack import CHANNEL, TEAM, Harness, runtime_of, signed_headers, slack_bot, thread_key
 
 ADMIN, ALICE, BOB = "UADMIN", "UALICE", "UBOB"
@@ -264,7 +272,27 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
     assert effects.calls() == []
 
 
-async def test_fifty_concurrent_events_are_all_acked_quickly(bot: Harness) -> None:
+def held_echo_model(gate: asyncio.Event, steps: int) -> ScriptedModel:
+    """The echo model, answering only once `gate` is set: runs wait, acks must not."""
+    from agents.testing import ModelStep
+
+    async def respond(call: Any) -> Any:
+        await gate.wait()
+        return [assistant_message(f"echo: {last_user_text(call)}")]
+
+    return ScriptedModel([ModelStep.respond(respond) for _ in range(steps)])
+
+
+GATE = asyncio.Event()
+
+
+@pytest.mark.parametrize("bot", [held_echo_model(GATE, 60)], indirect=True)
+async def test_fifty_concurrent_events_are_all_acked_while_their_runs_wait(bot: Harness) -> None:
+    """Keep-before-ack never waits for a run: fifty mentions at once are all acked while
+    every run is held inside the model; only then are they answered. (Ack times on a busy
+    machine are the benchmark's: bench/burst.py reports p50/p99.)"""
+    GATE.clear()
+
     async def one(i: int) -> float:
         message = bot.api.add_user_message(CHANNEL, ALICE, f"<@UBOT> load {i}")
         event = requests.app_mention(
@@ -274,8 +302,11 @@ async def test_fifty_concurrent_events_are_all_acked_quickly(bot: Harness) -> No
         assert await bot.send_event(event) == 200
         return time.perf_counter() - started
 
-    latencies = await asyncio.gather(*(one(i) for i in range(50)))
-    assert max(latencies) < 3.0  # Slack's ack deadline; the benchmark reports p50/p99
+    # A deadline only so that an ack waiting for its run fails instead of hanging.
+    latencies = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(50))), 120)
+    print(f"acks: max {max(latencies):.3f} s")
+    assert len(bot.api.called("chat.stopStream")) == 0  # every run is still held
+    GATE.set()
     await bot.api.wait_for(lambda: len(bot.api.called("chat.stopStream")) >= 50, within=60)
 
 

@@ -32,13 +32,17 @@ def child_bot_env(
         "PORT": str(port if port is not None else free_port()),
         "SLACK_SIGNING_SECRET": SECRET,
         "OPENAI_API_KEY": "sk-test",
-        "BOT_MODEL": "gpt-scripted",
         "OPENAI_AGENTS_DISABLE_TRACING": "1",
     }
     if api_url is not None:
         env["SLACK_API_URL"] = f"{api_url}/api/"
     if model_url is not None:
+        # Only a bot that talks to the scripted server names a model: BOT_MODEL overrides
+        # every agent's own, so set without it a bench agent's in-process model went unused.
         env["OPENAI_BASE_URL"] = model_url
+        env["BOT_MODEL"] = "gpt-scripted"
+    else:
+        env.pop("BOT_MODEL", None)
     if bot_token is not None:
         env["SLACK_BOT_TOKEN"] = bot_token
     env |= extra

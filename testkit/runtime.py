@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -127,11 +128,14 @@ class FileSource:
         return self.files[file.id]
 
 
-def echo_model(steps: int = 20) -> ScriptedModel:
-    """Answers every call with an echo of the latest user message (order-independent)."""
+def echo_model(steps: int = 20, gate: asyncio.Event | None = None) -> ScriptedModel:
+    """Answers every call with an echo of the latest user message (order-independent);
+    with `gate`, only once it is set (runs wait inside the model until then)."""
     from agents.testing import ModelStep
 
-    def respond(call: Any) -> Any:
+    async def respond(call: Any) -> Any:
+        if gate is not None:
+            await gate.wait()
         return [assistant_message(f"echo: {last_user_text(call)}")]
 
     return ScriptedModel([ModelStep.respond(respond) for _ in range(steps)])

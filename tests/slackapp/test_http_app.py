@@ -8,10 +8,9 @@ import copy
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-from agents.testing import ScriptedModel, assistant_message
+from agents.testing import ScriptedModel
 
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
@@ -23,7 +22,6 @@ from testkit.runtime import (
     build_agent,
     echo_model,
     email_then_answer,
-    last_user_text,
     record_of,
 )
 from testkit.slack import CHANNEL, TEAM, Harness, runtime_of, signed_headers, slack_bot, thread_key
@@ -272,21 +270,10 @@ async def test_admin_discard(bot: Harness, effects: SideEffects) -> None:
     assert effects.calls() == []
 
 
-def held_echo_model(gate: asyncio.Event, steps: int) -> ScriptedModel:
-    """The echo model, answering only once `gate` is set: runs wait, acks must not."""
-    from agents.testing import ModelStep
-
-    async def respond(call: Any) -> Any:
-        await gate.wait()
-        return [assistant_message(f"echo: {last_user_text(call)}")]
-
-    return ScriptedModel([ModelStep.respond(respond) for _ in range(steps)])
+GATE = asyncio.Event()  # runs answer only once it is set
 
 
-GATE = asyncio.Event()
-
-
-@pytest.mark.parametrize("bot", [held_echo_model(GATE, 60)], indirect=True)
+@pytest.mark.parametrize("bot", [echo_model(60, gate=GATE)], indirect=True)
 async def test_fifty_concurrent_events_are_all_acked_while_their_runs_wait(bot: Harness) -> None:
     """Keep-before-ack never waits for a run: fifty mentions at once are all acked while
     every run is held inside the model; only then are they answered. (Ack times on a busy

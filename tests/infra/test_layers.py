@@ -1,7 +1,7 @@
 """The house's layering, read off the source: data flows Slack layer -> runtime -> storage,
 the runtime is reached only through its package, its modules import one another without a
-circle, storage is reached from async code only through its one bridge, and no room grows
-past 450 lines."""
+circle, storage is reached from async code only through its one bridge, no room grows past
+450 lines, and tests reach no private name of production code."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def imported(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def where(path: Path, line: int) -> str:
-    return f"{path.relative_to(ROOT)}:{line}"
+    return f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}"
 
 
 def test_storage_knows_nothing_of_the_bot() -> None:
@@ -176,3 +176,63 @@ def test_no_room_is_over_the_limit() -> None:
         if (lines := len(path.read_text().splitlines())) > LIMIT
     }
     assert found == {}
+
+
+# -- tests use production code through its public names ---------------------------------
+
+PRODUCTION = ("bot", "storage")
+USERS = ("tests", "testkit", "bench")
+OWN_SIDE = {"self", "cls"}  # a class of the kit using its own private members
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _defined_private_names() -> set[str]:
+    names: set[str] = set()
+    for path in sources(*PRODUCTION):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = node.name
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                name = node.attr
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                name = node.id
+            else:
+                continue
+            if _private(name):
+                names.add(name)
+    return names
+
+
+def _reached(path: Path, private: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Attribute) and node.attr in private:
+            if not (isinstance(node.value, ast.Name) and node.value.id in OWN_SIDE):
+                found.append(f"{where(path, line)} .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PRODUCTION:
+            found += [
+                f"{where(path, line)} import {alias.name}"
+                for alias in node.names
+                if _private(alias.name)
+            ]
+    return found
+
+
+def test_no_test_reaches_a_private_name_of_production_code() -> None:
+    """A private name (one leading underscore) defined in `bot/` or `storage/` is not
+    reached from `tests/`, `testkit/` or `bench/`: production code can change its insides
+    without breaking them."""
+    private = _defined_private_names()
+    found = [hit for path in sources(*USERS) for hit in _reached(path, private)]
+    assert found == []
+
+
+def test_the_private_name_check_sees_a_reach_in(tmp_path: Path) -> None:
+    """The scan above would catch the crash child's old `store._put_blob` wrapping."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("def wrap(store):\n    store._put_blob = print\n    self._own = 1\n")
+    assert _reached(sample, {"_put_blob", "_own"}) == [f"{sample}:2 ._put_blob"]

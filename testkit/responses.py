@@ -28,7 +28,7 @@ USAGE = {
     "input_tokens": 10,
     "output_tokens": 5,
     "total_tokens": 15,
-    "input_tokens_details": {"cached_tokens": 0},
+    "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
     "output_tokens_details": {"reasoning_tokens": 0},
 }
 _ids = itertools.count(1)

@@ -1,6 +1,7 @@
 """Work a new process does once, before it reports healthy, so that a burst of messages is
 not slower than a quiet moment: the storage pools' threads and connections opened, the
-model's response types made ready, and the heap frozen.
+model's response types made ready (and its streamed events validated by the member they
+name: `tagged_unions`), and the heap frozen.
 
 - The OpenAI SDK's response types are pydantic models whose validators are built on first
   use (they refer to each other). Built then, inside the first runs, they take a quarter of
@@ -23,6 +24,7 @@ from types import ModuleType
 
 from pydantic import BaseModel
 
+from bot.runtime import tagged_unions
 from bot.runtime.queries import PROBE
 from storage.calls import URGENT_THREADS, StorageCalls
 
@@ -71,6 +73,7 @@ async def warm_up(io: StorageCalls, *, freeze: bool = False) -> None:
     import openai.types.responses
 
     start = time.perf_counter()
+    tagged_unions.install()
     built = complete_models(openai.types.responses)
     try:
         await open_pools(io)

@@ -122,7 +122,11 @@ class LiveThreads:
 
     async def text(self, key: ConversationKey, delta: str) -> None:
         thread = self.threads.get(key)
-        if thread is None or key in self.no_stream:
+        if thread is None:
+            return
+        if thread.settled:  # another run after the answer that closed the session
+            await self.sessions.reopen(thread)
+        if key in self.no_stream:
             return
         stream = thread.stream
         stream.tail += delta
@@ -143,6 +147,8 @@ class LiveThreads:
         thread = self.threads.get(key)
         if thread is None:
             return
+        if thread.settled:
+            await self.sessions.reopen(thread)
         stream = thread.stream
         stream.text += stream.escaper.flush()
         stream.escaper = MarkdownEscaper()  # the model's next response starts afresh
@@ -242,9 +248,13 @@ class LiveThreads:
             stream.text += stream.escaper.flush()
             exact = stream.whole and not stream.broken and stream.tail.strip() == answer.strip()
             if exact:
+                closing = self.sessions.closing_with_answer(thread)
                 try:
-                    await self._stop_stream(thread, blocks=footer, metadata=metadata)
+                    await self._stop_stream(
+                        thread, blocks=footer, metadata=metadata, session_status=closing
+                    )
                     stream.done = True
+                    thread.settled = closing is not None
                     return True
                 except SlackApiError as exc:
                     log.info("%s: closing the stream failed (%s); replacing it", key, error_of(exc))

@@ -50,6 +50,7 @@ class LiveThread:
         self.lock = asyncio.Lock()  # one Slack call at a time per thread, in order
         self.session = False  # Slack's agent session shows the work (else the status line)
         self.waiting = False  # a call waits for a person: the session is suspended after
+        self.settled = False  # the answer's stream closed the session (`chat.stopStream`)
         self.status = ""
         self.reacted = False
         self.flusher: asyncio.Task[None] | None = None

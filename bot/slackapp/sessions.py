@@ -1,8 +1,10 @@
 """Slack's agent sessions for the threads this process works on (`agents.sessions.setStatus`):
 `processing` while a run works (Slack shows its own stop control; pressing it sends
 `agent_session_stopped`, which the listeners turn into a durable stop), `suspended` while a
-call waits for a person's decision, `closed` when the work is done. A session is created by
-its first status, titled then with the conversation's first request.
+call waits for a person's decision, `closed` when the work is done: by the call that closes
+the answer's stream where the answer ends the work (`chat.stopStream`'s `session_status`),
+else on its own. A session is created by its first status, titled then with the
+conversation's first request.
 
 Where Slack refuses sessions (a workspace without the agent features, a token or channel
 type it does not take) the thread falls back to the status line and the bot's own Stop
@@ -53,10 +55,22 @@ class AgentSessions:
         thread.session = await self._set(thread, PROCESSING, title=title)
         return thread.session
 
+    def closing_with_answer(self, thread: LiveThread) -> str | None:
+        """The status the answer's closing stream sets (`chat.stopStream`'s
+        `session_status`, sparing `settle` its call): `closed`, where a session shows the
+        work and nothing waits for a person."""
+        return CLOSED if thread.session and not thread.waiting else None
+
+    async def reopen(self, thread: LiveThread) -> None:
+        """The thread works on after its answer closed the session: `processing` again."""
+        if thread.settled:
+            thread.settled = False
+            thread.session = await self._set(thread, PROCESSING)
+
     async def settle(self, thread: LiveThread) -> None:
         """The run stopped working here: `suspended` while a call waits for a decision,
-        else `closed`."""
-        if thread.session:
+        else `closed` (unless its answer closed it already)."""
+        if thread.session and not thread.settled:
             await self._set(thread, SUSPENDED if thread.waiting else CLOSED)
 
     async def close(self, thread: LiveThread) -> None:

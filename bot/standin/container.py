@@ -71,24 +71,49 @@ class ContainerMethods:
     # -- agent sessions -----------------------------------------------------------------
 
     def m_agents_sessions_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
-        channel, thread_ts, status = args["channel_id"], args["thread_ts"], args["status"]
-        if self.sessions_refused:
-            return refused(self.sessions_refused)
-        if status not in SESSION_STATUSES:
-            return refused("invalid_arguments")
-        title = args.get("title")
-        if title is not None and (not isinstance(title, str) or len(title) > TITLE_LIMIT):
-            return refused("invalid_arguments")
+        return self.set_session_status(
+            args["channel_id"],
+            args["thread_ts"],
+            args["status"],
+            title=args.get("title"),
+            initiator=args.get("initiator_user_id"),
+        )
+
+    def set_session_status(
+        self,
+        channel: str,
+        thread_ts: str,
+        status: object,
+        *,
+        title: object = None,
+        initiator: str | None = None,
+    ) -> dict[str, Any]:
+        """`agents.sessions.setStatus`, and `chat.stopStream`'s `session_status`: the
+        thread's session moves to `status`, created (titled) if it is new."""
+        refusal = self.session_refusal(status, title)
+        if refusal is not None:
+            return refusal
         session = self.sessions.get((channel, thread_ts))
         if session is None:
-            initiator = args.get("initiator_user_id")
-            session = Session(channel, thread_ts, title, initiator)
+            session = Session(
+                channel, thread_ts, title if isinstance(title, str) else None, initiator
+            )
             self.sessions[(channel, thread_ts)] = session
-        session.statuses.append((time.time(), status))
+        session.statuses.append((time.time(), str(status)))
         answer: dict[str, Any] = {"ok": True, "status": status, "title": session.title}
         if not self.session_stop_subscribed:
             answer["warning"] = NO_STOP_EVENT
         return answer
+
+    def session_refusal(self, status: object, title: object = None) -> dict[str, Any] | None:
+        """Slack's answer to a session status it would not set; None when it would."""
+        if self.sessions_refused:
+            return refused(self.sessions_refused)
+        if status not in SESSION_STATUSES:
+            return refused("invalid_arguments")
+        if title is not None and (not isinstance(title, str) or len(title) > TITLE_LIMIT):
+            return refused("invalid_arguments")
+        return None
 
     def m_agents_sessions_rename(self, args: dict[str, Any]) -> dict[str, Any]:
         session = self.sessions.get((args["channel_id"], args["thread_ts"]))

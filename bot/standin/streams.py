@@ -8,7 +8,7 @@ takes no more text."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.standin.records import TASK_STATES, Message, StatusChange, json_list, json_object
 
@@ -86,6 +86,16 @@ class AgentMethods:
     def next_ts(self) -> str:
         raise NotImplementedError
 
+    if TYPE_CHECKING:  # `ContainerMethods`'
+
+        def set_session_status(
+            self, channel: str, thread_ts: str, status: object, **details: Any
+        ) -> dict[str, Any]: ...
+
+        def session_refusal(
+            self, status: object, title: object = None
+        ) -> dict[str, Any] | None: ...
+
     # -- the status line ----------------------------------------------------------------
 
     def status(self, channel: str, thread_ts: str, now: float | None = None) -> StatusChange | None:
@@ -153,7 +163,9 @@ class AgentMethods:
         }
 
     def m_chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
-        """The last of the text and tasks; `blocks` show under the streamed text."""
+        """The last of the text and tasks; `blocks` show under the streamed text;
+        `session_status` moves the thread's agent session (as `agents.sessions.setStatus`
+        does) in the same call."""
         message = self._stream(args)
         if not isinstance(message, Message):
             return message
@@ -162,9 +174,18 @@ class AgentMethods:
             metadata = json_object(args.get("metadata"))
         except ValueError:
             return refused("invalid_arguments")
+        session_status = args.get("session_status")
+        if session_status is not None:
+            refusal = self.session_refusal(session_status)
+            if message.thread_ts is None:
+                refusal = refused("invalid_arguments")
+            if refusal is not None:
+                return refusal
         error = self._append(message, args)
         if error:
             return error
+        if session_status is not None and message.thread_ts is not None:
+            self.set_session_status(message.channel, message.thread_ts, session_status)
         if blocks is not None:
             message.blocks = blocks
         if metadata is not None:

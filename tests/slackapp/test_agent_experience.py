@@ -84,9 +84,44 @@ async def test_one_reply_shows_status_streams_steps_and_ends_with_feedback(bot: 
     session = bot.api.session(CHANNEL, top.ts)
     assert session is not None and [s for _, s in session.statuses] == ["processing", "closed"]
     assert (session.title, session.initiator) == ("why tides?", ALICE)
+    # The stream that closes as the answer closes the session in the same call.
+    assert bot.api.called("chat.stopStream")[-1].args["session_status"] == "closed"
+    assert len(bot.api.called("agents.sessions.setStatus")) == 1
     # The session shows the work: no status line, and no Stop control of the bot's own.
     assert not bot.api.called("assistant.threads.setStatus")
     assert not [m for m in bot.api.thread(CHANNEL, top.ts) if m.ephemeral_to]
+
+
+def held_reply_model(gate: asyncio.Event) -> ScriptedModel:
+    async def first(call: Any) -> Any:
+        await gate.wait()  # the reply arrives while this run works
+        return [assistant_message("The first answer.")]
+
+    return ScriptedModel([ModelStep.respond(first), [assistant_message("The second answer.")]])
+
+
+HELD_GATE = asyncio.Event()
+
+
+@pytest.mark.parametrize("bot", [held_reply_model(HELD_GATE)], indirect=True)
+async def test_a_reply_held_during_a_run_opens_the_closed_session_again(bot: Harness) -> None:
+    """The first answer's stream closes the session; the run for the reply that waited
+    meanwhile shows as processing again, and its end closes the session again."""
+    top = await bot.mention(ALICE, "first question")
+    await bot.api.wait_for(lambda: bot.api.session(CHANNEL, top.ts))
+    await bot.reply(ALICE, "and a second one", top.ts)  # kept (held) before its 200
+    HELD_GATE.set()
+
+    def both() -> list[Message]:
+        found = [m for m in bot.api.bot_replies(CHANNEL, top.ts) if kind(m) == "Answer"]
+        return found if len(found) == 2 else []
+
+    answers = await bot.api.wait_for(both)
+    assert [m.text.strip() for m in answers] == ["The first answer.", "The second answer."]
+    await bot.settled(top.ts, Status.IDLE)
+    session = bot.api.session(CHANNEL, top.ts)
+    assert session is not None
+    assert [s for _, s in session.statuses] == ["processing", "closed", "processing", "closed"]
 
 
 REFUSED = "not_allowed_token_type"

@@ -284,3 +284,38 @@ async def test_markdown_text_posts() -> None:
         assert await refused(too_long) == "msg_too_long"
         await client.chat_update(channel="C1", ts=posted["ts"], markdown_text="_edited_")
         assert message.markdown_text == "_edited_"
+
+
+async def test_stopping_a_stream_may_move_the_threads_agent_session() -> None:
+    api = SlackWebApi()
+    async with running_api(api) as url:
+        client = AsyncWebClient(token="xoxb-t", base_url=f"{url}/api/")
+        await client.agents_sessions_setStatus(
+            channel_id="D1", thread_ts=THREAD, status="processing"
+        )
+        first = await client.chat_startStream(channel="D1", thread_ts=THREAD, markdown_text="a")
+        # A status Slack does not know is refused, and nothing changes.
+        assert (
+            await refused(
+                client.chat_stopStream(channel="D1", ts=first["ts"], session_status="done")
+            )
+            == "invalid_arguments"
+        )
+        assert api.messages[("D1", first["ts"])].streaming
+        await client.chat_stopStream(
+            channel="D1", ts=first["ts"], markdown_text="b", session_status="closed"
+        )
+        session = api.session("D1", THREAD)
+        assert session is not None and session.status == "closed"
+        assert api.messages[("D1", first["ts"])].text == "ab"
+        # Where sessions are refused, so is a stop that asks to move one.
+        api.sessions_refused = "not_allowed_token_type"
+        second = await client.chat_startStream(channel="D1", thread_ts=THREAD, markdown_text="c")
+        assert (
+            await refused(
+                client.chat_stopStream(channel="D1", ts=second["ts"], session_status="closed")
+            )
+            == "not_allowed_token_type"
+        )
+        await client.chat_stopStream(channel="D1", ts=second["ts"])
+        assert not api.messages[("D1", second["ts"])].streaming

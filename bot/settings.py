@@ -51,6 +51,13 @@ class RuntimeSettings(BaseSettings):
     turn_timeout: float = Field(
         default=300.0, gt=0, description="seconds one model turn (with its tools) may take"
     )
+    checkpoint_interval: float = Field(
+        default=10.0,
+        ge=0,
+        description="seconds of harmless work (model turns, retry-safe tools) a run does "
+        "before it checkpoints at the end of the turn in progress; a side-effecting call is "
+        "always checkpointed before it runs (0: after every turn)",
+    )
     idempotent_attempts: int = Field(
         default=3,
         ge=1,

@@ -50,7 +50,7 @@ from bot.runtime.runtime import (
 )
 from bot.runtime.stopping import nothing_to_stop
 from bot.runtime.text import quote
-from bot.runtime.turns import run_one_turn
+from bot.runtime.turns import run_turns
 from bot.runtime.viewing import VIEWED_ITEMS, ViewedItem, Viewing
 from bot.runtime.waiting import Waiting
 from bot.runtime.warm_up import warm_up
@@ -109,7 +109,7 @@ __all__ = [
     "owner_pid",
     "quote",
     "retry_safe",
-    "run_one_turn",
+    "run_turns",
     "split_author",
     "warm_up",
 ]

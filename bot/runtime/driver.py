@@ -1,4 +1,7 @@
-"""Driving a run turn by turn, with one atomic commit after each turn.
+"""Driving a run from checkpoint to checkpoint, with one atomic commit at each: before a
+side-effecting call runs (the run pauses for it), when the run finishes, and after the turn
+in progress once `checkpoint_interval` seconds of harmless work (model turns, retry-safe
+tools: run again after a crash) have gone by without one, or the process is stopping.
 
 After every commit the driver checks whether the process is shutting down: if so it stops
 there (the thread is released as `running` and the next process continues from that very
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +41,7 @@ from bot.runtime.references import new_reference
 from bot.runtime.request_context import request_context, state_document
 from bot.runtime.run_options import for_run
 from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope
-from bot.runtime.turns import run_one_turn
+from bot.runtime.turns import run_turns
 from storage import ConversationSession, Status, StorageError
 
 if TYPE_CHECKING:
@@ -179,8 +183,14 @@ class _Turn:
         async def on_text(delta: str) -> None:
             await shown(lambda: progress.text(key, delta))
 
+        interval = rt.settings.checkpoint_interval
+        since = time.monotonic()
+
+        def checkpoint_due() -> bool:
+            return rt.draining or time.monotonic() - since >= interval
+
         turn = asyncio.create_task(
-            run_one_turn(
+            run_turns(
                 rt.agent,
                 start,
                 session=self.session,
@@ -189,6 +199,7 @@ class _Turn:
                 time_limit=rt.settings.turn_timeout,
                 on_text=on_text,
                 context=request_context(key, started_by, serving.decided),
+                checkpoint_due=checkpoint_due,
             )
         )
         try:

@@ -1,9 +1,18 @@
-"""Drive a run one model turn at a time, so that the runtime can checkpoint after each.
+"""Drive a run until its next checkpoint: one `Runner.run_streamed` call for the turns
+between two checkpoints.
 
-One `Runner.run_streamed` call per turn: `cancel(mode="after_turn")` is asked once the first
-raw model event arrives (not earlier: a cancel before the model starts stops after zero
-turns). The turn's tools still run; the run stops before the next model call. A turn that
-outlives `time_limit`, or whose caller is cancelled (shutdown), stops the SDK's run at once."""
+A turn whose tools are all harmless to run again (or that has none) needs no checkpoint of
+its own: after a crash it is simply run again. A side-effecting call always pauses the run
+before it runs (`guard`), which ends this call with the call waiting, to be checkpointed.
+So the run goes on, turn after turn, until it pauses, finishes, or `checkpoint_due()` says
+it has done enough since the last checkpoint (or the process is stopping): then
+`cancel(mode="after_turn")` lets the turn in progress end (its tools still run) and stops
+before the next model call. It is asked from the model's events (a cancel before the run's
+first model call would stop a resumed run after the calls it resumes, before any turn).
+
+Each model call (with the tools its turn runs) may take `time_limit`: the clock starts
+again when the next one begins. A turn over it, or a caller cancelled (shutdown), stops the
+SDK's run at once."""
 
 from __future__ import annotations
 
@@ -15,9 +24,15 @@ from agents import Agent, RunConfig, Runner, RunResultStreaming, RunState, TResp
 from agents.memory import Session
 
 TEXT_DELTA = "response.output_text.delta"
+TURN_BEGINS = "response.created"  # the first event of each model call
 
 
-async def run_one_turn(
+def every_turn() -> bool:
+    """A checkpoint after every turn."""
+    return True
+
+
+async def run_turns(
     agent: Agent[Any],
     start: str | list[TResponseInputItem] | RunState[Any],
     *,
@@ -27,26 +42,29 @@ async def run_one_turn(
     time_limit: float,
     on_text: Callable[[str], Awaitable[None]] | None = None,
     context: Any = None,
+    checkpoint_due: Callable[[], bool] = every_turn,
 ) -> RunResultStreaming:
-    """One turn; `on_text` sees the answer's text as the model streams it; `context` is the
-    run context tools get (it replaces the one a resumed state carries)."""
+    """Turns until the next checkpoint; `on_text` sees the answer's text as the model
+    streams it; `context` is the run context tools get (it replaces the one a resumed state
+    carries)."""
     result = Runner.run_streamed(
         agent, start, context=context, session=session, run_config=run_config, max_turns=max_turns
     )
     cancel_asked = False
+    loop = asyncio.get_running_loop()
     try:
-        async with asyncio.timeout(time_limit):
+        async with asyncio.timeout(time_limit) as turn_clock:
             async for event in result.stream_events():
                 if event.type != "raw_response_event":
                     continue
-                if not cancel_asked:
+                if not cancel_asked and checkpoint_due():
                     result.cancel(mode="after_turn")
                     cancel_asked = True
                 data = event.data
-                if (
-                    on_text is not None
-                    and getattr(data, "type", "") == "response.output_text.delta"
-                ):
+                kind = getattr(data, "type", "")
+                if kind == TURN_BEGINS:
+                    turn_clock.reschedule(loop.time() + time_limit)
+                elif kind == TEXT_DELTA and on_text is not None:
                     await on_text(str(getattr(data, "delta", "")))
     except BaseException:
         result.cancel()  # immediate: the SDK's background task must not run on

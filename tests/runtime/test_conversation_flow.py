@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from agents import function_tool
-from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from bot.runtime import (
     Answer,
@@ -75,16 +76,34 @@ async def test_duplicate_event_is_handled_once(store: Store, effects: SideEffect
     assert kinds(store) == ["user", "message"]
 
 
-async def test_read_only_tool_then_answer_checkpoints_each_turn(
-    store: Store, effects: SideEffects
-) -> None:
-    model = ScriptedModel(
+def lookup_then_answer() -> ScriptedModel:
+    return ScriptedModel(
         [
             [function_call("lookup", {"topic": "tides"}, call_id="c1")],
             [assistant_message("Tides are lunar.")],
         ]
     )
-    rt = runtime(store, model, effects)
+
+
+async def test_a_read_only_tool_and_the_answer_share_one_checkpoint(
+    store: Store, effects: SideEffects
+) -> None:
+    """A turn whose tools are harmless to run again needs no checkpoint of its own: the run
+    goes on to the answer, kept by one commit with all four items."""
+    rt = runtime(store, lookup_then_answer(), effects)
+    outcomes = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="tides?")
+    assert outcomes == [Answer(key=KEY, text="Tides are lunar.")]
+    assert kinds(store) == ["user", "function_call", "function_call_output", "message"]
+    record = store.get(KEY)
+    assert record is not None and record.checkpoint is not None
+    assert record.checkpoint.version == 1
+    assert effects.calls("lookup") == [{"tool": "lookup", "topic": "tides"}]
+
+
+async def test_with_no_interval_every_turn_is_checkpointed(
+    store: Store, effects: SideEffects
+) -> None:
+    rt = runtime(store, lookup_then_answer(), effects, checkpoint_interval=0)
     outcomes = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="tides?")
     assert outcomes == [Answer(key=KEY, text="Tides are lunar.")]
     assert kinds(store) == ["user", "function_call", "function_call_output", "message"]
@@ -92,6 +111,32 @@ async def test_read_only_tool_then_answer_checkpoints_each_turn(
     assert record is not None and record.checkpoint is not None
     assert record.checkpoint.version == 2  # one checkpoint per model turn
     assert effects.calls("lookup") == [{"tool": "lookup", "topic": "tides"}]
+
+
+async def test_a_long_run_of_harmless_turns_is_checkpointed_on_the_way(
+    store: Store, effects: SideEffects
+) -> None:
+    """Past the interval, the turn in progress ends with a checkpoint: a crash then repeats
+    no more than an interval's work."""
+
+    def slow(output: list[Any]) -> ModelStep:
+        async def respond(call: Any) -> Any:
+            await asyncio.sleep(0.3)  # each model call: more than half the interval
+            return output
+
+        return ModelStep.respond(respond)
+
+    turns = [slow([function_call("lookup", {"topic": f"t{n}"}, call_id=f"c{n}")]) for n in range(4)]
+    model = ScriptedModel([*turns, slow([assistant_message("Done.")])])
+    rt = runtime(store, model, effects, checkpoint_interval=0.5)
+    outcomes = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="look it all up")
+    assert outcomes == [Answer(key=KEY, text="Done.")]
+    record = store.get(KEY)
+    assert record is not None and record.checkpoint is not None
+    # Every second turn or so (five with a checkpoint per turn, one without the interval).
+    assert 1 < record.checkpoint.version < 5
+    assert len(effects.calls("lookup")) == 4
+    assert kinds(store).count("function_call_output") == 4
 
 
 async def test_approval_flow_by_button(store: Store, effects: SideEffects) -> None:

@@ -18,36 +18,50 @@ from testkit.runtime import KEY, SideEffects, history, record_of
 
 pytestmark = pytest.mark.slow
 
+# (boundary, nth, BOT_CHECKPOINT_INTERVAL). By default the harmless lookup turn shares its
+# checkpoint with the turn that chooses the email (the pause before it is sent: commit 1,
+# the only one with a blob; a finished run has nothing to resume, so its small checkpoint
+# lives in the record itself); with "0" every turn has its own (the pause is commit 2).
 SCENARIOS = [
-    ("none", 0),
-    ("after_model_response", 1),
-    ("after_model_response", 2),
-    ("after_model_response", 3),
-    ("before_side_effect", 1),
-    ("after_side_effect", 1),
-    ("between_blob_and_commit", 1),
-    ("between_blob_and_commit", 2),  # the last commit writes no blob: a finished run has
-    # nothing to resume, so its small checkpoint lives in the record itself
-    ("after_commit", 1),
-    ("after_commit", 2),
-    ("after_commit", 3),
+    ("none", 0, None),
+    ("after_model_response", 1, None),
+    ("after_model_response", 2, None),
+    ("after_model_response", 3, None),
+    ("before_side_effect", 1, None),
+    ("after_side_effect", 1, None),
+    ("between_blob_and_commit", 1, None),
+    ("after_commit", 1, None),
+    ("after_commit", 2, None),
+    ("after_model_response", 1, "0"),
+    ("between_blob_and_commit", 1, "0"),
+    ("between_blob_and_commit", 2, "0"),
+    ("after_commit", 1, "0"),
+    ("after_commit", 2, "0"),
+    ("after_commit", 3, "0"),
 ]
+ARMING_COMMIT = {None: 1, "0": 2}  # the commit that approves the email and arms it
 
 
 def _child(env: dict[str, str], *args: str) -> int:
     return prefork.run([sys.executable, "-m", "testkit.crash_child", *args], env=env, timeout=120)
 
 
-@pytest.mark.parametrize(("boundary", "nth"), SCENARIOS, ids=[f"{b}-{n}" for b, n in SCENARIOS])
+@pytest.mark.parametrize(
+    ("boundary", "nth", "interval"),
+    SCENARIOS,
+    ids=[f"{b}-{n}" + ("" if i is None else f"-interval{i}") for b, n, i in SCENARIOS],
+)
 def test_kill_at_boundary_then_recover(
     boundary: str,
     nth: int,
+    interval: str | None,
     store: Store,
     child_env: Callable[..., dict[str, str]],
     tmp_path: Path,
     effects: SideEffects,
 ) -> None:
-    env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0")
+    every = {} if interval is None else {"BOT_CHECKPOINT_INTERVAL": interval}
+    env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0", **every)
     first_out, recovery_out = tmp_path / "first.jsonl", tmp_path / "recovery.jsonl"
     code = _child(env, "run", boundary, str(nth), str(effects.path), str(first_out))
     outcomes = []
@@ -71,11 +85,11 @@ def test_kill_at_boundary_then_recover(
     if boundary != "none":
         assert "resumed_after_restart" in notices
     unknown = "tool_outcome_unknown" in notices
-    # The call is recorded as started in the same write as the checkpoint that approves it
-    # (the second commit): dying after that write, it is never run again, and said so.
+    # The call is recorded as started in the same write as the checkpoint that approves it:
+    # dying after that write, it is never run again, and said so.
     started = boundary in ("before_side_effect", "after_side_effect") or (boundary, nth) == (
         "after_commit",
-        2,
+        ARMING_COMMIT[interval],
     )
     assert unknown == started
     assert answers == ["Done: email unknown."] if unknown else ["Done: email sent."]
@@ -101,10 +115,22 @@ def test_kill_at_boundary_then_recover(
     assert store.read_inbox(KEY) == []
 
 
-@pytest.mark.parametrize(("boundary", "nth"), [("after_commit", 2), ("between_blob_and_commit", 2)])
+PAUSING = [
+    (b, ARMING_COMMIT[i], i)
+    for i in (None, "0")
+    for b in ("after_commit", "between_blob_and_commit")
+]
+
+
+@pytest.mark.parametrize(
+    ("boundary", "nth", "interval"),
+    PAUSING,
+    ids=[f"{b}-{n}" + ("" if i is None else f"-interval{i}") for b, n, i in PAUSING],
+)
 def test_killed_while_pausing_for_a_person(
     boundary: str,
     nth: int,
+    interval: str | None,
     store: Store,
     child_env: Callable[..., dict[str, str]],
     tmp_path: Path,
@@ -112,7 +138,8 @@ def test_killed_while_pausing_for_a_person(
 ) -> None:
     """Killed around the commit that pauses for approval: after recovery the question is
     (re)asked, and approving it runs the tool once."""
-    env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0")
+    every = {} if interval is None else {"BOT_CHECKPOINT_INTERVAL": interval}
+    env = child_env(BOT_LEASE_SECONDS="1", BOT_LEASE_SKEW_SECONDS="0", **every)
     out = tmp_path / "out.jsonl"
     assert _child(env, "run-human", boundary, str(nth), str(effects.path), str(out)) == -9
     time.sleep(1.2)

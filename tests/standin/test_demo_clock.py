@@ -16,7 +16,7 @@ from agents import RunConfig, Runner, SQLiteSession
 from bot.demo_agent import append_ticket, build_agent
 from bot.demo_clock import time_in
 from bot.demo_model import HELP, respond, words
-from bot.runtime import run_one_turn
+from bot.runtime import run_turns
 
 WINTER = dt.datetime(2025, 1, 15, 12, 0, tzinfo=dt.UTC)
 SUMMER = dt.datetime(2025, 7, 15, 12, 0, tzinfo=dt.UTC)
@@ -71,7 +71,7 @@ async def test_the_demo_model_streams_its_answer_a_word_at_a_time(
     async def on_text(delta: str) -> None:
         seen.append((time.monotonic(), delta))
 
-    result = await run_one_turn(
+    result = await run_turns(
         agent,
         "hello there",
         session=SQLiteSession("demo"),

@@ -40,7 +40,7 @@ from storage.models import (
     ToolCallRecord,
     utcnow,
 )
-from storage.people import PersonRecords
+from storage.people import PersonKey, PersonRecords
 from storage.replicas import ReplicaBeats
 from storage.writes import (
     APPEND_ATTEMPTS,
@@ -146,11 +146,13 @@ class Store(
         delivery: DeliveryMark | None = None,
         touch: bool = True,
         run_by: str | None = None,
+        note: PersonKey | None = None,
     ) -> Committed:
         """Give the lease up, optionally setting the status. Raises `LeaseLost`; with
         `inbox_seen`, raises `InboxChanged` (and keeps the lease) if messages arrived;
         `delivered` records that the current checkpoint's outcomes reached the user,
-        `delivery` where their delivery stands instead; `run_by` as in `Commit`."""
+        `delivery` where their delivery stands instead; `run_by` and `note` as in
+        `Commit`."""
         return self.apply(
             Commit(
                 key=lease.key,
@@ -162,6 +164,7 @@ class Store(
                 delivery=delivery,
                 touch=touch,
                 run_by=run_by,
+                note=note,
             )
         )
 

@@ -110,15 +110,22 @@ class PersonRecords(ABC):
 
     def note_conversation(self, key: PersonKey, conversation: ConversationKey) -> None:
         """The person started (or went back to) `conversation`: first of their recent ones.
-        Writes nothing when it is first already."""
+        Writes nothing when it is first already. (A release can carry the same note:
+        `Store.release(note=...)`.)"""
+        self._change_person(key, noting(conversation))
 
-        def note(person: Person) -> Person | None:
-            if person.recent[:1] == [conversation]:
-                return None
-            recent = [conversation, *(c for c in person.recent if c != conversation)]
-            return person.model_copy(update={"recent": recent[:RECENT_LIMIT]})
 
-        self._change_person(key, note)
+def noting(conversation: ConversationKey) -> Change:
+    """The change that puts `conversation` first among a person's recent ones (nothing to
+    write when it is first already)."""
+
+    def note(person: Person) -> Person | None:
+        if person.recent[:1] == [conversation]:
+            return None
+        recent = [conversation, *(c for c in person.recent if c != conversation)]
+        return person.model_copy(update={"recent": recent[:RECENT_LIMIT]})
+
+    return note
 
 
 def blank(key: PersonKey, now: datetime) -> Person:

@@ -17,6 +17,7 @@ from storage.models import (
     Status,
     ToolCallRecord,
 )
+from storage.people import PersonKey
 
 # DynamoDB's limits shape what one atomic append may hold; both backends honour them so
 # that the contract (and its tests) are the same.
@@ -93,6 +94,9 @@ class Commit:
     # Who started the run this write belongs to (None: unchanged). A write that sets the
     # status to awaiting approval lists the conversation for them (`list_waiting_on`).
     run_by: str | None = None
+    # A person to note this conversation for, first of their recent ones (`noting`), in
+    # the same write where the backend can; never a reason for the write to fail.
+    note: PersonKey | None = None
     clear_expiry: bool = False  # the thread was told its state expired (`expired_from`)
     clear_stop: bool = False  # a stop request was applied (`stop_by` goes)
     # Makes a retried write idempotent (DynamoDB's ClientRequestToken): a retry of a write

@@ -17,8 +17,18 @@ from bot.runtime.admission import Admission
 from bot.runtime.keeping import Keeping
 from bot.runtime.lease_owner import new_owner
 from bot.runtime.outcomes import Notice, NoticeKind, Outcome
+from bot.runtime.people import People
 from bot.runtime.progress import Progress, shown
-from storage import Conversation, ConversationKey, Lease, LeaseBusy, LeaseLost, NotFound, Status
+from storage import (
+    Conversation,
+    ConversationKey,
+    Lease,
+    LeaseBusy,
+    LeaseLost,
+    NotFound,
+    PersonKey,
+    Status,
+)
 
 log = logging.getLogger("bot.runtime.runtime")  # these were the runtime's own lines
 CONTINUE_WAIT_STEPS = 300  # tenths of a second
@@ -30,7 +40,7 @@ class Served:
     yielded: bool  # it gave its slot to others waiting: back in line
 
 
-class Admitting(Keeping):
+class Admitting(Keeping, People):
     """Mixed into `ConversationRuntime`, which owns these:"""
 
     admission: Admission
@@ -45,8 +55,10 @@ class Admitting(Keeping):
         remind: bool = False,
         recovering: bool = False,
         unheld: bool = False,
+        note: PersonKey | None = None,
     ) -> Served:
-        """Serve the thread under its lease, until nothing is left to do (`serving`)."""
+        """Serve the thread under its lease, until nothing is left to do (`serving`); its
+        release notes the conversation for `note` (`Store.release`)."""
 
     @abstractmethod
     def _serves(self, key: ConversationKey) -> bool:
@@ -56,22 +68,29 @@ class Admitting(Keeping):
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` in a task that `drain` waits for."""
 
-    async def serve(self, key: ConversationKey) -> list[Outcome]:
+    async def serve(self, key: ConversationKey, *, note: PersonKey | None = None) -> list[Outcome]:
         """Serve the thread if it is free (or taken for us when its message was kept); if
         another holder has it, that holder reads the inbox before it lets go (and a dead
-        holder's thread is picked up by `recover`)."""
+        holder's thread is picked up by `recover`). `note`: the person who opened the
+        conversation, noted by the serve's release (else by a write of its own)."""
         await self.keeps.settled()  # the burst's other messages are acknowledged first
         taken = self._taken.pop(key, None)
         person = self._requesters.pop(key, None)
         if self.draining:
             if taken is not None:  # give it up at once: the next process serves it
-                await self.io(self.store.release, taken[0], status=Status.RUNNING, touch=False)
+                await self.io(
+                    self.store.release, taken[0], status=Status.RUNNING, touch=False, note=note
+                )
+            elif note is not None:
+                await self.note_conversation(note, key)
             return []  # kept already; the next process serves it
         slot = self.admission.try_take(person)
         if slot is None:  # every slot is taken: the thread waits, without its lease
             metrics.QUEUED.inc()
             if taken is not None:
-                await self._give_up(taken[0])
+                await self._give_up(taken[0], note)
+            elif note is not None:
+                await self.note_conversation(note, key)
             return await self.serve_when_admitted(key, person)
         with slot:
             if taken is not None and taken[0].expires_at > self.store.clock():
@@ -82,21 +101,23 @@ class Admitting(Keeping):
                         self.store.acquire, key, new_owner(self.process), create=False
                     )
                 except LeaseBusy:
+                    if note is not None:
+                        await self.note_conversation(note, key)
                     text = "Queued: I'll answer next."
                     return [Notice(key=key, kind=NoticeKind.QUEUED, text=text)]
                 except NotFound:
                     return []
-            served = await self.serve_under_lease(lease, record)
+            served = await self.serve_under_lease(lease, record, note=note)
         outcomes = served.outcomes
         if served.yielded:
             outcomes += await self.serve_when_admitted(key, person)
         return outcomes
 
-    async def _give_up(self, lease: Lease) -> None:
+    async def _give_up(self, lease: Lease, note: PersonKey | None = None) -> None:
         """Release a thread taken by its keep, as `running` with its inbox untouched: it
         waits durably, found by any replica's recovery (see `admission`)."""
         with contextlib.suppress(LeaseLost):  # another replica took it meanwhile
-            await self.io(self.store.release, lease, status=Status.RUNNING, touch=False)
+            await self.io(self.store.release, lease, status=Status.RUNNING, touch=False, note=note)
 
     async def serve_when_admitted(self, key: ConversationKey, person: str | None) -> list[Outcome]:
         """Wait for a slot (the thread says it is queued meanwhile), then serve the thread

@@ -11,6 +11,7 @@ import logging
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 from bot.runtime.admission import Admission
 from bot.runtime.delivery import Outbox
@@ -25,6 +26,7 @@ from storage import (
     Lease,
     LeaseKeeper,
     LeaseLost,
+    PersonKey,
     Status,
     StorageUnavailable,
     Store,
@@ -57,6 +59,7 @@ class Holding:
         outbox: Outbox,
         admission: Admission,
         by_recovery: bool,
+        note: PersonKey | None = None,
     ) -> None:
         self.store = store
         self.io = io
@@ -76,6 +79,8 @@ class Holding:
         self.stopped = False  # stopped for a graceful shutdown: release as `running`
         self.waiting_on: str | None = None  # the person a decision waits on (see below)
         self.read: set[str] = set()  # the inbox entries this serve's passes have read
+        # Who opened the conversation, to be noted by the release (`Store.release(note=)`).
+        self.note = note
 
     @abstractmethod
     async def step(self) -> None:
@@ -169,9 +174,7 @@ class Holding:
             status = Status.RUNNING if left else self.final_status
             waiting = status is Status.AWAITING_APPROVAL
             try:
-                await self.io(
-                    self.store.release,
-                    self.lease,
+                await self._release(
                     status=status,
                     inbox_seen=None if self.stopped else self.record.inbox_seq,
                     delivery=self.outbox.mark(),
@@ -189,16 +192,16 @@ class Holding:
                     return
                 self.record = fresh
 
+    async def _release(self, **how: Any) -> None:
+        """The release (`Store.release`), noting the conversation for `note` the first
+        time it lands."""
+        await self.io(self.store.release, self.lease, note=self.note, **how)
+        self.note = None
+
     async def _yield_slot(self) -> None:
         """Messages arrived during the run while other threads wait for a slot: the thread
         goes back in line, given up as `running` with its new messages in the inbox."""
-        await self.io(
-            self.store.release,
-            self.lease,
-            status=Status.RUNNING,
-            delivery=self.outbox.mark(),
-            touch=self.active,
-        )
+        await self._release(status=Status.RUNNING, delivery=self.outbox.mark(), touch=self.active)
         self.yielded = True
 
     async def _release_quietly(self) -> None:
@@ -206,13 +209,7 @@ class Holding:
         that the next process continues it without waiting for the lease to expire."""
         try:
             await asyncio.wait_for(
-                self.io(
-                    self.store.release,
-                    self.lease,
-                    status=Status.RUNNING,
-                    delivery=self.outbox.mark(),
-                    touch=False,
-                ),
+                self._release(status=Status.RUNNING, delivery=self.outbox.mark(), touch=False),
                 timeout=5,
             )
         except Exception:
@@ -265,17 +262,13 @@ class Holding:
             record, inbox = None, []  # nobody can tell what waits: recovery looks again
         if record is not None and not any(self._owed(entry) for entry in inbox):
             try:
-                await self.io(
-                    self.store.release,
-                    self.lease,
-                    status=Status.INTERRUPTED,
-                    inbox_seen=record.inbox_seq,
-                    touch=False,
+                await self._release(
+                    status=Status.INTERRUPTED, inbox_seen=record.inbox_seq, touch=False
                 )
                 return Status.INTERRUPTED
             except InboxChanged:
                 pass  # kept just now: it is owed an answer
-        await self.io(self.store.release, self.lease, status=Status.RUNNING, touch=False)
+        await self._release(status=Status.RUNNING, touch=False)
         return Status.RUNNING
 
     def _owed(self, entry: InboxEntry) -> bool:

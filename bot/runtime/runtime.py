@@ -39,7 +39,6 @@ from bot.runtime.lease_owner import new_owner, process_identity
 from bot.runtime.mcp_servers import McpServers
 from bot.runtime.not_taken import NotTaken
 from bot.runtime.outcomes import Duplicate, Outcome, Refused
-from bot.runtime.people import People
 from bot.runtime.progress import Progress, Quiet
 from bot.runtime.rate_gate import RateGate
 from bot.runtime.recovery import recover_conversations
@@ -67,7 +66,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class ConversationRuntime(Resuming, StopRequests, People):
+class ConversationRuntime(Resuming, StopRequests):
     def __init__(
         self,
         store: Store,
@@ -239,10 +238,14 @@ class ConversationRuntime(Resuming, StopRequests, People):
         remind: bool = False,
         recovering: bool = False,
         unheld: bool = False,
+        note: PersonKey | None = None,
     ) -> Served:
         """Serve a thread whose lease this process took, as one of its live threads (a stop
-        reaches it, `drain` waits for it), until nothing is left to do (`serving`)."""
-        serving = Serving(self, lease, record, remind=remind, recovering=recovering, unheld=unheld)
+        reaches it, `drain` waits for it), until nothing is left to do (`serving`); its
+        release notes the conversation for `note`."""
+        serving = Serving(
+            self, lease, record, remind=remind, recovering=recovering, unheld=unheld, note=note
+        )
         outcomes = await self._serve(serving)
         return Served(outcomes, serving.yielded)
 

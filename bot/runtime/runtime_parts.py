@@ -23,7 +23,7 @@ from bot.runtime.not_taken import NotTaken
 from bot.runtime.outcomes import Outcome
 from bot.runtime.progress import Progress
 from bot.settings import RuntimeSettings
-from storage import CheckpointMeta, Conversation, ConversationKey, Lease, Store
+from storage import CheckpointMeta, Conversation, ConversationKey, Lease, PersonKey, Store
 from storage.calls import StorageCalls
 
 
@@ -77,6 +77,7 @@ class RuntimeParts(Protocol):
         remind: bool = False,
         recovering: bool = False,
         unheld: bool = False,
+        note: PersonKey | None = None,
     ) -> Served: ...
 
     async def serve_when_admitted(

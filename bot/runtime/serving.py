@@ -41,6 +41,7 @@ from storage import (
     Commit,
     Conversation,
     Lease,
+    PersonKey,
     Status,
     ToolCallRecord,
     ToolCallStatus,
@@ -59,6 +60,7 @@ class Serving(Holding):
         recovering: bool = False,
         remind: bool = False,
         unheld: bool = False,
+        note: PersonKey | None = None,
     ) -> None:
         super().__init__(
             runtime.store,
@@ -68,6 +70,7 @@ class Serving(Holding):
             outbox=Outbox(runtime.sink, runtime.store.clock, runtime.store.state_ttl),
             admission=runtime.admission,
             by_recovery=recovering,
+            note=note,
         )
         self.rt = runtime
         self.version = record.checkpoint_version

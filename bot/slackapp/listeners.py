@@ -159,10 +159,10 @@ class Listeners:
         if context.get("kept") != Kept.KEPT.value:
             return
         key = ConversationKey.parse(context["kept_key"])
-        if context.get("opened_by"):  # one of their recent conversations (Home lists them)
-            await self.runtime.note_conversation(PersonKey.of(key, context["opened_by"]), key)
+        opener = context.get("opened_by")  # one of their recent conversations (Home lists them)
+        note = PersonKey.of(key, opener) if opener else None  # noted by the serve's release
         with metrics.LATENCY.labels("message").time():
-            await self.runtime.serve(key)  # progress shows in the thread (see `live`)
+            await self.runtime.serve(key, note=note)  # progress shows in the thread (`live`)
 
     # -- approvals ----------------------------------------------------------------------
 

@@ -1,20 +1,25 @@
 """The one atomic write every change to a conversation goes through (`Store.apply`).
 
 One UpdateItem on the record when it is alone; one TransactWriteItems (with an idempotency
-token) when session rows, ledger rows, row-stored messages or counters come with it. Every
+token) when session rows, ledger rows, row-stored messages, counters or the note of the
+conversation on its person's record (`Commit.note`, when this process knows that record)
+come with it. Every
 action is counted against DynamoDB's limit of 100: session rows beyond what is left go to S3
 as one batch blob. A retry whose first attempt landed (its answer was lost) is recognised
 and reported as done."""
 
 from __future__ import annotations
 
+import logging
+import uuid
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from storage.aws import items as session_rows
-from storage.aws import tools as ledger_rows
+from storage.aws.commit_extras import counter_actions, ledger_actions
 from storage.aws.errors import code, reasons
 from storage.aws.expressions import Item, Update, n, s
 from storage.aws.layout import (
@@ -22,8 +27,6 @@ from storage.aws.layout import (
     SPILL_SUFFIX,
     STATE_EXPIRES,
     conv_pk,
-    counter_key,
-    day_of,
     epoch_seconds,
     in_row,
     inbox_sk,
@@ -31,9 +34,11 @@ from storage.aws.layout import (
     ms,
     record_from_item,
 )
+from storage.aws.people import People, Written
 from storage.aws.tables import Tables
 from storage.errors import CheckpointConflict, InboxChanged, LeaseLost, SessionConflict
 from storage.models import DeliveryMark, Status
+from storage.people import PersonKey, noting
 from storage.writes import (
     KEEP,
     TRANSACTION_ACTIONS_LIMIT,
@@ -42,6 +47,8 @@ from storage.writes import (
     Committed,
     _Keep,
 )
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -57,16 +64,22 @@ class _ArmedBefore(Exception):
         self.positions = positions
 
 
+class _PersonChanged(Exception):
+    """Only the person's item of a noting write had changed since this process saw it."""
+
+
 class Commits:
     def __init__(
         self,
         tables: Tables,
         get: Callable[[ConversationKey], Conversation | None],
         put_blob: Callable[[str, bytes], None],
+        people: People,
     ) -> None:
         self.t = tables
         self.get = get
         self.put_blob = put_blob
+        self.people = people
 
     def apply(self, commit: Commit) -> Committed:
         now = self.t.clock()
@@ -79,8 +92,8 @@ class Commits:
             if base_seq is None and writes_items:
                 base_seq = record.next_seq if record else 0
         update = self._record_update(commit, base_seq, len(commit.items), generation, now)
-        extra = self._counter_actions(commit, update, now) + self._ledger_actions(
-            commit, generation, now
+        extra = counter_actions(self.t, commit, update, now) + ledger_actions(
+            self.t, commit, generation, now, self.put_blob
         )
         in_rows = [e for e in commit.consume if in_row(e)]
         room = TRANSACTION_ACTIONS_LIMIT - 1 - len(extra) - len(in_rows)
@@ -94,17 +107,22 @@ class Commits:
             put_blob=self.put_blob,
         )
         armed = [call.call_id for call in commit.arm]
-        if rows or extra or in_rows:
+        note = None if commit.note is None else self._note(commit.note, commit.key)
+        if rows or extra or in_rows or note:
             try:
-                self._transact(commit, base_seq, update, rows, extra, in_rows)
-            except _ArmedBefore as already:
-                # A call this commit arms is in the ledger already (it says more): keep it.
-                first = len(extra) - len(commit.arm)
-                kept = [a for i, a in enumerate(extra) if i not in already.positions]
-                armed = [c for i, c in enumerate(armed) if first + i not in already.positions]
-                self._transact(commit, base_seq, update, rows, kept, in_rows)
+                armed = self._transact_armed(commit, base_seq, update, rows, extra, in_rows, note)
+            except _PersonChanged:
+                assert commit.note is not None
+                self.people.forget(commit.note)
+                note = None  # the write goes without it; the note follows from a fresh read
+                again = replace(commit, token=uuid.uuid4().hex)  # another write: its own token
+                armed = self._transact_armed(again, base_seq, update, rows, extra, in_rows, None)
         else:
             self._update(commit, base_seq, update)
+        if note is not None:
+            self.people.remember(note)
+        elif commit.note is not None:
+            self._note_alone(commit.note, commit.key)
         checkpoint = commit.checkpoint
         if isinstance(checkpoint, _Keep):
             next_known = None if base_seq is None else base_seq + len(commit.items)
@@ -113,6 +131,45 @@ class Commits:
         if checkpoint is not None:
             checkpoint = checkpoint.model_copy(update={"session_seq": next_seq})
         return Committed(commit.key, next_seq, checkpoint, commit.status, tuple(armed))
+
+    def _transact_armed(
+        self,
+        commit: Commit,
+        base_seq: int | None,
+        update: Update,
+        rows: list[Item],
+        extra: list[TransactWriteItemTypeDef],
+        in_rows: list[str],
+        note: Written | None,
+    ) -> list[str]:
+        """The transaction; the calls it recorded as started."""
+        armed = [call.call_id for call in commit.arm]
+        try:
+            self._transact(commit, base_seq, update, rows, extra, in_rows, note)
+        except _ArmedBefore as already:
+            # A call this commit arms is in the ledger already (it says more): keep it.
+            first = len(extra) - len(commit.arm)
+            kept = [a for i, a in enumerate(extra) if i not in already.positions]
+            armed = [c for i, c in enumerate(armed) if first + i not in already.positions]
+            self._transact(commit, base_seq, update, rows, kept, in_rows, note)
+        return armed
+
+    # -- the person it notes -------------------------------------------------------------
+
+    def _note(self, person: PersonKey, conversation: ConversationKey) -> Written | None:
+        """The note as an action of this write, when this process knows the person's item."""
+        try:
+            return self.people.change_in_transaction(person, noting(conversation))
+        except (ValueError, KeyError):  # an item this process cannot read: noted alone
+            return None
+
+    def _note_alone(self, person: PersonKey, conversation: ConversationKey) -> None:
+        """The note by a write of its own, after the conversation's: best effort (the
+        person's list stays as it was), never a failure of the write it came with."""
+        try:
+            self.people.change(person, noting(conversation))
+        except Exception:
+            log.warning("%s: their recent conversations were not updated", person, exc_info=True)
 
     # -- the record ---------------------------------------------------------------------
 
@@ -238,65 +295,6 @@ class Commits:
             else:
                 update.set(attribute, value)
 
-    # -- what comes with it -------------------------------------------------------------
-
-    def _counter_actions(
-        self, commit: Commit, update: Update, now: datetime
-    ) -> list[TransactWriteItemTypeDef]:
-        """A release that settles the conversation in another status (or expiry day) moves
-        it between counter buckets, in the same transaction; a plain turn (idle, running,
-        idle again, the same day) writes no counter."""
-        lease = commit.lease
-        if lease is None or not commit.release or commit.status in (None, Status.RUNNING):
-            return []
-        assert commit.status is not None
-        old = lease.counted
-        # The day its state expires: moved by this write, or as counted before.
-        day = old.rsplit("#", 1)[-1] if old and not commit.touch else day_of(self.t.expiry(now))
-        new = f"{commit.status.value}#{day}"
-        if new == old:
-            return []
-        update.set("counted", s(new))
-        was = update.value("counted_was", s(old or ""))
-        update.require(f"attribute_not_exists(#counted) OR #counted = {was}")
-        shard = self.t.shard(commit.key)
-        changes: dict[str, dict[str, int]] = {}
-        if old:
-            old_status, old_day = old.rsplit("#", 1)
-            changes.setdefault(old_day, {})[old_status] = -1
-        changes.setdefault(day, {})
-        changes[day][commit.status.value] = changes[day].get(commit.status.value, 0) + 1
-        actions: list[TransactWriteItemTypeDef] = []
-        for counter_day, deltas in changes.items():
-            counter = Update()
-            for status, delta in deltas.items():
-                counter.adds.append(
-                    f"{counter.name('n_' + status)} {counter.value(status, n(delta))}"
-                )
-            expires = int(datetime.strptime(counter_day, "%Y%m%d").timestamp()) + 3 * 86400
-            counter.set("expires_at", n(expires))
-            actions.append(
-                {"Update": counter.as_update(self.t.table, counter_key(shard, counter_day))}
-            )
-        return actions
-
-    def _ledger_actions(
-        self, commit: Commit, generation: int, now: datetime
-    ) -> list[TransactWriteItemTypeDef]:
-        """Calls armed by this commit: recorded as started in the same write."""
-        return [
-            {
-                "Put": {
-                    "TableName": self.t.table,
-                    "Item": ledger_rows.started_row(
-                        record, generation, self.t.expiry(now), self.put_blob
-                    ),
-                    "ConditionExpression": "attribute_not_exists(sk)",
-                }
-            }
-            for record in commit.arm
-        ]
-
     # -- writing ------------------------------------------------------------------------
 
     def _update(self, commit: Commit, base_seq: int | None, update: Update) -> None:
@@ -323,6 +321,7 @@ class Commits:
         rows: list[Item],
         extra: list[TransactWriteItemTypeDef],
         in_rows: list[str],
+        note: Written | None = None,
     ) -> None:
         actions: list[TransactWriteItemTypeDef] = [
             {"Update": update.as_update(self.t.table, meta_key(commit.key))}
@@ -350,6 +349,8 @@ class Commits:
             for entry_id in in_rows
         ]
         actions += extra
+        if note is not None:
+            actions.append(note.action)  # last: a failure of its own is told apart
         try:
             # The token makes boto3's retry of a write whose answer was lost a no-op.
             self.t.dynamodb.transact_write_items(
@@ -368,6 +369,8 @@ class Commits:
                     return
                 raise failure from exc
             failed = [i for i, r in enumerate(found) if r.get("Code") == "ConditionalCheckFailed"]
+            if note is not None and failed == [len(actions) - 1]:
+                raise _PersonChanged from exc
             start = 1 + len(rows) + len(in_rows)
             ledger = {i - start for i in failed if i >= start and "Put" in actions[i]}
             if failed and len(ledger) == len(failed):

@@ -88,12 +88,12 @@ class AwsStore(Store):
         self.records = Records(self.tables)
         self.keeps = Keeps(self.tables, self.records)
         self.history = History(self.tables, self.get_blob)
-        self.commits = Commits(self.tables, self.records.get, self.put_blob_once)
+        self.people = People(self.tables)
+        self.commits = Commits(self.tables, self.records.get, self.put_blob_once, self.people)
         self.ledger = Ledger(self.tables, self._generation, self.put_blob_once, self.get_blob)
         self.queries = ListingQueries(self.tables)
         self.feedback = Feedback(self.tables)
         self.installations = Installations(self.tables)
-        self.people = People(self.tables)
         self.replicas = Replicas(self.tables)
 
     def close(self) -> None:

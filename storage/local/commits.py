@@ -1,5 +1,6 @@
 """The atomic write on sqlite: a `Commit` applied in one transaction (fenced, checked
-against the checkpoint's version, the session's sequence and the inbox counter)."""
+against the checkpoint's version, the session's sequence and the inbox counter), with the
+note of the conversation on its person's record when it carries one."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ from typing import Any
 from storage.errors import CheckpointConflict, InboxChanged, SessionConflict
 from storage.local.database import Database, fenced, read_tool, status_change
 from storage.local.ledger import Ledger
+from storage.local.people import People
 from storage.models import DeliveryMark
+from storage.people import noting
 from storage.writes import KEEP, Commit, Committed
 
 
 class Commits:
-    def __init__(self, database: Database, ledger: Ledger) -> None:
+    def __init__(self, database: Database, ledger: Ledger, people: People) -> None:
         self.d = database
         self.ledger = ledger
+        self.people = people
 
     def apply(self, commit: Commit) -> Committed:
         now = self.d.clock()
@@ -89,6 +93,8 @@ class Commits:
                     }
                 )
             self.d.save(db, record)
+            if commit.note is not None:
+                self.people.change_within(db, commit.note, noting(commit.key), now)
         wrote_pointer = commit.checkpoint is not KEEP and commit.checkpoint is not None
         session_known = commit.base_seq is not None or bool(commit.items) or wrote_pointer
         return Committed(

@@ -13,7 +13,9 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from storage import ConversationKey, PersonKey, Status, Store
+import pytest
+
+from storage import ConversationKey, InboxChanged, PersonKey, Status, Store
 from storage.aws import AwsStore
 from storage.aws.layout import WAITING_INDEX, person_key
 from storage.listings import WAITING_PAGES
@@ -241,6 +243,72 @@ def test_a_person_who_asks_again_costs_one_write(store: Store) -> None:
     store.note_conversation(ALICE, key(3))
     person = store.get_person(ALICE)
     assert person is not None and [k.thread_ts[-2:] for k in person.recent] == ["03"]
+
+
+def released_with_note(store: Store, n: int, person: PersonKey = ALICE) -> None:
+    """A new conversation kept, taken and released, its release noting it for `person`."""
+    kept = store.keep(key(n), uuid.uuid4().hex, '{"text":"hi"}', participant="UALICE", owner="w")
+    assert kept.lease is not None
+    store.release(kept.lease, status=Status.IDLE, note=person)
+
+
+def test_a_release_notes_the_conversation_for_its_opener(store: Store) -> None:
+    released_with_note(store, 1)
+    released_with_note(store, 2)
+    person = store.get_person(ALICE)
+    assert person is not None and [k.thread_ts[-2:] for k in person.recent] == ["02", "01"]
+    record = store.get(key(2))
+    assert record is not None and (record.status, record.lease_owner) == (Status.IDLE, None)
+
+
+def test_a_release_refused_notes_nothing(store: Store) -> None:
+    """The note lands with the release or not at all: a release that finds messages
+    arrived meanwhile (`InboxChanged`) leaves the person's record as it was."""
+    kept = store.keep(key(1), uuid.uuid4().hex, '{"text":"hi"}', participant="UALICE", owner="w")
+    assert kept.lease is not None and kept.record is not None
+    store.keep(key(1), uuid.uuid4().hex, '{"text":"more"}', participant="UALICE")
+    with pytest.raises(InboxChanged):
+        store.release(kept.lease, status=Status.IDLE, inbox_seen=kept.record.inbox_seq, note=ALICE)
+    assert store.get_person(ALICE) is None
+
+
+def test_a_noting_release_of_a_known_person_is_one_write(store: Store) -> None:
+    """On aws, where this process knows the person's item, the note goes in the release's
+    own transaction; where another process wrote it meanwhile, the release still lands and
+    the note follows from a fresh read."""
+    if not isinstance(store, AwsStore):
+        return  # local: one sqlite transaction either way
+    store.note_conversation(ALICE, key(0))  # read and written: known to this process
+    sent: list[str] = []
+    store.dynamodb.meta.events.register(
+        "before-send.dynamodb", lambda event_name, **_: sent.append(event_name)
+    )
+    kept = store.keep(key(1), uuid.uuid4().hex, '{"text":"hi"}', participant="UALICE", owner="w")
+    assert kept.lease is not None
+    sent.clear()
+    store.release(kept.lease, status=Status.IDLE, note=ALICE)
+    assert [e.rsplit(".", 1)[1] for e in sent] == ["TransactWriteItems"]
+    # Another writer moves the person's item on: the copy is stale.
+    store.dynamodb.update_item(
+        TableName=store.table,
+        Key=person_key(str(ALICE)),
+        UpdateExpression="SET version = version + :one",
+        ExpressionAttributeValues={":one": {"N": "1"}},
+    )
+    kept = store.keep(key(2), uuid.uuid4().hex, '{"text":"hi"}', participant="UALICE", owner="w")
+    assert kept.lease is not None
+    sent.clear()
+    store.release(kept.lease, status=Status.IDLE, note=ALICE)
+    assert [e.rsplit(".", 1)[1] for e in sent] == [
+        "TransactWriteItems",  # refused for the person's item alone
+        "TransactWriteItems",  # the release without the note
+        "GetItem",
+        "PutItem",
+    ]
+    record = store.get(key(2))
+    assert record is not None and (record.status, record.lease_owner) == (Status.IDLE, None)
+    person = store.get_person(ALICE)
+    assert person is not None and [k.thread_ts[-2:] for k in person.recent] == ["02", "01", "00"]
 
 
 def test_a_forgotten_person_starts_afresh(store: Store) -> None:

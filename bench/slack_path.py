@@ -49,9 +49,9 @@ class Served:
         self.changed = asyncio.Event()
         original = runtime.serve
 
-        async def serve(key: Any) -> Any:
+        async def serve(key: Any, **options: Any) -> Any:
             try:
-                return await original(key)
+                return await original(key, **options)
             finally:
                 self.done += 1
                 self.changed.set()

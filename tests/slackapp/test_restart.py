@@ -27,7 +27,12 @@ from testkit.slack import CHANNEL, TEAM, running_api, signed_headers
 pytestmark = pytest.mark.slow
 
 
-async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("interval", ["0", None], ids=["checkpoint-every-turn", "default"])
+async def test_killed_mid_run_then_restarted(tmp_path: Path, interval: str | None) -> None:
+    """Killed while the second model call of a run is in progress. With a checkpoint after
+    every turn the first turn (a harmless tool call) is kept and the restarted process goes
+    on from it; by default a harmless turn shares the next checkpoint, so the restarted
+    process asks the model again from the message: either way one answer, no loss."""
     release = threading.Event()
     script = ScriptedResponses(
         [
@@ -48,6 +53,7 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
                 port=port,
                 BOT_LEASE_SECONDS="2",
                 BOT_LEASE_SKEW_SECONDS="0",
+                **({} if interval is None else {"BOT_CHECKPOINT_INTERVAL": interval}),
             )
             log = (tmp_path / "bot.log").open("wb")
             command = [sys.executable, "-m", "bot", "serve"]
@@ -70,7 +76,7 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
                     ) as response,
                 ):
                     assert response.status == 200
-                # The first turn (a tool call) is committed; the second model call hangs.
+                # The first turn (a tool call) is done; the second model call hangs.
                 await asyncio.to_thread(wait_until, lambda: len(script.requests) >= 2)
                 first.send_signal(signal.SIGKILL)
                 first.wait(10)
@@ -90,10 +96,14 @@ async def test_killed_mid_run_then_restarted(tmp_path: Path) -> None:
     assert "resuming where I left off" in replies[0].text
     assert replies[1].text == "It is noon in Lima."
     assert len(api.bot_replies(CHANNEL, question.ts)) == 2
-    # The model saw the first turn's tool output once: nothing was redone or lost.
     last_input = script.requests[-1]["input"]
     outputs = [i for i in last_input if i.get("type") == "function_call_output"]
-    assert [o["call_id"] for o in outputs] == ["call_time"]
+    if interval == "0":  # the model saw the first turn's tool output once: nothing redone
+        assert [o["call_id"] for o in outputs] == ["call_time"]
+    else:  # asked again from the message, which the first process never consumed
+        assert outputs == []
+        assert "what time is it in Lima?" in str(last_input)
+    assert len(script.requests) == 3
     assert second.returncode == 0
 
 

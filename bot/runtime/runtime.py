@@ -22,6 +22,7 @@ from agents import Agent
 from agents.memory import SessionSettings
 from agents.run_state import CURRENT_SCHEMA_VERSION
 
+from bot import metrics
 from bot.runtime.admission import Admission
 from bot.runtime.admitting import Served
 from bot.runtime.agent_graph import agents_of
@@ -265,6 +266,18 @@ class ConversationRuntime(Resuming, StopRequests):
             agent_fingerprint=self.fingerprint,
             finished=finished,
         )
+
+    def serve_soon(self, key: ConversationKey, *, note: PersonKey | None = None) -> None:
+        """`serve` in a task of its own (which `drain` waits for), for a request that is
+        acknowledged as soon as its message is kept; a failure is logged."""
+        self._in_background(self._serve_logged(key, note))
+
+    async def _serve_logged(self, key: ConversationKey, note: PersonKey | None) -> None:
+        try:
+            with metrics.LATENCY.labels("message").time():
+                await self.serve(key, note=note)  # progress shows in the thread
+        except Exception:
+            log.exception("%s: serving it failed", key)
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)

@@ -140,7 +140,8 @@ def build_app(
         # Socket Mode requests arrive over an authenticated websocket, unsigned.
         request_verification_enabled=not settings.socket_mode,
         # Each listener keeps what must not be lost before the request is acknowledged,
-        # then works in a lazy function after it (see `listeners`).
+        # then works after it: in a lazy function, or a message in a task of the
+        # runtime's (see `listeners`).
         process_before_response=True,
     )
     clients = installs.clients if installs else OneWorkspace(client)

@@ -4,7 +4,10 @@ Each listener has two halves (bolt's `ack` and `lazy` functions, with the app pr
 before it responds): the first keeps what must not be lost (a message, a decision) with one
 durable write and only then lets bolt acknowledge the request; if keeping fails the request
 gets a 500 and Slack delivers it again. The second half, after the acknowledgement, does the
-work: serving the thread, answering a command."""
+work: serving the thread, answering a command. A message, the busiest request, needs nothing
+of bolt's for its second half: its keep hands the thread to the runtime to serve in a task
+of its own (`serve_soon`), which spares bolt's copy of the whole request for a lazy
+function."""
 
 from __future__ import annotations
 
@@ -66,8 +69,8 @@ class Listeners:
         self.home = home  # answers clicks made on the Home tab
 
     def register(self, app: AsyncApp) -> None:
-        app.event("app_mention")(ack=self.keep_mention, lazy=[self.serve_message])
-        app.event("message")(ack=self.keep_reply, lazy=[self.serve_message])
+        app.event("app_mention")(self.keep_mention)
+        app.event("message")(self.keep_reply)
         app.action(APPROVE)(ack=self.keep_decision, lazy=[self.serve_decision])
         app.action(REJECT)(ack=self.keep_decision, lazy=[self.serve_decision])
         app.action(RESUME)(ack=self.ack_at_once, lazy=[self.resume_button])
@@ -136,13 +139,15 @@ class Listeners:
             files=shared_files(event),
             viewing=await self._viewing(event, key, user) if direct else None,
         )
-        context["kept"] = kept.value
-        context["kept_key"] = str(key)
-        context["kept_ts"] = ts
-        if kept is Kept.KEPT and create and self.runtime.opens_conversation(key):
-            context["opened_by"] = user if SLACK_ID.fullmatch(user) else None
+        if kept is not Kept.KEPT:
+            return
+        note = None  # who opened a new conversation: one of their recent ones (on Home)
+        if create and self.runtime.opens_conversation(key):
+            if SLACK_ID.fullmatch(user):
+                note = PersonKey.of(key, user)
             if self.live is not None:
                 self.live.name(key, text)  # the session's title: its first request
+        self.runtime.serve_soon(key, note=note)  # after the ack, in a task of its own
 
     async def _viewing(
         self, event: dict[str, Any], key: ConversationKey, user: str
@@ -154,15 +159,6 @@ class Listeners:
         if told is not None:
             return told
         return await self.runtime.viewing_for(PersonKey.of(key, user), key.thread_ts)
-
-    async def serve_message(self, context: AsyncBoltContext) -> None:
-        if context.get("kept") != Kept.KEPT.value:
-            return
-        key = ConversationKey.parse(context["kept_key"])
-        opener = context.get("opened_by")  # one of their recent conversations (Home lists them)
-        note = PersonKey.of(key, opener) if opener else None  # noted by the serve's release
-        with metrics.LATENCY.labels("message").time():
-            await self.runtime.serve(key, note=note)  # progress shows in the thread (`live`)
 
     # -- approvals ----------------------------------------------------------------------
 

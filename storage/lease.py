@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Coroutine
 from types import TracebackType
+from typing import Any
 
 from storage.base import Store
 from storage.calls import StorageCalls
@@ -42,15 +44,25 @@ class LeaseKeeper:
         self.lost = asyncio.Event()
         self.stop = asyncio.Event()  # someone asked the run to stop (`stop_by`)
         self.stop_by: str | None = None
+        self._stop_waiters: list[asyncio.Future[None]] = []  # `when_stop_asked`
         self._applied = 0  # stops applied so far: a look begun before one is out of date
         self._tasks: list[asyncio.Task[None]] = []
+        # Most holds end before their first renewal: each loop's task is made when its
+        # first beat is due (a timer until then costs next to nothing to set and cancel).
+        self._timers: list[asyncio.TimerHandle] = []
 
     async def __aenter__(self) -> LeaseKeeper:
-        key = self.lease.key
-        self._tasks = [asyncio.create_task(self._heartbeat(), name=f"lease {key}")]
+        loop = asyncio.get_running_loop()
+        name = str(self.lease.key)
+        self._timers = [loop.call_later(self.interval, self._begin, self._heartbeat, name)]
         if self.stop_poll:
-            self._tasks.append(asyncio.create_task(self._watch_stops(), name=f"stops {key}"))
+            self._timers.append(
+                loop.call_later(self.stop_poll, self._begin, self._watch_stops, name)
+            )
         return self
+
+    def _begin(self, beats: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        self._tasks.append(asyncio.create_task(beats(), name=f"{beats.__name__} {name}"))
 
     async def __aexit__(
         self,
@@ -58,6 +70,8 @@ class LeaseKeeper:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        for timer in self._timers:
+            timer.cancel()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -72,6 +86,21 @@ class LeaseKeeper:
         """The run under this lease should stop (learned from a renewal, or in process)."""
         self.stop_by = user
         self.stop.set()
+        waiters, self._stop_waiters = self._stop_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def when_stop_asked(self) -> asyncio.Future[None]:
+        """A future done once a stop is asked (at once if one is): `stop.wait()` without a
+        task of its own, for `asyncio.wait` beside the work. Cancel it when done with it."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.stop.is_set():
+            waiter.set_result(None)
+        else:
+            self._stop_waiters = [w for w in self._stop_waiters if not w.done()]
+            self._stop_waiters.append(waiter)
+        return waiter
 
     def stop_applied(self) -> None:
         """The stop was acted on (and its request cleared in the store): the next run is
@@ -85,20 +114,21 @@ class LeaseKeeper:
             self.ask_stop(user)
 
     async def _watch_stops(self) -> None:
+        """From its first look (due when the task begins), one every `stop_poll`."""
         assert self.stop_poll
         while not self.lost.is_set():
-            await asyncio.sleep(self.stop_poll)
             applied = self._applied
             try:
                 user = await self.calls(self.store.stop_requested, self.lease.key)
             except Exception:  # the renewal reports what matters; look again soon
                 log.debug("looking for a stop on %s failed", self.lease.key, exc_info=True)
-                continue
-            self._learned_stop(user, applied)
+            else:
+                self._learned_stop(user, applied)
+            await asyncio.sleep(self.stop_poll)
 
     async def _heartbeat(self) -> None:
+        """From its first renewal (due when the task begins), one every `interval`."""
         while True:
-            await asyncio.sleep(self.interval)
             try:
                 applied = self._applied
                 self.lease = await self.calls(self.store.renew, self.lease)
@@ -111,3 +141,4 @@ class LeaseKeeper:
                 log.exception("lease renewal failed on %s; retrying", self.lease.key)
             except Exception:  # a network blip: the next beat retries before expiry
                 log.exception("lease renewal error on %s; retrying", self.lease.key)
+            await asyncio.sleep(self.interval)

@@ -354,7 +354,7 @@ async def _stopped_first(serving: ServingView, scope: TurnScope, turn: asyncio.T
     if keeper is None:
         await asyncio.wait({turn})
         return False
-    asked = asyncio.create_task(keeper.stop.wait())
+    asked = keeper.when_stop_asked()
     try:
         await asyncio.wait({turn, asked}, return_when=asyncio.FIRST_COMPLETED)
         if turn.done():

@@ -13,6 +13,7 @@ when that holder is provably dead on this host, else when its lease expires."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Coroutine, Sequence
 from datetime import datetime
@@ -266,6 +267,12 @@ class ConversationRuntime(Resuming, StopRequests):
             agent_fingerprint=self.fingerprint,
             finished=finished,
         )
+
+    def acknowledging(self) -> contextlib.AbstractContextManager[None]:
+        """Around a Slack request until it is answered: new runs wait meanwhile (at most
+        `keeps_first.PATIENCE`), so that a burst is acknowledged before its runs take the
+        process's CPU."""
+        return self.keeps.keeping()
 
     def serve_soon(self, key: ConversationKey, *, note: PersonKey | None = None) -> None:
         """`serve` in a task of its own (which `drain` waits for), for a request that is

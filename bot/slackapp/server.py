@@ -53,11 +53,18 @@ def health_routes(runtime: ConversationRuntime) -> list[web.RouteDef]:
     return [web.get("/healthz", healthz), web.get("/metrics", metrics_page)]
 
 
-def events_route(app: AsyncApp, verifier: SignatureVerifier) -> web.RouteDef:
+def events_route(
+    app: AsyncApp, verifier: SignatureVerifier, runtime: ConversationRuntime
+) -> web.RouteDef:
     """Slack's requests into bolt, through the gate (`gate`): anything Slack did not sign, or
-    that does not parse, gets a 4xx and one log line, and changes nothing."""
+    that does not parse, gets a 4xx and one log line, and changes nothing. While one is in
+    flight, new runs wait (`ConversationRuntime.acknowledging`)."""
 
     async def slack_events(request: web.Request) -> web.Response:
+        with runtime.acknowledging():
+            return await answered(request)
+
+    async def answered(request: web.Request) -> web.Response:
         try:
             bolt_request = await slack_request(request, verifier)
             response = await app.async_dispatch(bolt_request)
@@ -120,7 +127,8 @@ async def run(
     web_app = web.Application()
     if not settings.socket_mode:
         assert settings.signing_secret, "HTTP mode needs the signing secret (settings check)"
-        web_app.add_routes([events_route(app, SignatureVerifier(settings.signing_secret))])
+        verifier = SignatureVerifier(settings.signing_secret)
+        web_app.add_routes([events_route(app, verifier, runtime)])
     if app.oauth_flow is not None:
         web_app.add_routes(install_routes(app.oauth_flow))
     web_app.add_routes(health_routes(runtime))

@@ -58,3 +58,20 @@ async def test_serving_starts_once_the_keeps_in_flight_are_done(
         record = store.get(KEY)
         assert record is not None and record.checkpoint is None  # not served yet
     assert await asyncio.wait_for(serving, 30) == [Answer(key=KEY, text="Hello!")]
+
+
+async def test_a_slack_request_in_flight_holds_new_runs_back(
+    store: Store, effects: SideEffects
+) -> None:
+    """What the HTTP layer wraps every Slack request in (`acknowledging`): from its arrival
+    until it is answered, a run waits, so that a burst is acknowledged before its runs."""
+    rt = ConversationRuntime(
+        store, build_agent(ScriptedModel([[assistant_message("Hello!")]]), effects)
+    )
+    rt.keeps.patience = 30
+    await rt.keep_message(KEY, event_id="Ev1", user="U1", text="hi", take=True)
+    with rt.acknowledging():  # a request of the burst, not yet answered
+        serving = asyncio.create_task(rt.serve(KEY))
+        await asyncio.sleep(0.3)
+        assert not serving.done()
+    assert await asyncio.wait_for(serving, 30) == [Answer(key=KEY, text="Hello!")]

@@ -33,6 +33,7 @@ from bot.slackapp.oauth import install_routes
 from bot.slackapp.poster import SlackPoster
 from bot.slackapp.settings import SlackSettings
 
+LISTEN_BACKLOG = 2048  # connections waiting to be accepted (the kernel caps it at somaxconn)
 log = logging.getLogger(__name__)
 EVENTS_PATH = "/slack/events"
 
@@ -134,7 +135,12 @@ async def run(
     web_app.add_routes(health_routes(runtime))
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host=host or settings.host, port=settings.port)
+    # Slack delivers a burst over many connections at once: a listen queue of aiohttp's
+    # default 128 overflows, and each connection past it waits for the client's SYN retry
+    # (1 s, then 3 s), past Slack's 3 s for the slowest.
+    site = web.TCPSite(
+        runner, host=host or settings.host, port=settings.port, backlog=LISTEN_BACKLOG
+    )
     await site.start()
     mode = "Socket Mode" if settings.socket_mode else f"HTTP on :{settings.port}{EVENTS_PATH}"
     log.info("serving Slack (%s) as %s", mode, runtime.process)

@@ -75,3 +75,33 @@ async def test_a_slack_request_in_flight_holds_new_runs_back(
         await asyncio.sleep(0.3)
         assert not serving.done()
     assert await asyncio.wait_for(serving, 30) == [Answer(key=KEY, text="Hello!")]
+
+
+async def test_a_lone_request_does_not_hold_its_own_run_back() -> None:
+    """Its keep inside it is the same request, not a second one on top of it."""
+    keeps = KeepsFirst(patience=5, lull=5)
+    with keeps.keeping(), keeps.keeping():
+        assert keeps.in_flight == 1
+    start = time.perf_counter()
+    await keeps.settled()
+    assert time.perf_counter() - start < 1
+
+
+async def test_after_overlapping_requests_a_run_waits_for_a_lull() -> None:
+    """A burst still arriving has gaps between its requests: a run waits out the lull."""
+    keeps = KeepsFirst(patience=5, lull=0.3)
+    arrived = asyncio.Event()
+
+    async def request() -> None:
+        with keeps.keeping():
+            arrived.set()
+            await asyncio.sleep(0.05)
+
+    first = asyncio.create_task(request())
+    await arrived.wait()
+    await request()  # on top of the first
+    await first
+    assert keeps.in_flight == 0
+    start = time.perf_counter()
+    await keeps.settled()
+    assert 0.2 < time.perf_counter() - start < 4

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +77,21 @@ def main() -> None:
         )
         print(raw_table(emulators), flush=True)
         results["raw_ms"] = emulators.raw_ms
+        failed = []
         for name in chosen:
-            results[name] = run_one(name, emulators, args)
+            try:
+                results[name] = run_one(name, emulators, args)
+            except Exception:  # the others' figures are still worth the run
+                traceback.print_exc()
+                print(f"\n(benchmark {name} failed; the others go on)", flush=True)
+                results[name] = {"failed": traceback.format_exc()}
+                failed.append(name)
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2, default=str))
     print(f"\n(figures written to {path})", flush=True)
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
 
 def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:

@@ -4,7 +4,8 @@ The real bolt app in process (HTTP mode, `testkit.slack`) on the aws backend, th
 `OpenAIResponsesModel` against the scripted `/v1/responses` server, which streams each answer
 word by word (`testkit.responses`). Per answer, in one run:
 - status after ack: from the moment Slack's request for the message is answered (200) to
-  the `assistant.threads.setStatus` call the stand-in receives;
+  the `agents.sessions.setStatus` call (`processing`) the stand-in receives (or a status
+  line's `assistant.threads.setStatus`, where sessions are refused);
 - first text after first token: from the model server writing its first text delta to the
   stand-in receiving the stream's first text (`chat.startStream`);
 - AWS requests per answer for a short and a long answer (a stream has no write per token);
@@ -33,6 +34,8 @@ from testkit.slack import CHANNEL, TEAM, Harness, runtime_of, slack_bot
 SHORT_WORDS = 8
 LONG_WORDS = 400
 DELTA_DELAY = 0.005  # seconds between the model's words
+# How a run shows it works: its agent session (or, where Slack refuses them, a status line).
+STATUS_METHODS = ("agents.sessions.setStatus", "assistant.threads.setStatus")
 
 
 @dataclass
@@ -44,7 +47,7 @@ class Seen:
 
     def __call__(self, call: Call) -> None:
         now = time.monotonic()
-        if call.method == "assistant.threads.setStatus":
+        if call.method in STATUS_METHODS:
             self.status.setdefault(str(call.args.get("thread_ts")), now)
         elif call.method == "chat.startStream" and "markdown_text" in str(call.args):
             self.first_text.setdefault(str(call.args.get("thread_ts")), now)

@@ -1,5 +1,6 @@
 """Restart to resume: a real `python -m bot serve` is killed with SIGKILL in the middle of a
-run (its first turn, a tool call, is committed; the model is still working on the answer),
+run (its first turn, a tool call, is committed, with a checkpoint after every turn; the
+model is still working on the answer),
 and the thread's answer comes from the next process.
 
 - Same host: the process is started again. It proves its predecessor dead (the lease holder
@@ -27,6 +28,10 @@ from storage import ConversationKey, StorageSettings, Store, open_store
 from testkit.slack import CHANNEL, TEAM
 
 SLOW_ANSWER = "60"  # the first process's answer never comes: it is killed first
+# A checkpoint after every turn (the default leaves a harmless tool turn to the answer's
+# checkpoint), so that the run is caught with its first turn committed.
+EVERY_TURN = {"BOT_CHECKPOINT_INTERVAL": "0"}
+BETWEEN_TURNS = {"BENCH_ANSWER_DELAY": SLOW_ANSWER, **EVERY_TURN}
 
 
 def _store_of(storage: dict[str, str]) -> Store:
@@ -98,8 +103,10 @@ async def same_host(storage: dict[str, str], logs: Path) -> dict[str, float]:
 
 async def other_host(storage: dict[str, str], logs: Path) -> dict[str, float]:
     async with slack_standin() as (api, api_url):
-        first = Bot(bot_env(api_url, storage, BENCH_ANSWER_DELAY=SLOW_ANSWER), logs / "c.log")
-        other = Bot(bot_env(api_url, storage), logs / "d.log", module="bench.other_host")
+        first = Bot(bot_env(api_url, storage, **BETWEEN_TURNS), logs / "c.log")
+        other = Bot(
+            bot_env(api_url, storage, **EVERY_TURN), logs / "d.log", module="bench.other_host"
+        )
         first.start()
         other.start()
         await first.wait_healthy()

@@ -81,16 +81,16 @@ class Admitting(Keeping, People):
                 await self.io(
                     self.store.release, taken[0], status=Status.RUNNING, touch=False, note=note
                 )
-            elif note is not None:
-                await self.note_conversation(note, key)
+            else:
+                await self._noted_alone(note, key)
             return []  # kept already; the next process serves it
         slot = self.admission.try_take(person)
         if slot is None:  # every slot is taken: the thread waits, without its lease
             metrics.QUEUED.inc()
             if taken is not None:
                 await self._give_up(taken[0], note)
-            elif note is not None:
-                await self.note_conversation(note, key)
+            else:
+                await self._noted_alone(note, key)
             return await self.serve_when_admitted(key, person)
         with slot:
             if taken is not None and taken[0].expires_at > self.store.clock():
@@ -101,8 +101,7 @@ class Admitting(Keeping, People):
                         self.store.acquire, key, new_owner(self.process), create=False
                     )
                 except LeaseBusy:
-                    if note is not None:
-                        await self.note_conversation(note, key)
+                    await self._noted_alone(note, key)
                     text = "Queued: I'll answer next."
                     return [Notice(key=key, kind=NoticeKind.QUEUED, text=text)]
                 except NotFound:
@@ -112,6 +111,11 @@ class Admitting(Keeping, People):
         if served.yielded:
             outcomes += await self.serve_when_admitted(key, person)
         return outcomes
+
+    async def _noted_alone(self, note: PersonKey | None, key: ConversationKey) -> None:
+        """No release of this serve can carry the note: a write of its own."""
+        if note is not None:
+            await self.note_conversation(note, key)
 
     async def _give_up(self, lease: Lease, note: PersonKey | None = None) -> None:
         """Release a thread taken by its keep, as `running` with its inbox untouched: it

@@ -77,7 +77,7 @@ async def _answer_time(api: Any, ts: str, within: float = 120) -> float:
 
 async def same_host(storage: dict[str, str], logs: Path) -> dict[str, float]:
     async with slack_standin() as (api, api_url):
-        first = Bot(bot_env(api_url, storage, BENCH_ANSWER_DELAY=SLOW_ANSWER), logs / "a.log")
+        first = Bot(bot_env(api_url, storage, **BETWEEN_TURNS), logs / "a.log")
         first.start()
         await first.wait_healthy()
         sender = Sender(api)
@@ -86,7 +86,7 @@ async def same_host(storage: dict[str, str], logs: Path) -> dict[str, float]:
             storage, ConversationKey(team=TEAM, channel=CHANNEL, thread_ts=ts)
         )
         first.kill()
-        second = Bot(bot_env(api_url, storage), logs / "b.log", port=first.port)
+        second = Bot(bot_env(api_url, storage, **EVERY_TURN), logs / "b.log", port=first.port)
         second.start()
         wall_started = time.time()
         startup = await second.wait_healthy()

@@ -9,7 +9,7 @@ import asyncio
 import logging
 
 from bot.runtime.viewing import Viewing
-from storage import Conversation, ConversationKey, PersonKey, Store
+from storage import Conversation, ConversationKey, PersonKey, StorageError, Store
 from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ class People:
         Best effort: a failure only leaves their list as it was."""
         try:
             await self.io(self.store.note_conversation, person, key)
+        except StorageError as exc:  # storage down, or the record kept changing under it
+            log.warning("%s: their recent conversations were not updated: %s", person, exc)
         except Exception:
             log.warning("%s: their recent conversations were not updated", person, exc_info=True)
 

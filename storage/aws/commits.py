@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from storage.aws import items as session_rows
 from storage.aws.commit_extras import counter_actions, ledger_actions
@@ -36,7 +36,13 @@ from storage.aws.layout import (
 )
 from storage.aws.people import People, Written
 from storage.aws.tables import Tables
-from storage.errors import CheckpointConflict, InboxChanged, LeaseLost, SessionConflict
+from storage.errors import (
+    CheckpointConflict,
+    InboxChanged,
+    LeaseLost,
+    SessionConflict,
+    StorageError,
+)
 from storage.models import DeliveryMark, Status
 from storage.people import PersonKey, noting
 from storage.writes import (
@@ -168,6 +174,8 @@ class Commits:
         person's list stays as it was), never a failure of the write it came with."""
         try:
             self.people.change(person, noting(conversation))
+        except (StorageError, ClientError, BotoCoreError) as exc:  # contention, a fault
+            log.warning("%s: their recent conversations were not updated: %s", person, exc)
         except Exception:
             log.warning("%s: their recent conversations were not updated", person, exc_info=True)
 

@@ -208,5 +208,9 @@ def report_writes(results: dict[str, Any]) -> dict[str, Any]:
             ],
         )
     )
-    print(f"\nRequests in the window: {results['requests']}.")
+    print(
+        f"\nRequests in the window: {results['requests']}. The `GetItem`s are reads, not "
+        "writes: each run looks for a stop asked from another replica every 0.5 s "
+        "(`STOP_POLL`)."
+    )
     return results

@@ -133,9 +133,10 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
         f"First burst: {events} concurrent signed events the moment /healthz says 200, "
         "then two more rounds (a real `python -m bot serve`)",
         "Ack = the HTTP answer to the event delivery (the message is kept before it). "
-        "Web API calls per answer: the status set and cleared, the answer streamed (start, stop), "
-        "and a name looked up (once per person, cached; the bench's senders are unknown to "
-        "the stand-in, so asked again after 5 minutes).",
+        "Web API calls per answer: the agent session set to processing, the answer streamed "
+        "(start, and a stop that also closes the session), and a name looked up (once per "
+        "person, cached; the bench's senders are unknown to the stand-in, so asked again "
+        "after 5 minutes).",
     )
     rows = []
     for backend in ("aws", "local"):
@@ -239,9 +240,10 @@ def report500(results: dict[str, Any]) -> dict[str, Any]:
         f"Acks under a burst of {events} mentions at once (a real `python -m bot serve`, "
         "`BOT_MAX_RUNS` default)",
         "Each delivery is acknowledged once its message is kept; runs wait for a slot, and "
-        "while any Slack request is in flight (at most 3 s), so that the burst is "
-        "acknowledged first. Loaded: two busy-loop processes started by the bench keep both "
-        "cores busy meanwhile. Targets: every ack within Slack's 3 s; local p99 < 100 ms.",
+        "while a crowd of Slack requests is in flight or arriving (8 at once, or 8 within "
+        "0.1 s; at most 3 s), so that the burst is acknowledged first. Loaded: two "
+        "busy-loop processes started by the bench keep both cores busy meanwhile. "
+        "Targets: every ack within Slack's 3 s; local p99 < 100 ms.",
     )
     rows = []
     for backend in ("aws", "local"):

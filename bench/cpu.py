@@ -321,9 +321,12 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
         ),
         flush=True,
     )
-    for kind, title in (("mention", "a plain answer"), ("tool", "a model+tool turn")):
+    for kind, title, unit in (
+        ("mention", "a plain answer", "answer"),
+        ("tool", "a model+tool turn", "turn"),
+    ):
         section(
-            f"Where the CPU of {title} goes, by component (ms per answer)",
+            f"Where the CPU of {title} goes, by component (ms per {unit})",
             "Own CPU time of each function under cProfile (every thread, by thread CPU "
             "time; a built-in's time goes to its caller's component), scaled so that each "
             "bot's column sums to its unprofiled CPU above. The last column is ours on aws "

@@ -132,9 +132,11 @@ def report(results: list[Answered]) -> dict[str, Any]:
         "in-process bolt app, real OpenAI model class against the scripted server streaming "
         f"a word every {DELTA_DELAY * 1000:.0f} ms). Targets: status within 300 ms of the "
         "ack; first streamed text within 200 ms of the model's first token; no storage "
-        "write per token. A long answer's extra UpdateItem is the lease renewal (every 2 s "
-        "of a run, which also carries a Stop to the run), not its length; the recovery "
-        "sweep's index queries are left out.",
+        "write per token. A long answer's extra requests come with the seconds it runs, not "
+        "its length: a lease renewal every 2 s (which also carries a Stop to the run), a "
+        "look for a stop asked from another replica every 0.5 s (GetItem), and the "
+        "replica's heartbeat (a PutItem and a Query a second, shared by all its runs); the "
+        "recovery sweep's index queries are left out.",
     )
     status = [r.ack_to_status for r in results]
     text = [r.token_to_text for r in results]

@@ -168,9 +168,9 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
         "Restart to resume: a bot process SIGKILLed mid-run",
         "The run's first turn (a tool call) is committed, the answer is not. Same host: the "
         "process is started again and takes the thread over at once (it proves its "
-        "predecessor dead). Another host: a second replica on the same storage waits for "
-        "the lease (default `BOT_LEASE_SECONDS`), then its recovery sweep (every third of "
-        "a lease) resumes the thread.",
+        "predecessor dead). Another host: a second replica on the same storage takes the "
+        "thread over once the dead one's heartbeat has been silent for 4 s (its next beat "
+        "sweeps at once), fenced, and resumes it.",
     )
     rows = []
     for backend, found in results.items():

@@ -126,9 +126,11 @@ class Store(
         (its first attempt landed, the answer was lost) gets that lease."""
 
     @abstractmethod
-    def renew(self, lease: Lease) -> Lease:
+    def renew(self, lease: Lease, *, working: bool = False) -> Lease:
         """Extend a held lease. Raises `LeaseLost`. The lease it returns carries `stop_by`
-        when someone asked the run to stop."""
+        when someone asked the run to stop. `working`: a run is in progress, which is
+        activity: the state's expiry moves as a commit's does (its last activity stays at
+        the last commit); a state that expired already is lost (`LeaseLost`)."""
 
     def stop_requested(self, key: ConversationKey) -> str | None:
         """Who asked the run holding the thread to stop (`keep` with `stop_by`), if anyone:

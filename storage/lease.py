@@ -44,6 +44,9 @@ class LeaseKeeper:
         self.lost = asyncio.Event()
         self.stop = asyncio.Event()  # someone asked the run to stop (`stop_by`)
         self.stop_by: str | None = None
+        # A run is in progress (set by its driver): renewals keep its state alive, since a
+        # run that commits only now and then can outlast a short `BOT_STATE_TTL`.
+        self.working = False
         self._stop_waiters: list[asyncio.Future[None]] = []  # `when_stop_asked`
         self._applied = 0  # stops applied so far: a look begun before one is out of date
         self._tasks: list[asyncio.Task[None]] = []
@@ -131,7 +134,7 @@ class LeaseKeeper:
         while True:
             try:
                 applied = self._applied
-                self.lease = await self.calls(self.store.renew, self.lease)
+                self.lease = await self.calls(self.store.renew, self.lease, working=self.working)
                 self._learned_stop(self.lease.stop_by, applied)
             except LeaseLost:
                 log.warning("lease lost on %s (fence %s)", self.lease.key, self.lease.fence)

@@ -58,6 +58,9 @@ async def drive(
     from_checkpoint = isinstance(start, RunState)
     scope = _scope(serving)
     await serving.show_work(started_by)
+    keeper = serving.keeper
+    if keeper is not None:  # its renewals keep the state alive while the run goes on
+        keeper.working = True
     token = CURRENT_SCOPE.set(scope)
     seen_down: set[str] = set()  # MCP servers the turn found down (a nested agent's, too)
     seen_token = SEEN_DOWN.set(seen_down)
@@ -115,6 +118,8 @@ async def drive(
             assert kept.state is not None  # neither finished nor waiting for a person
             start = kept.state
     finally:
+        if keeper is not None:
+            keeper.working = False
         SEEN_DOWN.reset(seen_token)
         CURRENT_SCOPE.reset(token)
 

@@ -12,6 +12,8 @@ from botocore.exceptions import ClientError
 from storage.aws.errors import code
 from storage.aws.expressions import Item, Update, n, s
 from storage.aws.layout import (
+    STATE_EXPIRES,
+    epoch_seconds,
     expired,
     expired_claims,
     gone,
@@ -125,11 +127,16 @@ class Records:
         update.set("lease_owner", s(owner))
         update.set("lease_expires_ms", n(ms(now + self.t.lease_duration)))
 
-    def renew(self, lease: Lease) -> Lease:
-        expires = self.t.clock() + self.t.lease_duration
+    def renew(self, lease: Lease, *, working: bool = False) -> Lease:
+        now = self.t.clock()
+        expires = now + self.t.lease_duration
         update = Update()
         update.set("lease_expires_ms", n(ms(expires)))
         update.fenced(lease.fence, lease.owner)
+        if working:  # a run in progress is activity: its state lives on (not if gone)
+            update.require(self.t.live(update, now, create=False))
+            update.set(STATE_EXPIRES, n(epoch_seconds(self.t.expiry(now))))
+            update.set("expires_at", n(epoch_seconds(self.t.record_ttl(now))))
         try:
             result = self.t.dynamodb.update_item(
                 TableName=self.t.table,

@@ -136,8 +136,8 @@ class AwsStore(Store):
         )
 
     @translated
-    def renew(self, lease: Lease) -> Lease:
-        return self.records.renew(lease)
+    def renew(self, lease: Lease, *, working: bool = False) -> Lease:
+        return self.records.renew(lease, working=working)
 
     @translated
     def stop_requested(self, key: ConversationKey) -> str | None:

@@ -4,7 +4,7 @@ record whose state expired is brought back by the take that finds it, see
 
 from __future__ import annotations
 
-from storage.errors import LeaseBusy, NotFound
+from storage.errors import LeaseBusy, LeaseLost, NotFound
 from storage.local.database import Database, fenced, read_inbox, read_record, status_change
 from storage.models import Conversation, ConversationKey, Lease, Status
 
@@ -69,10 +69,15 @@ class Records:
         )
         return lease, record.model_copy(update={"inbox": inbox})
 
-    def renew(self, lease: Lease) -> Lease:
+    def renew(self, lease: Lease, *, working: bool = False) -> Lease:
         now = self.d.clock()
         with self.d.write() as db:
             record = fenced(db, lease)
             expires = now + self.d.lease_duration
-            self.d.save(db, record.model_copy(update={"lease_expires_at": expires}))
+            update: dict[str, object] = {"lease_expires_at": expires}
+            if working:  # a run in progress is activity: its state lives on (not if gone)
+                if self.d.expired(record, now):
+                    raise LeaseLost(str(lease.key), lease.fence)
+                update["expires_at"] = now + self.d.state_ttl
+            self.d.save(db, record.model_copy(update=update))
         return lease.model_copy(update={"expires_at": expires, "stop_by": record.stop_by})

@@ -121,8 +121,8 @@ class LocalStore(Store):
         )
 
     @translated
-    def renew(self, lease: Lease) -> Lease:
-        return self.records.renew(lease)
+    def renew(self, lease: Lease, *, working: bool = False) -> Lease:
+        return self.records.renew(lease, working=working)
 
     # -- the atomic write ---------------------------------------------------------------
 

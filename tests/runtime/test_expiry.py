@@ -5,8 +5,11 @@ clean, without the old history. After the tombstone's own TTL, the thread is unk
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
+
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
 from bot.runtime import (
     Answer,
@@ -262,3 +265,44 @@ async def test_a_failed_post_is_retried_before_a_short_lived_state_expires(
     ).recover()
     assert [type(o) for o in sink.outcomes] == [ApprovalRequest]
     assert record_of(store).status is Status.AWAITING_APPROVAL
+
+
+async def test_a_run_longer_than_a_short_ttl_keeps_its_state_and_answers_what_came_meanwhile(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """TTL 2 s; a run of three slow model calls (two harmless lookups, no checkpoint between
+    them) works for 4.5 s, and a reply comes in meanwhile. The run's renewals keep its state
+    alive all along: its commit lands, and the reply is answered after it (chaos seed
+    425208, aws: the state expired under a run that did not commit for longer than the TTL;
+    its history then read as empty, its next commit failed as a conflict, and the two
+    messages kept meanwhile were never answered nor told of)."""
+    store = backend.open(state_ttl="2s", lease_seconds=3)  # a renewal every second
+
+    def slowly(step: list[Any]) -> ModelStep:
+        async def respond(call: Any) -> Any:
+            await asyncio.sleep(1.5)
+            return step
+
+        return ModelStep.respond(respond)
+
+    model = ScriptedModel(
+        [
+            slowly([function_call("lookup", {"topic": "a"}, call_id="call-a")]),
+            slowly([function_call("lookup", {"topic": "b"}, call_id="call-b")]),
+            slowly([assistant_message("Found both.")]),
+            slowly([assistant_message("And the reply is answered.")]),
+        ]
+    )
+    rt = ConversationRuntime(store, build_agent(model, effects))
+    first = asyncio.create_task(rt.handle_message(KEY, event_id="Ev1", user="U1", text="look"))
+    await asyncio.sleep(0.5)
+    [queued] = await rt.handle_message(KEY, event_id="Ev2", user="U1", text="and then?")
+    assert isinstance(queued, Notice) and queued.kind is NoticeKind.QUEUED
+    await asyncio.sleep(3.5)  # 1.5 s past the TTL since the reply, mid-way in the third call
+    assert not first.done() and store.get(KEY) is not None  # an expired state reads as none
+    outcomes = await asyncio.wait_for(first, 30)
+    answers = [o.text for o in outcomes if isinstance(o, Answer)]
+    assert answers == ["Found both.", "And the reply is answered."]
+    record = record_of(store)
+    assert record.status is Status.IDLE and record.expired_from is None
+    assert [o for o in outcomes if isinstance(o, Notice)] == []

@@ -94,6 +94,33 @@ def test_renew_extends_and_release_frees(store: Store) -> None:
         store.renew(renewed)
 
 
+def test_a_working_renewal_keeps_the_state_alive_and_an_idle_one_does_not(
+    backend: Backend,
+) -> None:
+    """A run that commits only now and then outlasted a short `BOT_STATE_TTL`: its state
+    expired under the holder, whose next commit failed, and the messages kept meanwhile were
+    never answered nor told of (chaos seed 425208, aws). A renewal made while the run works
+    moves the state's expiry (not its last activity); one made while the holder only waits
+    does not; and an expired state is not brought back by a renewal."""
+    store = backend.open(lease_seconds=600, state_ttl=timedelta(seconds=2))
+    lease, record = store.acquire(KEY, "a", status=Status.RUNNING)
+    for _ in range(4):  # 4 s of work, twice the TTL
+        time.sleep(1)
+        lease = store.renew(lease, working=True)
+    alive = store.get(KEY)
+    assert alive is not None and alive.last_activity_at == record.last_activity_at
+    store.commit(lease, state={"a": 1}, meta=META, expected_version=0)  # the state lives
+
+    idle_key = ConversationKey(team="T1", channel="C9", thread_ts="9.0")
+    idle, _ = store.acquire(idle_key, "a", status=Status.RUNNING)
+    time.sleep(3.5)
+    store.renew(idle)  # waiting is not activity: the state expires as it would unheld
+    assert store.get(idle_key) is None
+    with pytest.raises(LeaseLost):  # gone: a late working renewal does not revive it
+        store.renew(idle, working=True)
+    assert store.get(idle_key) is None
+
+
 def test_commit_checkpoint_with_session_items_atomically(store: Store) -> None:
     lease, _ = store.acquire(KEY, "a")
     state = {"$schemaVersion": "1.21", "text": "héllo ✓", "n": None}

@@ -68,7 +68,7 @@ class KeepsFirst:
         now = time.monotonic()
         self._arrivals.append(now)
         arriving = len(self._arrivals) == self.crowd and now - self._arrivals[0] < self.lull
-        if arriving or self.in_flight >= self.crowd or now - self._crowded_at < self.lull:
+        if arriving or self.crowded:
             self._crowded_at = now  # a burst, or more of one still arriving
         counted = _COUNTED.set(True)
         try:

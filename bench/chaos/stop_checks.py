@@ -29,6 +29,7 @@ STOP_ANSWERS = (  # a stop that stopped nothing, answered privately
     "It was already stopped by",
     "Nothing is running there",  # right now; or: its saved state expired
     "There is nothing of yours running there",
+    "discarded this conversation's saved state before your stop",  # the discard came first
     "Too many messages are waiting in that thread",
 )
 

@@ -13,6 +13,7 @@ from bot.runtime.context_source import (
     Unavailable,
 )
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
+from bot.runtime.discarding import stop_overtaken
 from bot.runtime.envelope import UserMessage
 from bot.runtime.expiry import EXPIRED, expiry_text
 from bot.runtime.fingerprint import agent_fingerprint
@@ -111,5 +112,6 @@ __all__ = [
     "retry_safe",
     "run_turns",
     "split_author",
+    "stop_overtaken",
     "warm_up",
 ]

@@ -2,12 +2,12 @@
 
 Discard takes the lease (from a live holder too, unless it is a stale sweep: fencing stops
 the old holder's writes), closes the history's open calls as the tool ledger says, drops the
-queued and held messages (and counts them), and replaces the checkpoint by a finished one
-carrying the notice. The history is kept. A message that arrives while the discard holds the
-thread is not lost: the release sees it (`InboxChanged`) and the thread serves it as a new
-run. A stale sweep re-checks status and age after taking each lease. A workspace that
-removed the app has every conversation that could still run or resume discarded at once
-(`discard_team`)."""
+queued and held messages (and counts them), tells each stop it consumes that the discard
+ended the run first, and replaces the checkpoint by a finished one carrying the notice. The
+history is kept. A message that arrives while the discard holds the thread is not lost: the
+release sees it (`InboxChanged`) and the thread serves it as a new run. A stale sweep
+re-checks status and age after taking each lease. A workspace that removed the app has every
+conversation that could still run or resume discarded at once (`discard_team`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bot.runtime import state_checks
-from bot.runtime.envelope import Envelope, UserMessage, parse_payload
+from bot.runtime.envelope import (
+    Envelope,
+    InboxPayload,
+    StopRequest,
+    UserMessage,
+    parse_payload,
+)
 from bot.runtime.lease_owner import new_owner
 from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
 from bot.runtime.runtime_parts import RuntimeParts
@@ -123,7 +129,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
     quotes += [quote(text) for text in _message_texts(inbox)]
     closed = await state_checks.close_calls(serving, run=envelope)
     dropped = len(quotes)
-    who = f"An admin (<@{by}>)" if by else "An operator"
+    who = _who(by)
     lost = closed.describe() or "No tool call was pending."
     messages = (
         f" {dropped} message{'s' if dropped != 1 else ''} waiting for an answer "
@@ -155,6 +161,12 @@ async def _discard(serving: Serving, by: str | None) -> None:
         status=Status.DISCARDED,
         release_as=Status.DISCARDED,
     )
+    for stop in _stops(inbox):  # kept for the holder, which will never serve them now
+        await serving.emit_now(
+            Refused(
+                key=serving.key, text=stop_overtaken(by), user=stop.user, reply_to=stop.reply_to
+            )
+        )
     serving.outcomes.insert(
         0,
         Discarded(
@@ -169,14 +181,32 @@ async def _discard(serving: Serving, by: str | None) -> None:
     )
 
 
+def stop_overtaken(by: str | None) -> str:
+    """What a stop that a discard consumed is answered: the discard ended the run first."""
+    return (
+        f"{_who(by)} discarded this conversation's saved state before your stop was applied; "
+        "nothing runs there now."
+    )
+
+
+def _who(by: str | None) -> str:
+    return f"An admin (<@{by}>)" if by else "An operator"
+
+
 def _message_texts(inbox: list[InboxEntry]) -> list[str]:
     """What people wrote, of the queued entries (clicks, stops and probes are not messages)."""
-    texts = []
+    return [p.text for p in _payloads(inbox) if isinstance(p, UserMessage)]
+
+
+def _stops(inbox: list[InboxEntry]) -> list[StopRequest]:
+    return [p for p in _payloads(inbox) if isinstance(p, StopRequest)]
+
+
+def _payloads(inbox: list[InboxEntry]) -> list[InboxPayload]:
+    found: list[InboxPayload] = []
     for entry in inbox:
         try:
-            payload = parse_payload(entry.payload)
+            found.append(parse_payload(entry.payload))
         except ValueError:
             continue
-        if isinstance(payload, UserMessage):
-            texts.append(payload.text)
-    return texts
+    return found

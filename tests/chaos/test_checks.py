@@ -44,6 +44,7 @@ from bot.runtime import (
     nothing_to_stop,
     owner_pid,
     quote,
+    stop_overtaken,
 )
 from bot.slackapp.clients import OneWorkspace
 from bot.slackapp.poster import SlackPoster
@@ -505,6 +506,8 @@ async def test_every_acked_stop_is_applied_or_answered() -> None:
         nothing_to_stop("UCAROL"),
         "Nothing is running there right now.",
         EXPIRED_STOP,
+        stop_overtaken("UADMIN"),
+        stop_overtaken(None),
     ):
         assert kinds(with_stops(clean(), stop(answers=["Stopping it now.", said]))) == []
     # The reply `stop` while nothing ran is a message: the model was given it.

@@ -136,6 +136,38 @@ async def test_a_stop_that_arrives_as_the_run_finishes_is_told_so(
     assert record is not None and record.stop_by is None and backend.open().read_inbox(KEY) == []
 
 
+async def test_a_stop_kept_as_the_run_finishes_then_discarded_is_told_so(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """The run posts its answer; a stop is kept for its holder; an admin discards on the
+    other replica before the holder serves the stop. The discard consumed the stop and
+    nobody told its asker anything (chaos seed 425288, aws): the stopper is told privately
+    that the discard came first, and the thread starts over on the next message."""
+    a, b, sink = replicas(backend, build_agent(echo_model(), effects))
+
+    async def stop_then_discard() -> None:
+        assert (await b.keep_stop(KEY, "U1")).accepted  # A holds the thread: kept for A
+        assert backend.open().read_inbox(KEY)
+        await b.discard(KEY, by="UADMIN")
+
+    sink.when(Answer, stop_then_discard)
+    await a.handle_message(KEY, event_id="E1", user="U1", text="hi")
+    [told] = [o for o in sink.sent if isinstance(o, Refused)]
+    assert (told.user, told.text) == (
+        "U1",
+        "An admin (<@UADMIN>) discarded this conversation's saved state before your stop "
+        "was applied; nothing runs there now.",
+    )
+    [discarded] = sink.notices(NoticeKind.DISCARDED)
+    assert "dropped" not in discarded.text  # a stop is not a message waiting for an answer
+    assert sink.notices(NoticeKind.STOPPED) == []
+    store = backend.open()
+    record = store.get(KEY)
+    assert record is not None and record.stop_by is None and store.read_inbox(KEY) == []
+    outcomes = await a.handle_message(KEY, event_id="E2", user="U1", text="again")
+    assert Answer(key=KEY, text="echo: again") in outcomes
+
+
 async def test_messages_a_stopped_run_was_given_are_named_by_its_notice(
     backend: Backend, effects: SideEffects
 ) -> None:

@@ -12,8 +12,9 @@ that the machine's drift falls on every bot alike; ratios are of figures from th
 Then the same bots run again under `bench.profiled` (cProfile by thread CPU time) for one
 batch of each kind, and their CPU is split by component (the package or our module group of
 each function's own time; a built-in's time goes to its caller's), scaled to the CPU the
-bots spend unprofiled. Last, recovery: the replica CPU per conversation resumed
-(`bench.recovery`)."""
+bots spend unprofiled. Then recovery: the replica CPU per conversation resumed
+(`bench.recovery`). Last, the floor under a plain answer: what ours must add to the plain
+bot's work, each part measured alone (`bench.floors`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from typing import Any
 from bench.bots import ROOT, Bot, Sender, answers, bot_env, slack_standin
 from bench.common import section, table
 from bench.emulators import Emulators
+from bench.floors import measure_floors, report_floors
 from bench.recovery import recovery_rate
 from bench.responses_agent import respond
 from bot.standin.slack_api import SlackWebApi
@@ -257,7 +259,10 @@ async def run_cpu(
     aws = emulators.store("cpu-recovery")
     recovery["aws"] = 1000 / (await recovery_rate(aws, 300))[3]
     aws.close()
+    with model_server() as model_url:
+        floors = await measure_floors(emulators, model_url)
     return {
+        "floors": floors,
         "measured": {m.name: {k: m.per(k) for k in KINDS} for m in measured},
         "counts": {m.name: m.count for m in measured},
         "profiled_cpu": {m.name: {k: m.per(k) for k in KINDS} for m in profiled},
@@ -363,4 +368,10 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
             table(["component", *names, "aws - plain"], table_rows, "l" + "r" * (len(names) + 1)),
             flush=True,
         )
-    return {"cpu_ms": measured, "recovery_cpu_ms": recovery}
+    report_floors(
+        results["floors"],
+        plain["mention"],
+        {backend: measured[f"ours, {backend}"]["mention"] for backend in ("local", "aws")},
+        {backend: TARGETS[f"ours, {backend}"] for backend in ("local", "aws")},
+    )
+    return {"cpu_ms": measured, "recovery_cpu_ms": recovery, "floors": results["floors"]}

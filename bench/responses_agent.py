@@ -32,9 +32,10 @@ def lookup(topic: str) -> str:
     return f"facts about {topic}: " + "lorem ipsum dolor sit amet " * 4
 
 
-def build_agent() -> Agent[Any]:
+def build_agent(base_url: str | None = None) -> Agent[Any]:
+    """Against `base_url`, or the server at `BENCH_RESPONSES_URL`."""
     client = AsyncOpenAI(
-        base_url=os.environ["BENCH_RESPONSES_URL"], api_key="sk-bench", max_retries=0
+        base_url=base_url or os.environ["BENCH_RESPONSES_URL"], api_key="sk-bench", max_retries=0
     )
     return Agent(
         name="assistant",

@@ -28,20 +28,19 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import openai._models as openai_models
 from agents import Runner, SQLiteSession
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bench.common import section, table
 from bench.emulators import Emulators
 from bench.responses_agent import build_agent
-from bot.runtime import tagged_unions
+from bot.runtime import validating_by_tag
 from bot.slackapp.app import web_client
 from bot.slackapp.settings import SlackSettings
 from bot.standin.slack_api import SlackWebApi
@@ -59,49 +58,34 @@ Clock = Callable[[], float]
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of work measured: `work(n)` for n = 0, 1, ..., timed by `clock`, with
-    `before` run ahead of each of its batches."""
+    """One kind of work measured: `work(n)` for n = 0, 1, ..., timed by `clock`, each of its
+    batches run `within` a context of its own."""
 
     work: Callable[[int], Awaitable[Any]]
     clock: Clock
-    before: Callable[[], None] = lambda: None
+    within: Callable[[], AbstractContextManager[None]] = nullcontext
 
 
 async def per_call(kind: Kind, count: int) -> float:
     """CPU ms per call of `kind`'s work."""
-    kind.before()
-    start = kind.clock()
-    for n in range(count):
-        await kind.work(n)
-    return (kind.clock() - start) * 1000 / count
+    with kind.within():
+        start = kind.clock()
+        for n in range(count):
+            await kind.work(n)
+        return (kind.clock() - start) * 1000 / count
 
 
 async def interleaved(kinds: dict[str, Kind]) -> dict[str, float]:
     """Each kind warmed, then measured in interleaved rounds: the median of its rounds."""
     for kind in kinds.values():
-        kind.before()
-        for n in range(10):
-            await kind.work(n)
+        with kind.within():
+            for n in range(10):
+                await kind.work(n)
     rounds: dict[str, list[float]] = {name: [] for name in kinds}
     for _ in range(ROUNDS):
         for name, kind in kinds.items():
             rounds[name].append(await per_call(kind, EACH))
     return {name: statistics.median(values) for name, values in rounds.items()}
-
-
-def validation(ours: bool) -> Callable[[], None]:
-    """The OpenAI client's union validation as ours runs it (`tagged_unions`) or as the
-    plain bot does (the client's own)."""
-
-    def choose() -> None:
-        if ours:
-            tagged_unions.install()
-            return
-        current = tagged_unions.client_validate()
-        if current is not None:
-            setattr(openai_models, tagged_unions.CLIENT_VALIDATE, tagged_unions.unwrapped(current))
-
-    return choose
 
 
 async def sdk_runs(model_url: str) -> dict[str, float]:
@@ -117,17 +101,13 @@ async def sdk_runs(model_url: str) -> dict[str, float]:
         async for _ in result.stream_events():
             pass
 
-    was = tagged_unions.client_validate()
-    try:
-        return await interleaved(
-            {
-                "run": Kind(plain, time.thread_time, validation(ours=False)),
-                "streamed": Kind(streamed, time.thread_time, validation(ours=True)),
-            }
-        )
-    finally:
-        if was is not None:  # as it was before
-            setattr(openai_models, tagged_unions.CLIENT_VALIDATE, was)
+    return await interleaved(
+        {
+            # The plain bot's client validates the way it comes; ours by each value's tag.
+            "run": Kind(plain, time.thread_time, lambda: validating_by_tag(on=False)),
+            "streamed": Kind(streamed, time.thread_time, validating_by_tag),
+        }
+    )
 
 
 @contextmanager

@@ -50,6 +50,7 @@ from bot.runtime.runtime import (
     Stopping,
 )
 from bot.runtime.stopping import nothing_to_stop
+from bot.runtime.tagged_unions import validating_by_tag
 from bot.runtime.text import quote
 from bot.runtime.turns import run_turns
 from bot.runtime.viewing import VIEWED_ITEMS, ViewedItem, Viewing
@@ -113,5 +114,6 @@ __all__ = [
     "run_turns",
     "split_author",
     "stop_overtaken",
+    "validating_by_tag",
     "warm_up",
 ]

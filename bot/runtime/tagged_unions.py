@@ -17,10 +17,11 @@ nothing is changed."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -115,6 +116,25 @@ def install() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def validating_by_tag(on: bool = True) -> Iterator[None]:
+    """Within the block, the client's unions validated by the member a value names (`on`)
+    or the client's own way; after it, as before (for a measurement of either)."""
+    before = client_validate()
+    if before is None:
+        yield
+        return
+    import openai._models as client_models
+
+    own = unwrapped(before)
+    ours = before if before is not own else by_named_member(own)
+    setattr(client_models, CLIENT_VALIDATE, ours if on else own)
+    try:
+        yield
+    finally:
+        setattr(client_models, CLIENT_VALIDATE, before)
+
+
 __all__ = [
     "CLIENT_VALIDATE",
     "by_named_member",
@@ -123,4 +143,5 @@ __all__ = [
     "members_by_tag",
     "named_member",
     "unwrapped",
+    "validating_by_tag",
 ]

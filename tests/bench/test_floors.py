@@ -3,14 +3,16 @@ clients and stores, and the floor is the plain bot's CPU plus exactly those diff
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import openai._models as client_models
 import pytest
 
 from bench import floors
 from bench.cpu import model_server
-from bot.runtime import tagged_unions
+from bot.runtime import validating_by_tag
 from storage.local import LocalStore
 
 PARTS = {
@@ -65,29 +67,41 @@ async def test_the_parts_are_measured_on_the_real_client_and_store(
     assert (tmp_path / "sessions.db").exists()
 
 
-async def test_the_sdk_runs_are_measured_each_as_its_bot_validates_and_then_left_as_found(
+async def test_each_kind_is_measured_within_its_own_validation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plain bot's run is measured with the client's own validation, ours with the
+    tagged one (`validating_by_tag`), each batch in its own; as found after."""
+    monkeypatch.setattr(floors, "ROUNDS", 2)
+    monkeypatch.setattr(floors, "EACH", 2)
+    seen: dict[str, set[bool]] = {"plain": set(), "ours": set()}
+
+    def noting(name: str) -> Callable[[int], Awaitable[None]]:
+        async def work(_: int) -> None:
+            seen[name].add(hasattr(client_models._validate_non_model_type, "wrapped"))
+
+        return work
+
+    found = client_models._validate_non_model_type
+    await floors.interleaved(
+        {
+            "plain": floors.Kind(
+                noting("plain"), time.thread_time, lambda: validating_by_tag(False)
+            ),
+            "ours": floors.Kind(noting("ours"), time.thread_time, validating_by_tag),
+        }
+    )
+    assert seen == {"plain": {False}, "ours": {True}}
+    assert client_models._validate_non_model_type is found
+
+
+async def test_the_sdk_runs_are_measured_on_the_real_model_class(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(floors, "ROUNDS", 1)
     monkeypatch.setattr(floors, "EACH", 3)
-    seen: dict[str, bool] = {}
-    validation = floors.validation
-
-    def checking(ours: bool) -> Callable[[], None]:
-        choose = validation(ours)
-
-        def check() -> None:
-            choose()
-            current = tagged_unions.client_validate()
-            assert current is not None
-            seen["ours" if ours else "plain"] = current is not tagged_unions.unwrapped(current)
-
-        return check
-
-    monkeypatch.setattr(floors, "validation", checking)
-    found = tagged_unions.client_validate()
+    found = client_models._validate_non_model_type
     with model_server() as url:
         runs = await floors.sdk_runs(url)
     assert set(runs) == {"run", "streamed"} and all(ms > 0 for ms in runs.values())
-    assert seen == {"plain": False, "ours": True}  # the shim only for ours' streamed run
-    assert tagged_unions.client_validate() is found
+    assert client_models._validate_non_model_type is found

@@ -20,6 +20,7 @@ from bot.runtime.tagged_unions import (
     members_by_tag,
     named_member,
     unwrapped,
+    validating_by_tag,
 )
 from testkit.responses import USAGE, message, tool_call
 
@@ -175,3 +176,33 @@ def test_without_the_function_it_wraps_nothing_is_changed(
     monkeypatch.delattr(client_models, CLIENT_VALIDATE)
     assert not install()
     assert client_validate() is None
+
+
+def test_validating_by_tag_holds_for_the_block_either_way_and_is_undone_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = the_clients_own()
+    monkeypatch.setattr(client_models, CLIENT_VALIDATE, original)
+    with validating_by_tag():
+        ours = client_validate()
+        assert ours is not None and ours is not original and unwrapped(ours) is original
+        with validating_by_tag(on=False):
+            assert client_validate() is original
+        assert client_validate() is ours
+    assert client_validate() is original
+    assert install()
+    installed = client_validate()
+    with pytest.raises(RuntimeError), validating_by_tag(on=False):
+        assert client_validate() is original
+        raise RuntimeError("a failed measurement")
+    assert client_validate() is installed
+    with validating_by_tag():
+        assert client_validate() is installed  # already ours: kept as it is
+
+
+def test_validating_by_tag_changes_nothing_without_the_function(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(client_models, CLIENT_VALIDATE)
+    with validating_by_tag():
+        assert client_validate() is None

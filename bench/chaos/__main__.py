@@ -2,7 +2,9 @@
 
 Runs N chaos runs per backend (seeds S, S+1, ...), prints the table, writes each run's
 history and `summary.json` under test-artifacts/chaos/<stamp>/. `--seed S --runs 1` replays
-one run. Exit status: 0 with no violation, 1 with violations, 2 with harness errors."""
+one run. SIGTERM or SIGINT ends the soak after the run in progress, with its table; a second
+stops it at once. Exit status: 0 with no violation, 1 with violations, 2 with harness errors
+(or stopped at once)."""
 
 from __future__ import annotations
 
@@ -75,7 +77,11 @@ def main() -> int:
         options.out = args.out
     if args.until is not None:
         options.until = _until(args.until)
-    results, timing = asyncio.run(soak(options))
+    try:
+        results, timing = asyncio.run(soak(options))
+    except asyncio.CancelledError:  # stopped at once by a second signal
+        print("[chaos] stopped in the middle of a run: no table", flush=True)
+        return 2
     print(table(results, timing), flush=True)
     write_summary(Path(timing["out"]) / "summary.json", results, timing)
     if any(r.error for r in results):

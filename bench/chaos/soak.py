@@ -1,14 +1,18 @@
 """The soak: start what stays up for the whole soak (storage emulators behind fault proxies,
 the Slack stand-in behind its fault layer, the scripted model server), then per backend the
 bot replicas, and play the runs one after the other. Bot processes live across runs; they
-are restarted only as a fault or when found dead."""
+are restarted only as a fault or when found dead. SIGTERM or SIGINT ends the soak after the
+run in progress (its table covers the runs made); a second one stops it at once, its
+processes stopped all the same."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +63,7 @@ async def soak(options: SoakOptions) -> tuple[list[RunResult], dict[str, Any]]:
     timing: dict[str, Any] = {"replica_starts": [], "replica_exits": []}
     began = time.monotonic()
     with contextlib.ExitStack() as stack:
+        stack.enter_context(_stopped_by_signals(options))
         proxies: dict[str, FaultProxy] = {}
         if "aws" in options.backends:
             dynamodb_url = stack.enter_context(dynamodb_local())
@@ -85,6 +90,34 @@ async def soak(options: SoakOptions) -> tuple[list[RunResult], dict[str, Any]]:
     timing["total_seconds"] = time.monotonic() - began
     timing["out"] = str(out)
     return results, timing
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(options: SoakOptions) -> Iterator[None]:
+    """SIGTERM and SIGINT end the soak after the run in progress; a second stops it now."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    stops = (signal.SIGTERM, signal.SIGINT)
+    for stop in stops:
+        loop.add_signal_handler(stop, _stop_soon(options, task))
+    try:
+        yield
+    finally:
+        for stop in stops:
+            loop.remove_signal_handler(stop)
+
+
+def _stop_soon(options: SoakOptions, task: asyncio.Task[Any]) -> Callable[[], None]:
+    def stop() -> None:
+        if options.until is not None and options.until <= time.time():
+            print("[chaos] stopping now", flush=True)
+            task.cancel()  # the replicas and services are still stopped on the way out
+            return
+        options.until = time.time()
+        print("[chaos] stopping after this run (signal again to stop now)", flush=True)
+
+    return stop
 
 
 async def _soak_backend(

@@ -7,8 +7,10 @@ ten) and CHAOS_SEED change this short one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +61,48 @@ def test_no_invariant_is_violated(soak: dict[str, Any]) -> None:
     ]
     assert not found, "\n".join(found)
     assert all(r["quiet"] for r in soak["runs"])
+
+
+def test_a_signalled_soak_ends_after_its_run_with_its_table_and_leaves_no_process(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM in the middle of a soak: the run in progress ends, the table and summary
+    cover the runs made, and none of its bot replicas outlive it (they used to, orphaned,
+    when a soak was stopped before its `--until`)."""
+    command = [sys.executable, "-m", "bench.chaos", "--runs", "5", "--backend", "local"]
+    command += ["--seed", str(SEED), "--out", str(tmp_path)]
+    soak = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert soak.stdout is not None
+    lines: list[str] = []
+    for line in soak.stdout:
+        lines.append(line)
+        if line.startswith("[chaos] local seed"):  # one run made, the next under way
+            soak.send_signal(signal.SIGTERM)
+            break
+    try:
+        rest, _ = soak.communicate(timeout=240)
+    finally:
+        soak.kill()
+    printed = "".join(lines) + rest
+    assert soak.returncode in (0, 1), printed[-5000:]
+    assert "stopping after this run" in printed and "time is up after 2 runs" in printed
+    [summary] = tmp_path.glob("*/summary.json")
+    assert len(json.loads(summary.read_text())["runs"]) == 2
+    assert _processes_using(tmp_path) == []
+
+
+def _processes_using(folder: Path) -> list[int]:
+    """Processes with a file open under `folder` (a replica's log, its sqlite files)."""
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            if any(str(folder) in os.readlink(fd) for fd in fd_dir.iterdir()):
+                found.append(int(fd_dir.parent.name))
+    return found

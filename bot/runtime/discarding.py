@@ -16,13 +16,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bot.runtime import state_checks
-from bot.runtime.envelope import (
-    Envelope,
-    InboxPayload,
-    StopRequest,
-    UserMessage,
-    parse_payload,
-)
+from bot.runtime.envelope import Envelope
+from bot.runtime.inbox_entries import Entries
 from bot.runtime.lease_owner import new_owner
 from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
 from bot.runtime.runtime_parts import RuntimeParts
@@ -34,7 +29,6 @@ from storage import (
     CheckpointError,
     Commit,
     ConversationKey,
-    InboxEntry,
     LeaseBusy,
     NotFound,
     Status,
@@ -111,7 +105,8 @@ async def _discard(serving: Serving, by: str | None) -> None:
     record = serving.record
     previous = serving.record.status
     inbox = await serving.io(serving.store.read_inbox, serving.key, record.generation)
-    ids = [entry.entry_id for entry in inbox]
+    entries = Entries(inbox)
+    ids = entries.ids
     while len(ids) > CONSUME_LIMIT:  # a backlog beyond one commit: drop it in chunks first
         chunk, ids = ids[:CONSUME_LIMIT], ids[CONSUME_LIMIT:]
         await serving.io(
@@ -126,7 +121,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
         except (CheckpointError, ValueError):
             envelope = None  # damaged: there is nothing in it to count
     quotes = [quote(held.text) for held in envelope.held] if envelope else []
-    quotes += [quote(text) for text in _message_texts(inbox)]
+    quotes += [quote(message.text) for message in entries.messages]
     closed = await state_checks.close_calls(serving, run=envelope)
     dropped = len(quotes)
     who = _who(by)
@@ -161,7 +156,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
         status=Status.DISCARDED,
         release_as=Status.DISCARDED,
     )
-    for stop in _stops(inbox):  # kept for the holder, which will never serve them now
+    for stop in entries.stops:  # kept for the holder, which will never serve them now
         await serving.emit_now(
             Refused(
                 key=serving.key, text=stop_overtaken(by), user=stop.user, reply_to=stop.reply_to
@@ -191,22 +186,3 @@ def stop_overtaken(by: str | None) -> str:
 
 def _who(by: str | None) -> str:
     return f"An admin (<@{by}>)" if by else "An operator"
-
-
-def _message_texts(inbox: list[InboxEntry]) -> list[str]:
-    """What people wrote, of the queued entries (clicks, stops and probes are not messages)."""
-    return [p.text for p in _payloads(inbox) if isinstance(p, UserMessage)]
-
-
-def _stops(inbox: list[InboxEntry]) -> list[StopRequest]:
-    return [p for p in _payloads(inbox) if isinstance(p, StopRequest)]
-
-
-def _payloads(inbox: list[InboxEntry]) -> list[InboxPayload]:
-    found: list[InboxPayload] = []
-    for entry in inbox:
-        try:
-            found.append(parse_payload(entry.payload))
-        except ValueError:
-            continue
-    return found

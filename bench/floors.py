@@ -11,8 +11,9 @@ Ours does what the plain bot (`bench.plain_bot`) does, and:
 - makes three durable writes (the keep before the ack, the commit before the answer is
   posted, the release after it) where the plain bot makes two `SQLiteSession` operations
   (read the history, add the turn's items). A write is measured as one heartbeat through
-  the store's own client and storage thread: smaller than the keep or the commit, so the
-  floor is if anything too low.
+  the store's own client and the bridge (`StorageCalls`: a worker thread on aws, the event
+  loop's own thread locally, as ours makes it): smaller than the keep or the commit, so
+  the floor is if anything too low.
 
 The floor of a plain answer is the plain bot's CPU, measured by `bench.cpu` in the same run,
 plus these differences; what ours spends above it is ours to remove. CPU is the event
@@ -163,7 +164,7 @@ async def slack_calls() -> dict[str, float]:
 
 
 async def durable_write(store: Store) -> float:
-    """CPU ms per heartbeat through the store's client and a storage thread (all threads)."""
+    """CPU ms per heartbeat through the store's client and the bridge (all threads)."""
     io = StorageCalls(store)
     name = f"floor-{uuid.uuid4().hex[:8]}"
 
@@ -249,10 +250,10 @@ def report_floors(
         "process, in this run (`bench.floors`): the SDK's streamed run against `Runner.run` "
         "on the same agent and scripted model; a `chat.postMessage` as ours makes it (one "
         "kept-alive session) and as the plain bot does (a session per call); a durable "
-        "write (one heartbeat through the store's client and storage thread: lighter than "
-        "a keep or a commit); what the plain bot's `SQLiteSession` does per answer. The "
-        "floor is the plain bot's CPU per answer above plus these; what ours spends above "
-        "it is its own.",
+        "write (one heartbeat through the store's client and the bridge, on a storage thread "
+        "on aws and on the loop's own locally: lighter than a keep or a commit); what the "
+        "plain bot's `SQLiteSession` does per answer. The floor is the plain bot's CPU per "
+        "answer above plus these; what ours spends above it is its own.",
     )
     rows: list[list[object]] = []
     for backend in ("local", "aws"):

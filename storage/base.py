@@ -19,11 +19,11 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from storage.codec import decode_state, encode_state
 from storage.content import ContentBlobs
-from storage.errors import BlobExists, SessionConflict
+from storage.errors import BlobExists, SessionConflict, WouldWait
 from storage.inbox import ConversationInbox
 from storage.installations import InstallationRecords
 from storage.ledger import ToolLedger
@@ -52,6 +52,8 @@ from storage.writes import (
     SessionPage,
 )
 
+R = TypeVar("R")
+
 
 class Store(
     ConversationInbox,
@@ -64,9 +66,10 @@ class Store(
     ABC,
 ):
     """Durable conversation state (and the application's installations, see
-    `installations`; what it keeps of people, see `people`). Blocking calls: run them off
-    the event loop. Bytes referred to by digest (files people shared) are kept by
-    `put_content` / `get_content`."""
+    `installations`; what it keeps of people, see `people`). Blocking calls: async code
+    makes them through `StorageCalls`, off the event loop unless `run_here` makes one at
+    once. Bytes referred to by digest (files people shared) are kept by `put_content` /
+    `get_content`."""
 
     def __init__(
         self,
@@ -131,6 +134,12 @@ class Store(
         when someone asked the run to stop. `working`: a run is in progress, which is
         activity: the state's expiry moves as a commit's does (its last activity stays at
         the last commit); a state that expired already is lost (`LeaseLost`)."""
+
+    def run_here(self, call: Callable[[], R]) -> R:
+        """`call()` on the calling thread (the event loop's), when it is one of this store's
+        quick calls and needs no wait; else `WouldWait`, and the caller makes it on a worker
+        thread. A store over the network always waits, so this one never runs a call."""
+        raise WouldWait("every call of this store waits on the network")
 
     def stop_requested(self, key: ConversationKey) -> str | None:
         """Who asked the run holding the thread to stop (`keep` with `stop_by`), if anyone:

@@ -1,6 +1,7 @@
 """The one bridge from async code to the (synchronous) store, the runtime's and the
 session's and lease keeper's alike: off the event loop (on a pool sized for I/O, not for the
-CPU count), typed end to end, and with transient failures (`StorageUnavailable`) retried with
+CPU count) unless the store can make the call at once on it (`Store.run_here`), typed end
+to end, and with transient failures (`StorageUnavailable`) retried with
 backoff before they reach the caller. Every storage operation is safe to repeat: writes
 carry idempotency tokens or recognise their own earlier effect."""
 
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from storage.base import Store
-from storage.errors import StorageUnavailable
+from storage.errors import StorageUnavailable, WouldWait
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -45,12 +46,11 @@ class StorageCalls:
         return await self._run(self.urgent_pool, functools.partial(function, *args, **kwargs))
 
     async def _run(self, pool: ThreadPoolExecutor, call: Callable[[], R]) -> R:
-        loop = asyncio.get_running_loop()
         function = getattr(call, "func", call)
         delay = self.first_delay
         for attempt in range(1, self.attempts + 1):
             try:
-                return await loop.run_in_executor(pool, call)
+                return await self._here_or_on(pool, call)
             except StorageUnavailable as exc:
                 if attempt == self.attempts:
                     raise
@@ -67,8 +67,15 @@ class StorageCalls:
 
     async def once(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """One attempt, not retried: for a probe whose caller wants the store's state now."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, functools.partial(function, *args, **kwargs))
+        return await self._here_or_on(self.pool, functools.partial(function, *args, **kwargs))
+
+    async def _here_or_on(self, pool: ThreadPoolExecutor, call: Callable[[], R]) -> R:
+        """On this thread when the store can make the call at once (`Store.run_here`: an
+        embedded store's quick calls), else on `pool`."""
+        try:
+            return self.store.run_here(call)
+        except WouldWait:
+            return await asyncio.get_running_loop().run_in_executor(pool, call)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

@@ -37,6 +37,12 @@ class StorageUnavailable(StorageError):
     connection, a locked database): the operation may be retried later, unchanged."""
 
 
+class WouldWait(StorageError):
+    """The store cannot do a call on the caller's thread without waiting (for a lock
+    another thread or process holds, or the network): the call is to be made on a worker
+    thread instead, and may be made again, as every storage call may."""
+
+
 class CheckpointConflict(StorageError):
     """The record's checkpoint version is not the one the writer expected."""
 

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from storage.base import new_record, revived
-from storage.errors import LeaseLost
+from storage.errors import LeaseLost, WouldWait
 from storage.models import (
     Conversation,
     ConversationKey,
@@ -74,19 +74,41 @@ class Database:
 
     def connection(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        # Set when it changes, not before each statement: a thread's calls wait as long as
+        # `busy_timeout` says, except those that must not wait at all (`waiting_for_nothing`).
+        busy_ms = 0 if self.not_waiting else int(self.busy_timeout * 1000)
         if db is None:
-            db = sqlite3.connect(self.db_path, timeout=60, isolation_level=None)
-            _write_ahead_log(db)
+            db = sqlite3.connect(self.db_path, timeout=busy_ms / 1000, isolation_level=None)
+            _write_ahead_log(db, attempts=1 if self.not_waiting else 100)
             db.execute("PRAGMA synchronous=FULL")  # a committed turn survives power loss
-            db.execute("PRAGMA busy_timeout=60000")
             self._local.db = db
+            self._local.busy_ms = busy_ms
+        if self._local.busy_ms != busy_ms:
+            db.execute(f"PRAGMA busy_timeout={busy_ms}")
+            self._local.busy_ms = busy_ms
         return db
+
+    @property
+    def not_waiting(self) -> bool:
+        return bool(getattr(self._local, "not_waiting", False))
+
+    @contextmanager
+    def waiting_for_nothing(self) -> Iterator[None]:
+        """Within the block this thread waits for no lock: a write that finds another
+        thread's or process's writer at work fails at once (`WouldWait`, or sqlite's
+        "database is locked") instead of queueing behind it."""
+        self._local.not_waiting = True
+        try:
+            yield
+        finally:
+            self._local.not_waiting = False
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         db = self.connection()
-        with self._writer:
-            db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        if not self._writer.acquire(blocking=not self.not_waiting):
+            raise WouldWait("another thread of this process is writing")
+        try:
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
@@ -94,6 +116,8 @@ class Database:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+        finally:
+            self._writer.release()
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)

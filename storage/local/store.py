@@ -12,12 +12,13 @@ directory (`blobs`) and `admin gc` (`housekeeping`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from storage.base import Store
+from storage.errors import StorageUnavailable, WouldWait
 from storage.listings import INDEXED
 from storage.local.blobs import BlobDir
 from storage.local.commits import Commits
@@ -47,6 +48,34 @@ from storage.models import (
 )
 from storage.people import Change, Person, PersonKey
 from storage.writes import Commit, Committed, KeepResult, SessionPage
+
+R = TypeVar("R")
+
+# A conversation's own few rows in one short transaction (a checkpoint blob at most): the
+# calls of every turn, which `run_here` may make on the event loop's thread. Listings, the
+# history read in full, files people shared and housekeeping go to a worker thread.
+QUICK_CALLS = frozenset(
+    {
+        "get",
+        "acquire",
+        "renew",
+        "stop_requested",
+        "keep",
+        "read_inbox",
+        "claim_event",
+        "apply",
+        "commit",
+        "release",
+        "set_status",
+        "append_items",
+        "pop_item",
+        "begin_tool_call",
+        "complete_tool_call",
+        "retry_tool_call",
+        "get_tool_call",
+        "beat",
+    }
+)
 
 
 class LocalStore(Store):
@@ -89,6 +118,19 @@ class LocalStore(Store):
 
     def close(self) -> None:
         self.database.close()
+
+    def run_here(self, call: Callable[[], R]) -> R:
+        """A quick call of this store's (`QUICK_CALLS`) made on this thread when it needs no
+        wait: handing an sqlite write of a few rows to a worker thread and back costs more
+        CPU than the write. A call that would wait for another writer is `WouldWait`."""
+        function = getattr(call, "func", call)
+        if getattr(function, "__self__", None) is not self or function.__name__ not in QUICK_CALLS:
+            raise WouldWait("not one of the store's quick calls")
+        with self.database.waiting_for_nothing():
+            try:
+                return call()
+            except StorageUnavailable as exc:  # sqlite's "database is locked", at once
+                raise WouldWait(str(exc)) from exc
 
     def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:
         """Delete expired rows, orphan checkpoint blobs older than `orphan_age` and content

@@ -304,6 +304,7 @@ def test_policy_grants_exactly_what_the_code_calls(aws_services: dict[str, str])
             "close",
             "new_record",
             "revived",
+            "run_here",  # makes no request: the aws store runs nothing on the caller's thread
             "takeover_cutoff",
             "tombstone_until",
         }

@@ -97,11 +97,11 @@ class Database:
         """Within the block this thread waits for no lock: a write that finds another
         thread's or process's writer at work fails at once (`WouldWait`, or sqlite's
         "database is locked") instead of queueing behind it."""
-        self._local.not_waiting = True
+        before, self._local.not_waiting = self.not_waiting, True
         try:
             yield
         finally:
-            self._local.not_waiting = False
+            self._local.not_waiting = before
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

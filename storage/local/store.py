@@ -12,6 +12,7 @@ directory (`blobs`) and `admin gc` (`housekeeping`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,6 +31,7 @@ from storage.local.housekeeping import Housekeeping
 from storage.local.installations import Installations
 from storage.local.keeps import Keeps
 from storage.local.ledger import Ledger
+from storage.local.loop_time import LoopTime
 from storage.local.people import People
 from storage.local.queries import ListingQueries
 from storage.local.records import Records
@@ -106,6 +108,7 @@ class LocalStore(Store):
         self.installations = Installations(self.database)
         self.replicas = Replicas(self.database)
         self.housekeeping = Housekeeping(self.database, self.blobs)
+        self.loop_time = LoopTime()  # how long the calls made by `run_here` hold the loop
 
     @property
     def busy_timeout(self) -> float:
@@ -122,15 +125,26 @@ class LocalStore(Store):
     def run_here(self, call: Callable[[], R]) -> R:
         """A quick call of this store's (`QUICK_CALLS`) made on this thread when it needs no
         wait: handing an sqlite write of a few rows to a worker thread and back costs more
-        CPU than the write. A call that would wait for another writer is `WouldWait`."""
+        CPU than the write. A call that would wait for another writer is `WouldWait`, and
+        so is every call while such calls hold the loop too long (`LoopTime`: a slow disk)."""
         function = getattr(call, "func", call)
         if getattr(function, "__self__", None) is not self or function.__name__ not in QUICK_CALLS:
             raise WouldWait("not one of the store's quick calls")
+        if not self.loop_time.allows():
+            raise WouldWait("the disk is slow: the call would hold the loop")
+        started: float | None = time.perf_counter()
         with self.database.waiting_for_nothing():
             try:
                 return call()
+            except WouldWait:  # this process's writer lock is held
+                started = None  # refused before the disk: says nothing of its speed
+                raise
             except StorageUnavailable as exc:  # sqlite's "database is locked", at once
+                started = None
                 raise WouldWait(str(exc)) from exc
+            finally:
+                if started is not None:
+                    self.loop_time.took(time.perf_counter() - started)
 
     def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:
         """Delete expired rows, orphan checkpoint blobs older than `orphan_age` and content

@@ -1,0 +1,126 @@
+"""`python -m tests.storage.keeping_child DATA_DIR COUNT THREADS PREFIX START_AT AT_ONCE`:
+keeps COUNT messages (event ids PREFIX0, PREFIX1, ...) into THREADS threads through the
+storage bridge, as Slack requests' keeps are made, AT_ONCE at a time, while a task ticks
+every millisecond; from START_AT (a `time.time()`), so that several processes keep at once.
+Prints as JSON how many keeps were made on the loop, the loop's longest stall after the
+first few keeps, and whether the store found the disk slow. Run by the tests under strace
+(a slow disk) and several at once (writers of other processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from storage import ConversationKey, StorageCalls
+from storage.local import LocalStore
+from testkit.prefork import ROOT
+
+R = TypeVar("R")
+MEASURING = 3  # keeps that may still be made on the loop while it learns the disk's speed
+
+
+def thread_key(n: int) -> ConversationKey:
+    return ConversationKey(team="T1", channel="C1", thread_ts=f"1700{n:06d}.000100")
+
+
+async def keep_all(
+    store: LocalStore, count: int, threads: int, prefix: str, start_at: float, at_once: int
+) -> dict[str, object]:
+    calls = StorageCalls(store)
+    made_here = 0
+    run_here = store.run_here
+
+    def counted(call: Callable[[], R]) -> R:
+        nonlocal made_here
+        result = run_here(call)
+        made_here += 1
+        return result
+
+    store.run_here = counted  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    stalls: list[float] = []
+
+    async def tick() -> None:
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.001)
+            now = loop.time()
+            stalls.append(now - last)
+            last = now
+
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    ticker = asyncio.create_task(tick())
+
+    async def keep(n: int) -> None:
+        call = functools.partial(
+            store.keep, thread_key(n % threads), f"{prefix}{n}", '{"text":"hi"}', owner=prefix
+        )
+        assert (await calls.urgent(call)).kept
+
+    for first in range(0, count, at_once):
+        await asyncio.gather(*(keep(n) for n in range(first, min(count, first + at_once))))
+        if first < MEASURING <= first + at_once:
+            stalls.clear()
+    ticker.cancel()
+    calls.close()
+    return {
+        "made_here": made_here,
+        "longest_stall": max(stalls, default=0.0),
+        "slow": store.loop_time.slow,
+    }
+
+
+def start(
+    data_dir: Path,
+    count: int,
+    *,
+    threads: int | None = None,
+    prefix: str = "E",
+    start_at: float = 0.0,
+    at_once: int = 1,
+    fsync_delay_ms: int | None = None,
+) -> subprocess.Popen[str]:
+    """The tests' side: this module in a child process, under strace with every fsync
+    delayed by `fsync_delay_ms` (a slow disk) if given."""
+    argv = [sys.executable, "-m", __spec__.name if __spec__ else "tests.storage.keeping_child"]
+    argv += [str(data_dir), str(count), str(threads or count), prefix, str(start_at), str(at_once)]
+    if fsync_delay_ms is not None:
+        strace = shutil.which("strace")
+        assert strace, "strace makes the slow disk: ./dev test installs it"
+        delay = f"inject=fsync,fdatasync:delay_enter={fsync_delay_ms * 1000}"
+        traced = ["-f", "--seccomp-bpf", "-qq", "-o", "/dev/null", "-e", "trace=fsync,fdatasync"]
+        argv = [strace, *traced, "-e", delay, *argv]
+    return subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def result(child: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    said: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return said
+
+
+def main() -> None:
+    data_dir, count = Path(sys.argv[1]), int(sys.argv[2])
+    threads, prefix, start_at = int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+    at_once = int(sys.argv[6])
+    store = LocalStore(data_dir)
+    try:
+        said = asyncio.run(keep_all(store, count, threads, prefix, start_at, at_once))
+        print(json.dumps(said))
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -21,10 +21,11 @@ from typing import Any, TypeVar
 
 from storage import ConversationKey, StorageCalls
 from storage.local import LocalStore
+from storage.local.loop_time import WINDOW
 from testkit.prefork import ROOT
 
 R = TypeVar("R")
-MEASURING = 3  # keeps that may still be made on the loop while it learns the disk's speed
+MEASURING = WINDOW // 2 + 1  # keeps made on the loop while it learns that the disk is slow
 
 
 def thread_key(n: int) -> ConversationKey:
@@ -46,14 +47,15 @@ async def keep_all(
 
     store.run_here = counted  # type: ignore[method-assign]
     loop = asyncio.get_running_loop()
-    stalls: list[float] = []
+    gaps: list[tuple[float, float]] = []  # between the ticker's turns: from, to
+    measured_from = float("inf")
 
     async def tick() -> None:
         last = loop.time()
         while True:
             await asyncio.sleep(0.001)
             now = loop.time()
-            stalls.append(now - last)
+            gaps.append((last, now))
             last = now
 
     await asyncio.sleep(max(0.0, start_at - time.time()))
@@ -68,12 +70,12 @@ async def keep_all(
     for first in range(0, count, at_once):
         await asyncio.gather(*(keep(n) for n in range(first, min(count, first + at_once))))
         if first < MEASURING <= first + at_once:
-            stalls.clear()
+            measured_from = loop.time()
     ticker.cancel()
     calls.close()
     return {
         "made_here": made_here,
-        "longest_stall": max(stalls, default=0.0),
+        "longest_stall": max((to - at for at, to in gaps if at >= measured_from), default=0.0),
         "slow": store.loop_time.slow,
     }
 

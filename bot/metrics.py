@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from storage import Store
+from storage.local import LocalStore
 
 REGISTRY = CollectorRegistry()
 
@@ -52,3 +55,15 @@ LATENCY = Histogram(
     registry=REGISTRY,
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
+STORAGE_OFF_LOOP = Gauge(
+    "bot_storage_calls_off_loop",
+    "1 while the embedded store's quick calls are made on worker threads, because on the "
+    "event loop they held it too long (a slow disk)",
+    registry=REGISTRY,
+)
+
+
+def watch_storage(store: Store) -> None:
+    """The gauges that read `store` when scraped (the embedded store's `LoopTime`)."""
+    if isinstance(store, LocalStore):
+        STORAGE_OFF_LOOP.set_function(lambda: float(store.loop_time.slow))

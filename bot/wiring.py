@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import aiohttp
 from agents import Agent
 
+from bot import metrics
 from bot.agent_loader import load_agent
 from bot.runtime import (
     ContextSource,
@@ -122,6 +123,7 @@ async def assemble_slack(
     workspaces have no one token, and keep their installations in `store`."""
     client = web_client(settings, session)
     io = StorageCalls(store)  # one storage pool per process, the runtime's and the installs'
+    metrics.watch_storage(store)
     many = installs(settings, store, io, client) if settings.many_workspaces else None
     identity = None if many else await client.auth_test()
     workspace_url = str((identity and identity.get("url")) or "https://slack.com/")

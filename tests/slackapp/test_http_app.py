@@ -306,6 +306,7 @@ async def test_health_and_metrics(bot: Harness) -> None:
         text = await response.text()
     assert 'bot_slack_requests_total{kind="message"}' in text
     assert 'bot_outcomes_total{type="Answer"}' in text
+    assert "bot_storage_calls_off_loop 0.0" in text  # the store's calls are on the loop
 
 
 @pytest.mark.parametrize("method", ["chat.postMessage", "chat.startStream"])

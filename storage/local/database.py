@@ -116,8 +116,14 @@ class Database:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+            self._local.commits = self.commits_here + 1
         finally:
             self._writer.release()
+
+    @property
+    def commits_here(self) -> int:
+        """Write transactions this thread has committed (each waited for an fsync)."""
+        return int(getattr(self._local, "commits", 0))
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)

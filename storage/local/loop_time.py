@@ -2,10 +2,11 @@
 made on it (`LocalStore.run_here`). A commit waits for the disk (`synchronous=FULL`, an
 fsync): a call holds the loop about 0.5 ms on this machine, fsync included, and tens of
 milliseconds on a slow or networked disk, stalling every request and stream of the process
-meanwhile. So the store counts how many of the last calls made on the loop held it longer
+meanwhile. So the store counts how many of the last writes made on the loop held it longer
 than `LIMIT`: while most did, its calls go to a worker thread (which costs CPU, not the
-loop's time), and one every `PROBE_EVERY` seconds is made on the loop again, to see
-whether the disk has become quick."""
+loop's time), and one write every `PROBE_EVERY` seconds is made on the loop again, to see
+whether the disk has become quick. Reads are not counted: on a slow disk they stay quick,
+and one taken for a probe brought the calls back to the loop every few seconds."""
 
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
-# Seconds a quick call may hold the loop: four times a hand-off's CPU cost (about 0.5 ms)
-# and this machine's calls (0.5 ms p50, 1.3 ms p99 in a burst of 500).
-LIMIT = 0.002
-# The calls judged: most of them must be slow. A few slow ones (a checkpoint, a garbage
-# collection, a busy machine's scheduler: 10% over 3 ms in a burst on loaded cores) are not.
+# Seconds a write may hold the loop: ten times a hand-off's CPU cost (about 0.5 ms) and this
+# machine's writes in a burst of 500 (0.5 ms p50, 1.5 ms p99), above what a loaded
+# machine's scheduler adds to them (with both cores busy, one in five took over 2 ms and one
+# in a hundred over 5.6 ms), below a slow disk's fsync.
+LIMIT = 0.005
+# The writes judged: most of them must be slow. A few slow ones (a checkpoint, a garbage
+# collection, the scheduler) are not.
 WINDOW = 15
-PROBE_EVERY = 5.0  # seconds between calls made on the loop while the disk is slow
+PROBE_EVERY = 5.0  # seconds between writes made on the loop while the disk is slow
 WARN_EVERY = 3600.0  # seconds between warnings in the log (the changes in between: info)
 
 
@@ -40,8 +43,9 @@ class LoopTime:
 
     def allows(self) -> bool:
         """Whether the next quick call may be made on the loop: yes while they are quick;
-        while they are slow, one every `probe_every` seconds."""
-        if not self.slow:
+        while they are slow, one every `probe_every` seconds (and the reads after it, until
+        a write, which is the probe, has been made)."""
+        if not self.slow or self.probing:
             return True
         now = self.clock()
         if now < self.next_probe:
@@ -50,8 +54,9 @@ class LoopTime:
         return True
 
     def took(self, seconds: float) -> None:
-        """A call made on the loop held it `seconds`. A probe decides alone: one quick call
-        on a disk that was slow brings the calls back to the loop."""
+        """A write made on the loop held it `seconds` (a read is not told: it waits for no
+        fsync). A probe decides alone: one quick write on a disk that was slow brings the
+        calls back to the loop."""
         over = seconds > self.limit
         if self.probing:
             self.probing = False

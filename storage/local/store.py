@@ -133,6 +133,7 @@ class LocalStore(Store):
         if not self.loop_time.allows():
             raise WouldWait("the disk is slow: the call would hold the loop")
         started: float | None = time.perf_counter()
+        commits = self.database.commits_here
         with self.database.waiting_for_nothing():
             try:
                 return call()
@@ -143,7 +144,8 @@ class LocalStore(Store):
                 started = None
                 raise WouldWait(str(exc)) from exc
             finally:
-                if started is not None:
+                if started is not None and self.database.commits_here != commits:
+                    # A write: it waited for the disk (a read says nothing of the fsync).
                     self.loop_time.took(time.perf_counter() - started)
 
     def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:

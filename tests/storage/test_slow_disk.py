@@ -5,6 +5,7 @@ process: strace delays every fsync of the child that keeps the messages
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from storage.local import LocalStore
@@ -76,12 +77,41 @@ def test_a_slow_disk_is_probed_once_per_period_and_one_quick_probe_brings_the_ca
     assert not loop_time.allows()
     clock.now += 0.2
     assert loop_time.allows()  # the probe
-    assert not loop_time.allows()  # only one per period
     loop_time.took(0.025)  # still slow
-    clock.now += 5.1
+    assert not loop_time.allows()  # one probe per period
+    clock.now += 4.9
+    assert not loop_time.allows()
+    clock.now += 0.2
     assert loop_time.allows()
     loop_time.took(0.0004)  # quick again
     assert not loop_time.slow
     assert all(loop_time.allows() for _ in range(10))
     slow_calls(loop_time, WINDOW // 2)  # judged afresh: a few slow calls are not enough
     assert loop_time.allows()
+
+
+def test_a_probe_waits_for_a_write_the_reads_before_it_run_on_the_loop() -> None:
+    clock = Clock()
+    loop_time = LoopTime(limit=0.002, probe_every=5.0, clock=clock)
+    slow_calls(loop_time, WINDOW)
+    clock.now += 5.1
+    assert all(loop_time.allows() for _ in range(5))  # reads: the store does not tell them
+    loop_time.took(0.030)  # the first write after them is the probe, and it is slow
+    assert loop_time.slow and not loop_time.allows()
+
+
+def test_only_writes_tell_the_store_how_long_the_disk_takes(tmp_path: Path) -> None:
+    """A read waits for no fsync: on a slow disk it is quick, and says nothing of it."""
+    store = LocalStore(tmp_path)
+    try:
+        store.loop_time = LoopTime(limit=0.0)  # any write counts as slow
+        key = keeping_child.thread_key(0)
+        for _ in range(3 * WINDOW):
+            assert store.run_here(functools.partial(store.get, key)) is None
+        assert not store.loop_time.slow
+        for n in range(keeping_child.MEASURING):
+            keep = functools.partial(store.keep, key, f"E{n}", '{"text":"hi"}', owner="w")
+            assert store.run_here(keep).kept
+        assert store.loop_time.slow
+    finally:
+        store.close()

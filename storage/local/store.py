@@ -132,20 +132,16 @@ class LocalStore(Store):
             raise WouldWait("not one of the store's quick calls")
         if not self.loop_time.allows():
             raise WouldWait("the disk is slow: the call would hold the loop")
-        started: float | None = time.perf_counter()
-        commits = self.database.commits_here
+        started, commits = time.perf_counter(), self.database.commits_here
         with self.database.waiting_for_nothing():
             try:
                 return call()
-            except WouldWait:  # this process's writer lock is held
-                started = None  # refused before the disk: says nothing of its speed
-                raise
             except StorageUnavailable as exc:  # sqlite's "database is locked", at once
-                started = None
                 raise WouldWait(str(exc)) from exc
             finally:
-                if started is not None and self.database.commits_here != commits:
-                    # A write: it waited for the disk (a read says nothing of the fsync).
+                # Only a commit waited for the disk: a read, or a call refused before its
+                # write (`WouldWait`), says nothing of the fsync.
+                if self.database.commits_here != commits:
                     self.loop_time.took(time.perf_counter() - started)
 
     def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from testkit.health import wait_healthy
 from testkit.responses import ScriptedResponses, message, responses_server
 from testkit.services import free_port
 from testkit.slack import CHANNEL, TEAM, running_api, signed_headers
+from testkit.slow_disk import on_slow_disk
 
 pytestmark = pytest.mark.slow
 FSYNC_DELAY_MS = 30
@@ -33,8 +33,6 @@ MENTIONS = 12
 async def test_on_a_slow_disk_the_bot_answers_and_says_its_writes_left_the_loop(
     tmp_path: Path,
 ) -> None:
-    strace = shutil.which("strace")
-    assert strace, "strace makes the slow disk: ./dev test installs it"
     script = ScriptedResponses([[message(f"answer {n}")] for n in range(MENTIONS)])
     api = SlackWebApi(team=TEAM)
     with responses_server(script) as model_url:
@@ -46,11 +44,9 @@ async def test_on_a_slow_disk_the_bot_answers_and_says_its_writes_left_the_loop(
                 model_url=model_url,
                 port=port,
             )
-            delay = f"inject=fsync,fdatasync:delay_enter={FSYNC_DELAY_MS * 1000}"
-            traced = ["-f", "--seccomp-bpf", "-qq", "-o", "/dev/null"]
-            command = [strace, *traced, "-e", "trace=fsync,fdatasync", "-e", delay]
+            command = on_slow_disk([sys.executable, "-m", "bot", "serve"], FSYNC_DELAY_MS)
             with (tmp_path / "bot.log").open("wb") as log:
-                bot = _start([*command, sys.executable, "-m", "bot", "serve"], env, log)
+                bot = _start(command, env, log)
                 try:
                     url = f"http://127.0.0.1:{port}"
                     await wait_healthy(url, bot, tmp_path / "bot.log")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from storage import ConversationKey, StorageCalls
 from storage.local import LocalStore
 from storage.local.loop_time import WINDOW
 from testkit.prefork import ROOT
+from testkit.slow_disk import on_slow_disk
 
 R = TypeVar("R")
 MEASURING = WINDOW // 2 + 1  # keeps made on the loop while it learns that the disk is slow
@@ -92,14 +92,10 @@ def start(
 ) -> subprocess.Popen[str]:
     """The tests' side: this module in a child process, under strace with every fsync
     delayed by `fsync_delay_ms` (a slow disk) if given."""
-    argv = [sys.executable, "-m", __spec__.name if __spec__ else "tests.storage.keeping_child"]
+    argv = [sys.executable, "-m", "tests.storage.keeping_child"]
     argv += [str(data_dir), str(count), str(threads or count), prefix, str(start_at), str(at_once)]
     if fsync_delay_ms is not None:
-        strace = shutil.which("strace")
-        assert strace, "strace makes the slow disk: ./dev test installs it"
-        delay = f"inject=fsync,fdatasync:delay_enter={fsync_delay_ms * 1000}"
-        traced = ["-f", "--seccomp-bpf", "-qq", "-o", "/dev/null", "-e", "trace=fsync,fdatasync"]
-        argv = [strace, *traced, "-e", delay, *argv]
+        argv = on_slow_disk(argv, fsync_delay_ms)
     return subprocess.Popen(
         argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -29,8 +29,6 @@ import os
 import signal
 import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,10 +38,9 @@ from bench.common import section, table
 from bench.emulators import Emulators
 from bench.floors import measure_floors, report_floors
 from bench.recovery import recovery_rate
-from bench.responses_agent import respond
+from bench.responses_agent import model_server
 from bot.standin.slack_api import SlackWebApi
 from storage.local import LocalStore
-from testkit.responses import RespondingResponses, responses_server
 
 TARGETS = {"ours, local": 1.25, "ours, aws": 1.5}
 RECOVERY_TARGET_MS = 4.0
@@ -117,12 +114,6 @@ def bots(
             argv, module = (module, *argv), "bench.profiled"
         made.append((name, Bot(env, data / f"{name}.log", module=module, argv=argv)))
     return made
-
-
-@contextmanager
-def model_server() -> Iterator[str]:
-    with responses_server(RespondingResponses(respond)) as url:
-        yield url
 
 
 async def run_bots(

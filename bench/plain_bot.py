@@ -1,7 +1,8 @@
 """`python -m bench.plain_bot`: the bot a user would write from Slack's template, for the CPU
 benchmark to measure ours against: bolt's `AsyncApp` in HTTP mode, `Runner.run` with a
 `SQLiteSession` per thread, one `say()` per mention; no durability, no streaming. The same
-agent as ours (`bench.responses_agent`), the same Slack stand-in (`SLACK_API_URL`)."""
+agent as ours (`bench.responses_agent`), the same Slack stand-in (`SLACK_API_URL`).
+`BENCH_PLAIN_LISTENER=none`: its listener does nothing (bolt alone, for the burst bench)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ def build_app(db: Path) -> web.Application:
         signing_secret=os.environ["SLACK_SIGNING_SECRET"],
     )
     agent = build_agent()
+    runs_agent = os.getenv("BENCH_PLAIN_LISTENER", "agent") == "agent"  # else bolt alone
 
     @app.event("app_mention")
     async def mentioned(event: dict[str, Any], say: Any) -> None:
+        if not runs_agent:
+            return
         thread = event.get("thread_ts") or event["ts"]
         session = SQLiteSession(thread, db)
         result = await Runner.run(agent, event["text"], session=session)

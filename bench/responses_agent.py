@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from agents import Agent, OpenAIResponsesModel, function_tool
 from openai import AsyncOpenAI
 
-from testkit.responses import items_of, message, tool_call, user_text
+from testkit.responses import (
+    RespondingResponses,
+    items_of,
+    message,
+    responses_server,
+    tool_call,
+    user_text,
+)
 
 
 def respond(request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -24,6 +33,13 @@ def respond(request: dict[str, Any]) -> list[dict[str, Any]]:
     if "lookup" in text.lower():
         return [tool_call("lookup", {"topic": text[-30:]}, call_id=f"call_{uuid.uuid4().hex[:12]}")]
     return [message(f"echo: {text}")]
+
+
+@contextmanager
+def model_server() -> Iterator[str]:
+    """The scripted `/v1/responses` server answering by `respond`; its base URL."""
+    with responses_server(RespondingResponses(respond)) as url:
+        yield url
 
 
 @function_tool

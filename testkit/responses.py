@@ -276,10 +276,16 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    # A burst's model calls arrive at once; the default backlog of 5 resets the rest.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 @contextmanager
 def responses_server(script: ScriptedResponses) -> Iterator[str]:
     """Yield the base URL (`http://127.0.0.1:PORT/v1`)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    server = _Server(("127.0.0.1", 0), _handler(script))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

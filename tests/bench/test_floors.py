@@ -11,7 +11,7 @@ import openai._models as client_models
 import pytest
 
 from bench import floors
-from bench.cpu import model_server
+from bench.responses_agent import model_server
 from bot.runtime import validating_by_tag
 from storage.local import LocalStore
 

@@ -141,6 +141,15 @@ class Store(
         thread. A store over the network always waits, so this one never runs a call."""
         raise WouldWait("every call of this store waits on the network")
 
+    # Whether `run_here` and `run_together` ever make a call (an embedded store's do).
+    runs_calls_here = False
+
+    def run_together(self, calls: Sequence[Callable[[], R]]) -> list[R | Exception]:
+        """`calls` made at once on the calling thread, as one write (one commit for all,
+        each undone alone when it fails): each call's result or the error it raised, in
+        order; `WouldWait` for the whole when they cannot be made here (see `run_here`)."""
+        raise WouldWait("every call of this store waits on the network")
+
     def stop_requested(self, key: ConversationKey) -> str | None:
         """Who asked the run holding the thread to stop (`keep` with `stop_by`), if anyone:
         a cheap read that a holder polls while a run goes on."""

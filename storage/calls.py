@@ -13,7 +13,7 @@ import logging
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from storage.base import Store
 from storage.errors import StorageUnavailable, WouldWait
@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 IO_THREADS = 32
+GROUP_LIMIT = 64  # urgent calls in one write: about 8 ms of the loop's time at most
 URGENT_THREADS = 8  # for keeps, which a Slack request waits on before it is acknowledged
 
 
@@ -34,6 +35,7 @@ class StorageCalls:
         self.urgent_pool = ThreadPoolExecutor(
             max_workers=URGENT_THREADS, thread_name_prefix="storage-ack"
         )
+        self.together = Together(store)
 
     async def __call__(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """`function(*args, **kwargs)` in a worker thread; retried while storage is
@@ -42,8 +44,18 @@ class StorageCalls:
 
     async def urgent(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """The same, on threads of their own: a keep that a Slack request waits on does not
-        queue behind the storage calls of the runs in progress."""
-        return await self._run(self.urgent_pool, functools.partial(function, *args, **kwargs))
+        queue behind the storage calls of the runs in progress. Where the store can make
+        them on the loop, the urgent calls of one pass of the loop (a burst's requests) are
+        made together, one write and one fsync for all (`Store.run_together`)."""
+        call = functools.partial(function, *args, **kwargs)
+        if not self.store.runs_calls_here:
+            return await self._run(self.urgent_pool, call)
+        try:
+            return await self.together.add(call)
+        except WouldWait:  # not made: on a thread, as any call
+            return await self._run(self.urgent_pool, call)
+        except StorageUnavailable:  # retried alone (every storage call is safe to repeat)
+            return await self._run(self.urgent_pool, call)
 
     async def _run(self, pool: ThreadPoolExecutor, call: Callable[[], R]) -> R:
         function = getattr(call, "func", call)
@@ -80,3 +92,51 @@ class StorageCalls:
     def close(self) -> None:
         self.pool.shutdown(wait=False)
         self.urgent_pool.shutdown(wait=False)
+
+
+class Together:
+    """Calls gathered over one pass of the event loop and made together at its end
+    (`Store.run_together`), each caller given its own outcome; `WouldWait` to each when
+    they cannot be made on the loop. At most `GROUP_LIMIT` in one write, so that a group
+    holds the loop a few milliseconds at most."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.waiting: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+
+    def add(self, call: Callable[[], R]) -> asyncio.Future[R]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        self.waiting.append((call, future))
+        if len(self.waiting) == 1:
+            loop.call_soon(self._make)
+        return future
+
+    def _make(self) -> None:
+        group, self.waiting = self.waiting[:GROUP_LIMIT], self.waiting[GROUP_LIMIT:]
+        if self.waiting:
+            asyncio.get_running_loop().call_soon(self._make)
+        try:
+            if len(group) == 1:  # alone: no savepoint needed
+                outcomes: list[Any] = [_outcome(self.store.run_here, group[0][0])]
+            else:
+                outcomes = self.store.run_together([call for call, _ in group])
+        except Exception as exc:  # WouldWait: none made here; or none made at all
+            outcomes = [exc] * len(group)
+        for (_, future), outcome in zip(group, outcomes, strict=True):
+            if future.done():  # its caller was cancelled meanwhile
+                continue
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+
+def _outcome(run: Callable[[Callable[[], R]], R], call: Callable[[], R]) -> R | Exception:
+    """`run(call)`'s result, or the contract's error it raised (`WouldWait` raised on)."""
+    try:
+        return run(call)
+    except WouldWait:
+        raise
+    except Exception as exc:
+        return exc

@@ -12,6 +12,7 @@ directory (`blobs`) and `admin gc` (`housekeeping`)."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -122,13 +123,14 @@ class LocalStore(Store):
     def close(self) -> None:
         self.database.close()
 
+    runs_calls_here = True
+
     def run_here(self, call: Callable[[], R]) -> R:
         """A quick call of this store's (`QUICK_CALLS`) made on this thread when it needs no
         wait: handing an sqlite write of a few rows to a worker thread and back costs more
         CPU than the write. A call that would wait for another writer is `WouldWait`, and
         so is every call while such calls hold the loop too long (`LoopTime`: a slow disk)."""
-        function = getattr(call, "func", call)
-        if getattr(function, "__self__", None) is not self or function.__name__ not in QUICK_CALLS:
+        if not self._quick(call):
             raise WouldWait("not one of the store's quick calls")
         if not self.loop_time.allows():
             raise WouldWait("the disk is slow: the call would hold the loop")
@@ -143,6 +145,38 @@ class LocalStore(Store):
                 # write (`WouldWait`), says nothing of the fsync.
                 if self.database.commits_here != commits:
                     self.loop_time.took(time.perf_counter() - started)
+
+    def run_together(self, calls: Sequence[Callable[[], R]]) -> list[R | Exception]:
+        """Quick calls made at once on this thread in one transaction, each in a savepoint:
+        a burst's keeps share one commit and its fsync instead of one each. Only the commit
+        is timed (`LoopTime`): it is what waits for the disk, and a long group of quick
+        calls says nothing of it."""
+        if not all(self._quick(call) for call in calls):
+            raise WouldWait("not all of them are the store's quick calls")
+        if not self.loop_time.allows():
+            raise WouldWait("the disk is slow: the calls would hold the loop")
+        outcomes: list[R | Exception] = []
+        with self.database.waiting_for_nothing():
+            try:
+                with self.database.together() as commit_took:
+                    db = self.database.connection()
+                    for call in calls:
+                        try:
+                            outcomes.append(call())
+                        except Exception as exc:  # the contract's errors: that call's alone
+                            outcomes.append(exc)
+                        if not db.in_transaction:  # sqlite gave the whole write up
+                            raise StorageUnavailable("sqlite: the transaction was rolled back")
+            except (sqlite3.OperationalError, StorageUnavailable) as exc:
+                if not outcomes:  # another process's writer, met at once: nothing was made
+                    raise WouldWait(str(exc)) from exc
+                raise StorageUnavailable(f"sqlite: {exc}") from exc  # none of them was made
+        self.loop_time.took(commit_took())
+        return outcomes
+
+    def _quick(self, call: Callable[[], Any]) -> bool:
+        function = getattr(call, "func", call)
+        return getattr(function, "__self__", None) is self and function.__name__ in QUICK_CALLS
 
     def collect_garbage(self, *, orphan_age: timedelta = timedelta(hours=1)) -> int:
         """Delete expired rows, orphan checkpoint blobs older than `orphan_age` and content

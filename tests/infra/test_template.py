@@ -305,6 +305,7 @@ def test_policy_grants_exactly_what_the_code_calls(aws_services: dict[str, str])
             "new_record",
             "revived",
             "run_here",  # makes no request: the aws store runs nothing on the caller's thread
+            "run_together",  # nor several calls at once
             "takeover_cutoff",
             "tombstone_until",
         }

@@ -45,7 +45,16 @@ async def keep_all(
         made_here += 1
         return result
 
+    run_together = store.run_together
+
+    def counted_together(calls: list[Callable[[], R]]) -> list[R | Exception]:
+        nonlocal made_here
+        outcomes = run_together(calls)
+        made_here += len(calls)
+        return outcomes
+
     store.run_here = counted  # type: ignore[method-assign]
+    store.run_together = counted_together  # type: ignore[method-assign,assignment]
     loop = asyncio.get_running_loop()
     gaps: list[tuple[float, float]] = []  # between the ticker's turns: from, to
     measured_from = float("inf")

@@ -117,7 +117,11 @@ async def current_envelope(serving: ServingView) -> Envelope | None:
         log.error("%s: checkpoint %s unreadable: %s", record.key, pointer.object_key, exc)
         failure = failure or FailClosed(NoticeKind.STATE_DAMAGED, "it could not be read")
     if envelope is not None and envelope.finished and failure is not None:
-        return None  # nothing was left to continue: the next run starts fresh anyway
+        # Nothing was left to continue: the next run starts fresh anyway. What it still owes
+        # the thread (an answer, a notice) is delivered all the same, however old: the
+        # record's state lives while a delivery is owed (chaos 470013: a stopped notice
+        # whose third retry came after the checkpoint's TTL was dropped unsaid).
+        return envelope if record.undelivered_from() is not None else None
     if failure is not None or envelope is None:
         return await fail_closed(
             serving,

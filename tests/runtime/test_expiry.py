@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -306,3 +307,44 @@ async def test_a_run_longer_than_a_short_ttl_keeps_its_state_and_answers_what_ca
     record = record_of(store)
     assert record.status is Status.IDLE and record.expired_from is None
     assert [o for o in outcomes if isinstance(o, Notice)] == []
+
+
+class FailingFirst(Delivered):
+    """A thread whose posts fail (transiently) the first `times` times."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.left = times
+        self.tries = 0
+
+    async def __call__(self, outcome: Any, *_: Any) -> None:
+        self.tries += 1
+        if self.left:
+            self.left -= 1
+            raise DeliveryFailed("http_500", permanent=False)
+        await super().__call__(outcome)
+
+
+async def test_an_answer_owed_longer_than_the_ttl_is_still_delivered(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The answer's post fails three times (its retries come within a third of the TTL
+    each, and each keeps the state alive): the fourth, past the TTL from the checkpoint
+    that holds the answer, delivers it. It was dropped unsaid before (chaos 470013)."""
+    store = backend.open(state_ttl="5s")
+    now = [utcnow()]
+    store.clock = lambda: now[0]
+    sink = FailingFirst(3)
+    effects = SideEffects(tmp_path / "effects.jsonl")
+    rt = ConversationRuntime(store, build_agent(echo_model(), effects), on_outcome=sink)
+    await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hello")
+    for _ in range(10):
+        if sink.outcomes:
+            break
+        now[0] += timedelta(seconds=2)
+        await rt.recover()
+    assert sink.tries == 4
+    [answer] = [o for o in sink.outcomes if isinstance(o, Answer)]
+    assert answer.text == "echo: hello"
+    record = record_of(store)
+    assert record.status is Status.IDLE and record.undelivered_from() is None

@@ -16,6 +16,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bench.responses_agent import build_agent
+from bot.slackapp.server import LISTEN_BACKLOG
 
 
 def build_app(db: Path) -> web.Application:
@@ -51,5 +52,6 @@ if __name__ == "__main__":
         build_app(data / "sessions.db"),
         host=os.getenv("HOST", "127.0.0.1"),
         port=int(os.environ["PORT"]),
+        backlog=LISTEN_BACKLOG,  # as ours: aiohttp's 128 makes a burst's rest reconnect
         print=None,
     )

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 IO_THREADS = 32
-GROUP_LIMIT = 64  # urgent calls in one write: about 8 ms of the loop's time at most
+GROUP_LIMIT = 64  # urgent calls in one write: 64 keeps hold the loop about 4.5 ms here
 URGENT_THREADS = 8  # for keeps, which a Slack request waits on before it is acknowledged
 
 

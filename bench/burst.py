@@ -86,7 +86,7 @@ async def burst_on(
 
                 if answering:
                     await api.wait_for(enough, within=300)
-                total = time.perf_counter() - start if answering else float("nan")
+                total = time.perf_counter() - start if answering else None  # answers none
                 await asyncio.sleep(0.3)  # the last reactions.remove calls
                 web = len(api.calls) - calls_before
                 methods: dict[str, int] = {}

@@ -18,12 +18,12 @@ import aiohttp
 
 from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
-from storage import Conversation, Status, Store
+from storage import Conversation, Store
 from testkit.child_env import child_bot_env
 from testkit.health import stop_children, wait_healthy
 from testkit.prefork import popen
 from testkit.responses import ScriptedResponses, responses_server
-from testkit.runtime import record_of
+from testkit.runtime import record_of, settled
 from testkit.services import free_port, wait_until
 from testkit.slack import (
     CHANNEL,
@@ -206,12 +206,5 @@ async def finished(bot: Deployment, question: Message) -> None:
     left to deliver (outcomes are posted before the release that records them), so that
     no process or recovery sweep has anything more to post there."""
 
-    def done() -> bool:
-        state = bot.store.get(thread_key(question.ts, question.channel))
-        return (
-            state is not None
-            and (state.status, state.lease_owner) == (Status.IDLE, None)
-            and state.undelivered_from() is None
-        )
-
-    await asyncio.to_thread(wait_until, done, 30)
+    key = thread_key(question.ts, question.channel)
+    await asyncio.to_thread(wait_until, lambda: settled(bot.store, key), 30)

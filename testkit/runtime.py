@@ -11,7 +11,7 @@ from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import SharedFile, ThreadHistory, Unavailable, retry_safe, split_author
-from storage import Conversation, ConversationKey, Store
+from storage import Conversation, ConversationKey, Status, Store
 
 KEY = ConversationKey(team="T9", channel="C9", thread_ts="1700000100.000100")
 
@@ -73,6 +73,17 @@ def record_of(store: Store, key: ConversationKey = KEY) -> Conversation:
     record = store.get(key)
     assert record is not None, f"{key} has no record"
     return record
+
+
+def settled(store: Store, key: ConversationKey) -> bool:
+    """The thread is released idle with nothing left to deliver: no process or recovery
+    sweep has anything more to post there."""
+    state = store.get(key)
+    return (
+        state is not None
+        and (state.status, state.lease_owner) == (Status.IDLE, None)
+        and state.undelivered_from() is None
+    )
 
 
 def user_texts(call: Any) -> list[str]:

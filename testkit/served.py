@@ -18,11 +18,12 @@ from typing import Any, cast
 import aiohttp
 
 from bot.standin.slack_api import SlackWebApi
-from storage import Status, Store
+from storage import Store
 from testkit.child_env import child_bot_env
 from testkit.health import stop_children, wait_healthy
 from testkit.prefork import popen
 from testkit.responses import ScriptedResponses, responses_server
+from testkit.runtime import settled
 from testkit.slack import CHANNEL, CLIENT_ID, CLIENT_SECRET, TEAM, Harness, running_api
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,16 +87,8 @@ class ServedBot:
         """Wait until the thread is released idle with nothing left to deliver: no process
         or recovery sweep has anything more to post there."""
 
-        def done() -> bool:
-            state = self.store.get(people.key(thread_ts, channel))
-            return (
-                state is not None
-                and (state.status, state.lease_owner) == (Status.IDLE, None)
-                and state.undelivered_from() is None
-            )
-
         for _ in range(600):
-            if done():
+            if settled(self.store, people.key(thread_ts, channel)):
                 return
             await asyncio.sleep(0.05)
         raise TimeoutError(f"{people.key(thread_ts, channel)} never became idle")

@@ -18,16 +18,15 @@ from typing import IO, Any
 import aiohttp
 import pytest
 
-from bot.standin import requests
 from bot.standin.slack_api import Message, SlackWebApi
-from storage import Status
 from storage.local import LocalStore
 from testkit.child_env import child_bot_env
-from testkit.deployment import post_signed
+from testkit.deployment import mention_at
 from testkit.health import wait_healthy
 from testkit.responses import ScriptedResponses, message, responses_server, user_text
+from testkit.runtime import settled
 from testkit.services import free_port, wait_until
-from testkit.slack import CHANNEL, TEAM, running_api, signed_headers, thread_key
+from testkit.slack import CHANNEL, TEAM, running_api, thread_key
 from testkit.slow_disk import on_slow_disk
 
 pytestmark = pytest.mark.slow
@@ -56,16 +55,7 @@ async def test_on_a_slow_disk_the_bot_answers_and_says_its_writes_left_the_loop(
                     url = f"http://127.0.0.1:{port}"
                     await wait_healthy(url, bot, tmp_path / "bot.log")
                     for n in range(MENTIONS):
-                        question = api.add_user_message(CHANNEL, "UALICE", f"<@UBOT> q{n}")
-                        mention = requests.app_mention(
-                            user="UALICE", text=question.text, ts=question.ts, channel=CHANNEL
-                        )
-                        body = requests.event_callback(TEAM, mention, f"EvSlow{n}")
-                        headers = {"Content-Type": "application/json", **signed_headers(body)}
-                        async with http.post(
-                            f"{url}/slack/events", data=body.encode(), headers=headers
-                        ) as response:
-                            assert response.status == 200
+                        question = await mention_at(url, api, "UALICE", f"q{n}", CHANNEL)
                         replies = functools.partial(api.bot_replies, CHANNEL, question.ts)
                         [reply] = await api.wait_for(replies, within=30)
                         assert reply.text == f"answer {n}"
@@ -114,12 +104,9 @@ async def test_killed_on_a_slow_disk_mid_burst_it_answers_every_mention_once(
                 bot = _start(command, env, log)
                 try:
                     await wait_healthy(url, bot, log_path)
-                    questions = [
-                        api.add_user_message(CHANNEL, "UALICE", f"<@UBOT> q{n}")
-                        for n in range(BURST)
-                    ]
-                    acks = await asyncio.gather(*(_mention(url, q) for q in questions))
-                    assert acks == [200] * BURST
+                    questions = await asyncio.gather(
+                        *(mention_at(url, api, "UALICE", f"q{n}", CHANNEL) for n in range(BURST))
+                    )  # each acknowledged (200)
                     await asyncio.to_thread(wait_until, lambda: len(script.requests) > BURST // 2)
                     await api.wait_for(
                         lambda: sum(bool(_complete(api, q.ts)) for q in questions) >= 2
@@ -162,29 +149,15 @@ async def _off_the_loop(http: aiohttp.ClientSession, url: str, within: float = 3
         await asyncio.sleep(0.1)
 
 
-async def _mention(url: str, question: Message) -> int:
-    event = requests.app_mention(user="UALICE", text=question.text, ts=question.ts, channel=CHANNEL)
-    return await post_signed(url, requests.event_callback(TEAM, event))
-
-
 def _complete(api: SlackWebApi, thread_ts: str) -> list[Message]:
     """The thread's replies that hold its answer whole."""
-    question = api.messages[(CHANNEL, thread_ts)].text.removeprefix("<@UBOT> ")
+    question = api.messages[(CHANNEL, thread_ts)].text.removeprefix(f"<@{api.bot_user}> ")
     whole = f"answer to {question}: {WORDS}"
     return [r for r in api.bot_replies(CHANNEL, thread_ts) if whole in (r.streamed or r.text)]
 
 
 def _all_done(store: LocalStore, questions: list[Message]) -> bool:
-    """Every thread released idle with nothing left to deliver."""
-    for question in questions:
-        state = store.get(thread_key(question.ts))
-        if not (
-            state is not None
-            and (state.status, state.lease_owner) == (Status.IDLE, None)
-            and state.undelivered_from() is None
-        ):
-            return False
-    return True
+    return all(settled(store, thread_key(question.ts)) for question in questions)
 
 
 def _start(command: list[str], env: dict[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:

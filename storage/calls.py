@@ -52,9 +52,8 @@ class StorageCalls:
             return await self._run(self.urgent_pool, call)
         try:
             return await self.together.add(call)
-        except WouldWait:  # not made: on a thread, as any call
-            return await self._run(self.urgent_pool, call)
-        except StorageUnavailable:  # retried alone (every storage call is safe to repeat)
+        except (WouldWait, StorageUnavailable):
+            # Not made here, or not made at all: alone, as any call (each is safe to repeat).
             return await self._run(self.urgent_pool, call)
 
     async def _run(self, pool: ThreadPoolExecutor, call: Callable[[], R]) -> R:

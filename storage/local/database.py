@@ -110,46 +110,44 @@ class Database:
             with _savepoint(db):
                 yield db
             return
-        if not self._writer.acquire(blocking=not self.not_waiting):
-            raise WouldWait("another thread of this process is writing")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-            self._local.commits = self.commits_here + 1
-        finally:
-            self._writer.release()
+        with self._transaction(db):
+            yield db
 
     @contextmanager
-    def together(self) -> Iterator[Callable[[], float]]:
+    def together(self) -> Iterator[None]:
         """One write transaction for the writes made within the block (each a savepoint of
         it: one that fails is undone alone): a single commit, and a single fsync, for
-        several calls. Yields a clock of the commit's own seconds, read after the block."""
-        timed = [0.0]
-        db = self.connection()
+        several calls (`commit_seconds` says how long that commit took)."""
+        with self._transaction(self.connection()):
+            self._local.together = True
+            try:
+                yield
+            finally:
+                self._local.together = False
+
+    @contextmanager
+    def _transaction(self, db: sqlite3.Connection) -> Iterator[None]:
         if not self._writer.acquire(blocking=not self.not_waiting):
             raise WouldWait("another thread of this process is writing")
         try:
             db.execute("BEGIN IMMEDIATE")
-            self._local.together = True
             try:
-                yield lambda: timed[0]
+                yield
                 started = time.perf_counter()
                 db.execute("COMMIT")
-                timed[0] = time.perf_counter() - started
+                self._local.commit_seconds = time.perf_counter() - started
             except BaseException:
                 if db.in_transaction:  # else sqlite has rolled it back already
                     db.execute("ROLLBACK")
                 raise
-            finally:
-                self._local.together = False
             self._local.commits = self.commits_here + 1
         finally:
             self._writer.release()
+
+    @property
+    def commit_seconds(self) -> float:
+        """How long this thread's last commit took (its fsync, mostly)."""
+        return float(getattr(self._local, "commit_seconds", 0.0))
 
     @property
     def commits_here(self) -> int:

@@ -158,7 +158,7 @@ class LocalStore(Store):
         outcomes: list[R | Exception] = []
         with self.database.waiting_for_nothing():
             try:
-                with self.database.together() as commit_took:
+                with self.database.together():
                     db = self.database.connection()
                     for call in calls:
                         try:
@@ -171,7 +171,7 @@ class LocalStore(Store):
                 if not outcomes:  # another process's writer, met at once: nothing was made
                     raise WouldWait(str(exc)) from exc
                 raise StorageUnavailable(f"sqlite: {exc}") from exc  # none of them was made
-        self.loop_time.took(commit_took())
+        self.loop_time.took(self.database.commit_seconds)
         return outcomes
 
     def _quick(self, call: Callable[[], Any]) -> bool:

@@ -70,10 +70,12 @@ async def burst_on(
         try:
             startup = await bot.wait_healthy()
             sender = Sender(api)
+            answering = plain is None or plain.listener == "agent"
             if plain is not None:
                 await sender.mention(bot, "warm-up")
+                if answering:  # its answer must not land in the first round's calls
+                    await api.wait_for(lambda: len(answers(api)) >= 1, within=60)
                 await asyncio.sleep(0.5)
-            answering = plain is None or plain.listener == "agent"
             results = []
             for round_ in range(1, rounds + 1):
                 calls_before = len(api.calls)

@@ -6,7 +6,8 @@ import re
 from datetime import timedelta
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
+# ASCII digits only: `\d` (and `float`) take any script's digits.
+_PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
 
 
 def parse_duration(text: str | int | float | timedelta) -> timedelta:

@@ -35,7 +35,10 @@ def parse_button_value(value: str) -> tuple[ConversationKey, str, int]:
     data = json.loads(value)
     if not isinstance(data, dict):
         raise ValueError("not a button value")
-    return ConversationKey.parse(str(data["k"])), str(data["c"]), int(data["v"])
+    version = data["v"]
+    if type(version) is not int:  # as `button_value` wrote it (`int()` takes "3", 1.5, True)
+        raise ValueError("not a button value")
+    return ConversationKey.parse(str(data["k"])), str(data["c"]), version
 
 
 def mentions(users: list[str]) -> str:

@@ -299,7 +299,7 @@ class Listeners:
             return
         try:
             key = parse_permalink(text, team, enterprise)
-        except (PermalinkError, ValueError) as exc:
+        except PermalinkError as exc:  # its words are plain; the link is not echoed back
             await respond(text=str(exc))
             return
         await self._resume(key, user, respond, link)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.permalink import PermalinkError, linker, parse_permalink, permalink
+from bot.permalink import NOT_A_THREAD_LINK, PermalinkError, linker, parse_permalink, permalink
 from storage import ConversationKey
 
 KEY = ConversationKey(team="T1", channel="C0123", thread_ts="1700000000.000100")
@@ -55,10 +55,32 @@ def test_anything_else_is_refused(text: str) -> None:
         parse_permalink(text, "T1")
 
 
-def test_a_bad_thread_ts_in_the_query_is_a_value_error() -> None:
-    link = "https://acme.slack.com/archives/C0123/p1700000000000100?thread_ts=../x"
-    with pytest.raises(ValueError):
+ARABIC_INDIC = "".join(chr(0x0660 + int(d)) for d in "1700000000000100")
+FULLWIDTH = "".join(chr(0xFF10 + int(d)) for d in "1700000000000100")
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        "https://acme.slack.com/archives/C0123/p1700000000000100?thread_ts=../x",
+        "https://acme.slack.com/archives/C0123/p1700000000000100?thread_ts=abc",
+        f"https://acme.slack.com/archives/C0123/p1700000000000100?thread_ts={FULLWIDTH[:10]}.1",
+        f"https://acme.slack.com/archives/C0123/p{ARABIC_INDIC}",
+        f"https://acme.slack.com/archives/C0123/p{FULLWIDTH}",
+        "https://acme.slack.com/archives/C0123/p" + "1" * 5000,
+    ],
+)
+def test_a_malformed_timestamp_is_refused_in_plain_words(link: str) -> None:
+    """Python's `\\d` takes Arabic-Indic and fullwidth digits; a Slack timestamp has none.
+    Every malformed link gets the same plain sentence, which does not echo it."""
+    with pytest.raises(PermalinkError) as refused:
         parse_permalink(link, "T1")
+    assert str(refused.value) == NOT_A_THREAD_LINK
+
+
+def test_a_team_that_could_not_be_a_key_is_refused_plainly() -> None:
+    with pytest.raises(PermalinkError):
+        parse_permalink("https://acme.slack.com/archives/C0123/p1700000000000100", "T:1")
 
 
 def test_permalink_and_linker() -> None:

@@ -21,8 +21,9 @@ import pytest
 from agents.testing import ScriptedModel, assistant_message
 
 from bot.admin import AdminCommands
-from bot.permalink import permalink
+from bot.permalink import NOT_A_THREAD_LINK, permalink
 from bot.runtime import ConversationRuntime
+from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import approval_blocks
 from bot.slackapp.text import escape, split_text
 from bot.standin import requests
@@ -204,6 +205,42 @@ async def test_admin_arguments_are_validated(local_store: LocalStore, effects: S
     assert not bogus.ok and "Unknown command `bogus`" in bogus.text and "discard" in bogus.text
     quote = await admin.run('discard "unterminated', team=TEAM, by="UADMIN")
     assert not quote.ok
+
+
+MALFORMED_LINKS = [
+    f"https://x.slack.com/archives/{CHANNEL}/p1234567890123456?thread_ts=abc",
+    # Digits Python's `\\d` takes and no Slack timestamp has: Arabic-Indic, fullwidth.
+    f"https://x.slack.com/archives/{CHANNEL}/p" + "".join(chr(0x0660 + d % 10) for d in range(16)),
+    f"https://x.slack.com/archives/{CHANNEL}/p" + "".join(chr(0xFF10 + d % 10) for d in range(16)),
+]
+
+
+async def test_a_malformed_link_gets_the_same_plain_answer_from_both_commands(
+    local_store: LocalStore, effects: SideEffects
+) -> None:
+    """`/resume` and `/agent-admin status` parse links with one parser and answer a
+    malformed one in the same plain words: no validation library's text, no echo."""
+    runtime = runtime_of(
+        local_store,
+        build_agent(echo_model(1), effects),
+        RuntimeSettings(admins=frozenset({"UADMIN"})),
+    )
+    async with slack_bot(local_store, runtime, admins=frozenset({"UADMIN"})) as bot:
+        answers = set()
+        for link in MALFORMED_LINKS:
+            for command, user, text in (
+                ("/resume", "UALICE", link),
+                ("/resume", "UALICE", f"<{link}>"),
+                ("/agent-admin", "UADMIN", f"status {link}"),
+            ):
+                status, token = await bot.command(command, text, user)
+                assert status == 200
+                [answer] = await bot.responses_for(token)
+                answers.add(answer["text"])
+        _, token = await bot.command("/agent-admin", f"status {TEAM}:{CHANNEL}:x1", "UADMIN")
+        [answer] = await bot.responses_for(token)
+        answers.add(answer["text"])
+    assert answers == {NOT_A_THREAD_LINK}
 
 
 async def test_serve_listens_where_it_is_told(

@@ -67,7 +67,12 @@ def test_every_button_carries_an_enterprise_key_whole() -> None:
         ('{"k": "T1:C1:not-a-ts", "c": "call-1", "v": 1}', ValueError),
         ('{"k": "E1:T1:C1:1.0:2", "c": "call-1", "v": 1}', ValueError),
         ('{"k": "T1:C1:1.0", "c": "call-1", "v": "three"}', ValueError),
-        ('{"k": "T1:C1:1.0", "c": "call-1", "v": null}', TypeError),
+        ('{"k": "T1:C1:1.0", "c": "call-1", "v": null}', ValueError),
+        # `int()` takes these; a version the bot wrote is a JSON integer.
+        ('{"k": "T1:C1:1.0", "c": "call-1", "v": "3"}', ValueError),
+        ('{"k": "T1:C1:1.0", "c": "call-1", "v": "\\u0663"}', ValueError),
+        ('{"k": "T1:C1:1.0", "c": "call-1", "v": 1.5}', ValueError),
+        ('{"k": "T1:C1:1.0", "c": "call-1", "v": true}', ValueError),
     ],
 )
 def test_a_value_that_is_not_ours_is_refused(value: str, error: type[Exception]) -> None:

@@ -17,7 +17,8 @@ def test_durations(text: str, seconds: int) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "7 days", "-1d", "0s", "d7", "1y"])
+# The last two: Arabic-Indic and fullwidth digits, which `\\d` and `float` take.
+@pytest.mark.parametrize("text", ["", "7 days", "-1d", "0s", "d7", "1y", "\u0667d", "\uff17d"])
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)

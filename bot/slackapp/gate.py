@@ -7,9 +7,17 @@ so an anonymous request could cost a 500 and a traceback. Here the cheap checks 
 `SignatureVerifier` (bolt's own: `v0` HMAC over timestamp and body, 5 minutes' leeway); only
 then is it parsed, and what does not parse into an object of bounded depth is refused too.
 
+The body must arrive within `BODY_SECONDS` (aiohttp bounds the size of a request line and
+its headers, not the time a body takes); a client that sends it slowly, or goes away before
+it is read, gets a 4xx like any other refusal (to a client gone, none is sent), not a
+traceback. Nothing here counts as a request in flight: the HTTP layer counts a request only
+once its signature is verified (`server.events_route`).
+
 Every refusal is a 4xx and one log line that never quotes the body (`NotFromSlack`)."""
 
 from __future__ import annotations
+
+import asyncio
 
 from aiohttp import web
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -30,6 +38,10 @@ SIGNATURE, TIMESTAMP = "X-Slack-Signature", "X-Slack-Request-Timestamp"
 # What bolt's parsing raises on a body of a shape it does not expect.
 UNPARSABLE = (ValueError, RecursionError, LookupError, TypeError, AttributeError)
 CHUNK = 64 * 1024
+# Slack gives up on a request it has no answer to within 3 s (and sends it again): a body
+# still arriving after this is not worth waiting for, and a slow sender holds a socket and
+# at most `BODY_LIMIT` bytes no longer than this.
+BODY_SECONDS = 5.0
 
 
 class NotFromSlack(Exception):
@@ -45,11 +57,10 @@ class NotFromSlack(Exception):
         return web.json_response({"error": self.reason}, status=self.status)
 
 
-async def slack_request(request: web.Request, verifier: SignatureVerifier) -> AsyncBoltRequest:
-    """bolt's request for `request` once Slack's signature over its body is verified and the
-    body parsed; raises `NotFromSlack` otherwise. bolt verifies the signature again (the same
+def slack_request(request: web.Request, body: str) -> AsyncBoltRequest:
+    """bolt's request for `request`, whose `body` Slack signed (`signed_body`), once the body
+    is parsed; raises `NotFromSlack` otherwise. bolt verifies the signature again (the same
     verifier on the same text), so its semantics are unchanged."""
-    body = await signed_body(request, verifier)
     try:
         parsed = AsyncBoltRequest(
             body=body,
@@ -71,7 +82,7 @@ async def signed_body(request: web.Request, verifier: SignatureVerifier) -> str:
         raise NotFromSlack(401, "not signed")
     if request.content_type not in SLACK_TYPES:
         raise NotFromSlack(415, "not a content type Slack sends")
-    raw = await capped_body(request, BODY_LIMIT)
+    raw = await capped_body(request, BODY_LIMIT, BODY_SECONDS)
     try:
         body = raw.decode("utf-8")  # what Slack sends, and what the signature check decodes
     except UnicodeDecodeError:
@@ -85,16 +96,23 @@ async def signed_body(request: web.Request, verifier: SignatureVerifier) -> str:
     return body
 
 
-async def capped_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, or `NotFromSlack` (413) as soon as it is longer than `limit` bytes (by its
-    Content-Length, or while reading a body sent without one)."""
+async def capped_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The whole body, or `NotFromSlack`: 413 as soon as it is longer than `limit` bytes (by
+    its Content-Length, or while reading a body sent without one), 408 when it is not all
+    there within `seconds`, 400 when the client goes away first."""
     if request.content_length is not None and request.content_length > limit:
         raise NotFromSlack(413, "body too large")
     body = bytearray()
-    while chunk := await request.content.read(CHUNK):
-        body += chunk
-        if len(body) > limit:
-            raise NotFromSlack(413, "body too large")
+    try:
+        async with asyncio.timeout(seconds):
+            while chunk := await request.content.read(CHUNK):
+                body += chunk
+                if len(body) > limit:
+                    raise NotFromSlack(413, "body too large")
+    except TimeoutError:
+        raise NotFromSlack(408, "body not received in time") from None
+    except ConnectionResetError:  # aiohttp's "Connection lost", which it would log whole
+        raise NotFromSlack(400, "client went away before sending its body") from None
     return bytes(body)
 
 

@@ -27,7 +27,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from bot import metrics
 from bot.runtime import ConversationRuntime, keep_beating, warm_up
-from bot.slackapp.gate import NotFromSlack, slack_request
+from bot.slackapp.gate import NotFromSlack, signed_body, slack_request
 from bot.slackapp.home import HomeTab
 from bot.slackapp.oauth import install_routes
 from bot.slackapp.poster import SlackPoster
@@ -59,19 +59,23 @@ def events_route(
 ) -> web.RouteDef:
     """Slack's requests into bolt, through the gate (`gate`): anything Slack did not sign, or
     that does not parse, gets a 4xx and one log line, and changes nothing. While one is in
-    flight, new runs wait (`ConversationRuntime.acknowledging`)."""
+    flight, new runs wait (`ConversationRuntime.acknowledging`); a request counts from when
+    its signature is verified, so that no one but Slack can hold runs back (slow unsigned
+    requests once delayed every run by keeps_first's full patience)."""
 
     async def slack_events(request: web.Request) -> web.Response:
-        with runtime.acknowledging():
-            return await answered(request)
-
-    async def answered(request: web.Request) -> web.Response:
         try:
-            bolt_request = await slack_request(request, verifier)
-            response = await app.async_dispatch(bolt_request)
+            body = await signed_body(request, verifier)
         except NotFromSlack as refused:
-            log.warning("refused a request to %s: %s", EVENTS_PATH, refused.reason)
-            return refused.response()
+            return _refused(refused)
+        with runtime.acknowledging():
+            return await answered(request, body)
+
+    async def answered(request: web.Request, body: str) -> web.Response:
+        try:
+            response = await app.async_dispatch(slack_request(request, body))
+        except NotFromSlack as refused:
+            return _refused(refused)
         except (ValueError, LookupError, TypeError, AttributeError) as exc:
             # bolt assumes Slack's shapes; a signed payload of another shape fails inside it.
             log.warning("refused a malformed request to %s: %r", EVENTS_PATH, exc)
@@ -79,6 +83,11 @@ def events_route(
         return await to_aiohttp_response(response)
 
     return web.post(EVENTS_PATH, slack_events)
+
+
+def _refused(refused: NotFromSlack) -> web.Response:
+    log.warning("refused a request to %s: %s", EVENTS_PATH, refused.reason)
+    return refused.response()
 
 
 async def recovery_sweep(runtime: ConversationRuntime, interval: float) -> None:

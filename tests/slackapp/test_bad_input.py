@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import sqlite3
 import string
@@ -24,6 +25,7 @@ from bot.admin import AdminCommands
 from bot.permalink import NOT_A_THREAD_LINK, permalink
 from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
+from bot.slackapp import gate
 from bot.slackapp.blocks import approval_blocks
 from bot.slackapp.text import escape, split_text
 from bot.standin import requests
@@ -184,6 +186,52 @@ async def test_malformed_requests_get_a_4xx_and_change_nothing(
         "SELECT COUNT(*) FROM conversations"
     )
     assert rows.fetchone()[0] == 0
+
+
+async def slow_unsigned(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A request with Slack's headers (a bogus signature), a valid content type and a length,
+    whose body has only begun to arrive."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /slack/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"X-Slack-Signature: v0=bogus\r\nX-Slack-Request-Timestamp: 1\r\n"
+        b"Content-Length: 100000\r\n\r\n "
+    )
+    await writer.drain()
+    return reader, writer
+
+
+async def test_slow_unsigned_requests_hold_nothing_back_and_leave_one_line_each(
+    local_store: LocalStore,
+    effects: SideEffects,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Requests that send their body slowly are not in flight (runs do not wait for them:
+    only a request Slack signed counts); the body must arrive within `BODY_SECONDS` (408);
+    a client that goes away first costs one log line, never a traceback."""
+    monkeypatch.setattr(gate, "BODY_SECONDS", 1.0)
+    runtime = runtime_of(local_store, build_agent(echo_model(5), effects))
+    async with slack_bot(local_store, runtime) as bot:
+        port = int(bot.bot_url.rsplit(":", 1)[1])
+        slow = [await slow_unsigned(port) for _ in range(8)]
+        top = await bot.mention("UALICE", "hello")  # after the slow ones' headers
+        await bot.bot_replies(top.ts, 1)
+        assert bot.runtime.keeps.in_flight == 0 and not bot.runtime.keeps.crowded
+        for _, writer in slow[:4]:  # these go away
+            writer.close()
+        for reader, writer in slow[4:]:  # these are still sending: told they were too slow
+            writer.write(b" ")
+            status_line = await asyncio.wait_for(reader.readline(), 30)
+            assert status_line.startswith(b"HTTP/1.1 408 "), status_line
+            writer.close()
+
+        def lines(reason: str) -> list[logging.LogRecord]:
+            return [r for r in caplog.records if reason in r.getMessage()]
+
+        await bot.api.wait_for(lambda: len(lines("client went away")) == 4)
+    assert len(lines("body not received in time")) == 4
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
 
 
 async def test_a_lone_surrogate_is_replaced_not_dropped(

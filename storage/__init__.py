@@ -22,6 +22,7 @@ from storage.errors import (
     StorageUnavailable,
 )
 from storage.factory import open_store
+from storage.installations import Removal
 from storage.lease import LeaseKeeper
 from storage.models import (
     CheckpointMeta,
@@ -85,6 +86,7 @@ __all__ = [
     "Person",
     "PersonKey",
     "Refusal",
+    "Removal",
     "SessionConflict",
     "SessionItemError",
     "SessionPage",

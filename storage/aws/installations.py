@@ -1,6 +1,9 @@
-"""Installation documents and one-time states, as rows of the conversations' table (see
-`layout`): a document is one item, written whole (the latest wins); a state is consumed by a
-conditional delete, so two consumers of one state cannot both succeed."""
+"""Installation documents, one-time states and removals, as rows of the conversations'
+table (see `layout`): a document is one item, written whole (the latest wins); a state is
+consumed by a conditional delete, so two consumers of one state cannot both succeed; a
+removal is recorded by a conditional put (the first wins), in one partition, so that the
+pending ones are one query (there are few: one per uninstall, each gone a day after it is
+finished)."""
 
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ from botocore.exceptions import ClientError
 
 from storage.aws.errors import code
 from storage.aws.expressions import n, s
-from storage.aws.layout import epoch_seconds, install_key, ms, state_key
+from storage.aws.layout import REMOVALS, epoch_seconds, install_key, ms, removal_key, state_key
 from storage.aws.tables import Tables
-from storage.installations import check_document, check_id
+from storage.installations import Removal, check_document, check_id
 
 
 class Installations:
@@ -33,11 +36,86 @@ class Installations:
         item = found.get("Item")
         return item["doc"]["S"] if item is not None else None
 
-    def delete(self, install_id: str) -> bool:
-        gone = self.t.dynamodb.delete_item(
-            TableName=self.t.table, Key=install_key(install_id), ReturnValues="ALL_OLD"
+    def delete(self, install_id: str, only: str | None = None) -> bool:
+        if only is None:
+            gone = self.t.dynamodb.delete_item(
+                TableName=self.t.table, Key=install_key(install_id), ReturnValues="ALL_OLD"
+            )
+            return bool(gone.get("Attributes"))
+        try:
+            self.t.dynamodb.delete_item(
+                TableName=self.t.table,
+                Key=install_key(install_id),
+                ConditionExpression="doc = :doc",
+                ExpressionAttributeValues={":doc": s(only)},
+            )
+        except ClientError as exc:
+            if code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def record_removal(self, removal: Removal) -> bool:
+        """Pending while it has no `expires_at` (TTL deletes late: past it, it counts as
+        absent)."""
+        item = removal_key(check_id(removal.removal_id, "removal id")) | {
+            "doc": s(removal.model_dump_json())
+        }
+        try:
+            self.t.dynamodb.put_item(
+                TableName=self.t.table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
+                ExpressionAttributeValues={":now": n(epoch_seconds(self.t.clock()))},
+            )
+        except ClientError as exc:
+            if code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def find_removal(self, removal_id: str) -> Removal | None:
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table, Key=removal_key(removal_id), ConsistentRead=True
         )
-        return bool(gone.get("Attributes"))
+        item = found.get("Item")
+        if item is None:
+            return None
+        expires = item.get("expires_at")
+        if expires is not None and int(expires["N"]) < epoch_seconds(self.t.clock()):
+            return None
+        return Removal.model_validate_json(item["doc"]["S"])
+
+    def pending_removals(self) -> list[Removal]:
+        found: list[Removal] = []
+        paginator = self.t.dynamodb.get_paginator("query")
+        pages = paginator.paginate(
+            TableName=self.t.table,
+            KeyConditionExpression="pk = :pk",
+            FilterExpression="attribute_not_exists(expires_at)",
+            ExpressionAttributeValues={":pk": s(REMOVALS)},
+            ConsistentRead=True,
+        )
+        for page in pages:
+            found += [Removal.model_validate_json(i["doc"]["S"]) for i in page.get("Items", [])]
+        return sorted(found, key=lambda removal: removal.at)
+
+    def finish_removal(self, removal_id: str) -> None:
+        now = self.t.clock()
+        try:
+            self.t.dynamodb.update_item(
+                TableName=self.t.table,
+                Key=removal_key(removal_id),
+                UpdateExpression="SET expires_at = :expires, finished_ms = :now",
+                ConditionExpression="attribute_exists(pk) AND attribute_not_exists(expires_at)",
+                ExpressionAttributeValues={
+                    ":expires": n(epoch_seconds(now + self.t.event_ttl)),
+                    ":now": n(ms(now)),
+                },
+            )
+        except ClientError as exc:
+            if code(exc) != "ConditionalCheckFailedException":  # finished already, or unknown
+                raise
 
     def issue_state(self, state: str, ttl: timedelta) -> bool:
         """One conditional put: over nothing, or over a state that expired (TTL deletes

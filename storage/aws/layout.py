@@ -11,6 +11,8 @@
     pk = EVENT#<event id>               sk = EVENT                      a claimed event (global)
     pk = INSTALL#<install id>           sk = INSTALL                    an installation document
     pk = STATE#<state>                  sk = STATE                      a one-time state
+    pk = REMOVALS                       sk = <removal id>               a workspace that removed
+                                                                        the app (`installations`)
     pk = PERSON#<[ent:]team:user>       sk = PERSON                     a person's record
 
 Queued messages live in the record itself (`in:<entry id>` attributes) with their event claims,
@@ -63,8 +65,9 @@ removed and that is created again starts a new generation, so none of the old ro
 expire on their own) are seen or collided with. Records written before generations existed
 have generation 0 and unscoped keys (`ITEM#<seq>`, `TOOL#<call id>`). Every row carries
 `expires_at` (epoch seconds, DynamoDB's TTL attribute), except installation documents, which
-are kept until deleted. Index `by_status` (sparse, META only):
-hash `conv_status`, range `last_activity_ms`. Session items are opaque JSON strings.
+are kept until deleted, and removals while they are pending (they expire once finished).
+Index `by_status` (sparse, META only): hash `conv_status`, range `last_activity_ms`. Session
+items are opaque JSON strings.
 """
 
 from __future__ import annotations
@@ -177,6 +180,11 @@ def state_key(state: str) -> dict[str, Value]:
 
 
 REPLICAS = "REPLICAS"  # the partition of replicas' heartbeats (see `replicas`)
+REMOVALS = "REMOVALS"  # the partition of workspaces that removed the app (`installations`)
+
+
+def removal_key(removal_id: str) -> dict[str, Value]:
+    return {"pk": s(REMOVALS), "sk": s(removal_id)}
 
 
 def replica_key(replica: str) -> dict[str, Value]:

@@ -35,6 +35,7 @@ from storage.aws.refusals import refusals_told
 from storage.aws.replicas import Replicas
 from storage.aws.tables import Tables
 from storage.base import Store
+from storage.installations import Removal
 from storage.listings import INDEXED
 from storage.models import (
     Conversation,
@@ -317,8 +318,8 @@ class AwsStore(Store):
         return self.installations.find(install_id)
 
     @translated
-    def delete_installation(self, install_id: str) -> bool:
-        return self.installations.delete(install_id)
+    def delete_installation(self, install_id: str, *, only: str | None = None) -> bool:
+        return self.installations.delete(install_id, only)
 
     @translated
     def issue_state(self, state: str, ttl: timedelta) -> bool:
@@ -327,6 +328,22 @@ class AwsStore(Store):
     @translated
     def consume_state(self, state: str) -> bool:
         return self.installations.consume_state(state)
+
+    @translated
+    def record_removal(self, removal: Removal) -> bool:
+        return self.installations.record_removal(removal)
+
+    @translated
+    def find_removal(self, removal_id: str) -> Removal | None:
+        return self.installations.find_removal(removal_id)
+
+    @translated
+    def pending_removals(self) -> list[Removal]:
+        return self.installations.pending_removals()
+
+    @translated
+    def finish_removal(self, removal_id: str) -> None:
+        self.installations.finish_removal(removal_id)
 
     # -- feedback -----------------------------------------------------------------------
 

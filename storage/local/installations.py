@@ -1,11 +1,11 @@
-"""The local backend's installation documents and one-time OAuth states."""
+"""The local backend's installation documents, one-time OAuth states and removals."""
 
 from __future__ import annotations
 
 import sqlite3
 from datetime import timedelta
 
-from storage.installations import check_document, check_id
+from storage.installations import Removal, check_document, check_id
 from storage.local.database import Database
 
 
@@ -29,10 +29,57 @@ class Installations:
         )
         return str(row[0]) if row else None
 
-    def delete(self, install_id: str) -> bool:
+    def delete(self, install_id: str, only: str | None = None) -> bool:
         with self.d.write() as db:
-            gone = db.execute("DELETE FROM installations WHERE install_id = ?", (install_id,))
+            if only is None:
+                gone = db.execute("DELETE FROM installations WHERE install_id = ?", (install_id,))
+            else:
+                gone = db.execute(
+                    "DELETE FROM installations WHERE install_id = ? AND document = ?",
+                    (install_id, only),
+                )
             return gone.rowcount > 0
+
+    def record_removal(self, removal: Removal) -> bool:
+        now = self.d.clock().timestamp()
+        with self.d.write() as db:
+            # sqlite has no TTL: finished removals go as others are recorded (few).
+            db.execute("DELETE FROM removals WHERE expires_at < ?", (now,))
+            added = db.execute(
+                "INSERT OR IGNORE INTO removals (removal_id, removal, expires_at)"
+                " VALUES (?, ?, NULL)",
+                (check_id(removal.removal_id, "removal id"), removal.model_dump_json()),
+            )
+            return added.rowcount == 1
+
+    def find_removal(self, removal_id: str) -> Removal | None:
+        row = (
+            self.d.connection()
+            .execute(
+                "SELECT removal FROM removals WHERE removal_id = ?"
+                " AND (expires_at IS NULL OR expires_at >= ?)",
+                (removal_id, self.d.clock().timestamp()),
+            )
+            .fetchone()
+        )
+        return Removal.model_validate_json(row[0]) if row else None
+
+    def pending_removals(self) -> list[Removal]:
+        rows = (
+            self.d.connection()
+            .execute("SELECT removal FROM removals WHERE expires_at IS NULL")
+            .fetchall()
+        )
+        found = [Removal.model_validate_json(text) for (text,) in rows]
+        return sorted(found, key=lambda removal: removal.at)
+
+    def finish_removal(self, removal_id: str) -> None:
+        expires = (self.d.clock() + self.d.event_ttl).timestamp()
+        with self.d.write() as db:
+            db.execute(
+                "UPDATE removals SET expires_at = ? WHERE removal_id = ? AND expires_at IS NULL",
+                (expires, removal_id),
+            )
 
     def issue_state(self, state: str, ttl: timedelta) -> bool:
         now = self.d.clock()

@@ -50,6 +50,12 @@ CREATE TABLE IF NOT EXISTS installations (
     document TEXT NOT NULL,
     updated_at REAL NOT NULL
 );
+-- A workspace that removed the application: pending while expires_at is NULL.
+CREATE TABLE IF NOT EXISTS removals (
+    removal_id TEXT PRIMARY KEY,
+    removal TEXT NOT NULL,
+    expires_at REAL
+);
 CREATE TABLE IF NOT EXISTS one_time_states (
     state TEXT PRIMARY KEY,
     expires_at REAL NOT NULL

@@ -2,13 +2,12 @@
 blobs.
 
 The store only wires its parts and translates errors (`errors.translated`), as the aws
-backend's does; every part takes the one `Database` (its connections, the write
-transaction, the clock and the policies) and the record's rows are read and saved there:
-the record and its lease (`records`), keeping messages and reading them (`keeps`), the
-atomic write (`commits`), session items (`history`), ledgers (`ledger`), operational
-queries (`queries`), verdicts on answers (`feedback`), installation documents and one-time
-states (`installations`), people (`people`), replicas' heartbeats (`replicas`), the blob
-directory (`blobs`) and `admin gc` (`housekeeping`)."""
+backend's does; every part takes the one `Database` (connections, write transaction, clock,
+policies), where the record's rows are read and saved: the record and its lease (`records`),
+keeping and reading messages (`keeps`), the atomic write (`commits`), session items
+(`history`), ledgers (`ledger`), operational queries (`queries`), verdicts on answers
+(`feedback`), installations, one-time states and removals (`installations`), people
+(`people`), replicas' heartbeats (`replicas`), blobs (`blobs`), `admin gc` (`housekeeping`)."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 
 from storage.base import Store
 from storage.errors import StorageUnavailable, WouldWait
+from storage.installations import Removal
 from storage.listings import INDEXED
 from storage.local.blobs import BlobDir
 from storage.local.commits import Commits
@@ -389,8 +389,8 @@ class LocalStore(Store):
         return self.installations.find(install_id)
 
     @translated
-    def delete_installation(self, install_id: str) -> bool:
-        return self.installations.delete(install_id)
+    def delete_installation(self, install_id: str, *, only: str | None = None) -> bool:
+        return self.installations.delete(install_id, only)
 
     @translated
     def issue_state(self, state: str, ttl: timedelta) -> bool:
@@ -399,6 +399,22 @@ class LocalStore(Store):
     @translated
     def consume_state(self, state: str) -> bool:
         return self.installations.consume_state(state)
+
+    @translated
+    def record_removal(self, removal: Removal) -> bool:
+        return self.installations.record_removal(removal)
+
+    @translated
+    def find_removal(self, removal_id: str) -> Removal | None:
+        return self.installations.find_removal(removal_id)
+
+    @translated
+    def pending_removals(self) -> list[Removal]:
+        return self.installations.pending_removals()
+
+    @translated
+    def finish_removal(self, removal_id: str) -> None:
+        self.installations.finish_removal(removal_id)
 
     # -- feedback -----------------------------------------------------------------------
 

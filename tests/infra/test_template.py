@@ -16,7 +16,7 @@ import boto3
 import pytest
 from cfnlint.decode import cfn_yaml
 
-from storage import CheckpointMeta, ConversationKey, PersonKey, Status, Store, Verdict
+from storage import CheckpointMeta, ConversationKey, PersonKey, Removal, Status, Store, Verdict
 from storage.aws import AwsStore
 from storage.aws.provision import TABLE_DEFINITION, TTL_ATTRIBUTE, create_resources
 from storage.writes import Commit
@@ -196,9 +196,13 @@ def workload(store: Store) -> set[str]:
     store.get_person(person)
     store.save_installation("E1:TI", '{"bot_token":"xoxb-1"}')
     store.find_installation("E1:TI")
-    store.delete_installation("E1:TI")
+    store.delete_installation("E1:TI", only='{"bot_token":"xoxb-1"}')
     store.issue_state("s1", timedelta(minutes=10))
     store.consume_state("s1")
+    store.record_removal(Removal(removal_id="Ev9", team="TI", at=store.clock()))
+    store.find_removal("Ev9")
+    store.pending_removals()
+    store.finish_removal("Ev9")
     store.beat("host|boot|1|2")
     store.beats()
     store.delete_checkpoint(done.checkpoint)
@@ -259,6 +263,10 @@ def workload(store: Store) -> set[str]:
         "delete_installation",
         "issue_state",
         "consume_state",
+        "record_removal",
+        "find_removal",
+        "pending_removals",
+        "finish_removal",
         "refusals_told",
     }
 

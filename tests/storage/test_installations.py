@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import ConversationKey, Status, Store
+from storage.installations import Removal
 from storage.local import LocalStore
 
 PLAIN = ConversationKey(team="TA", channel="C1", thread_ts="1700000000.000100")
@@ -110,3 +111,41 @@ def test_a_teams_conversations_are_listed_by_team_and_enterprise(store: Store) -
     assert store.list_by_team("TZ") == []
     with pytest.raises(ValueError):
         store.list_by_team(None)
+
+
+def test_an_installation_is_deleted_only_if_it_is_the_one_read(store: Store) -> None:
+    """An uninstall deletes the installation it was sent for, not a re-install saved since."""
+    old, new = json.dumps({"installed_at": 1}), json.dumps({"installed_at": 2})
+    store.save_installation("-:TA", old)
+    store.save_installation("-:TA", new)  # installed again
+    assert store.delete_installation("-:TA", only=old) is False
+    assert store.find_installation("-:TA") == new
+    assert store.delete_installation("-:TA", only=new) is True
+    assert store.find_installation("-:TA") is None
+    assert store.delete_installation("-:TA", only=new) is False
+
+
+def test_a_removal_is_recorded_once_pending_until_finished_then_remembered(store: Store) -> None:
+    now = store.clock()
+    first = Removal(removal_id="Ev1", team="TA", at=now)
+    org = Removal(removal_id="Ev2", enterprise="E1", at=now - timedelta(seconds=5))
+    assert store.find_removal("Ev1") is None
+    assert store.record_removal(first) is True
+    assert store.record_removal(first) is False  # the same event told again
+    assert store.record_removal(org) is True
+    assert store.find_removal("Ev1") == first
+    assert store.pending_removals() == [org, first]  # oldest first
+    store.finish_removal("Ev2")
+    store.finish_removal("Ev2")  # done already: nothing changes
+    store.finish_removal("never")
+    assert store.pending_removals() == [first]
+    assert store.find_removal("Ev2") == org  # still a duplicate, for a while
+    assert store.record_removal(org) is False
+    later = now + store.event_ttl + timedelta(seconds=2)
+    store.clock = lambda: later
+    assert store.find_removal("Ev2") is None  # forgotten once finished for the event TTL
+    assert store.record_removal(org) is True
+    assert store.find_removal("Ev1") == first  # a pending one is never forgotten
+    assert {r.removal_id for r in store.pending_removals()} == {"Ev1", "Ev2"}
+    with pytest.raises(ValueError):
+        store.record_removal(Removal(removal_id="", team="TA", at=now))

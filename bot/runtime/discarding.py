@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope
@@ -28,6 +28,7 @@ from storage import (
     KEEP,
     CheckpointError,
     Commit,
+    Conversation,
     ConversationKey,
     LeaseBusy,
     NotFound,
@@ -84,12 +85,20 @@ async def discard_conversation(
 
 
 async def discard_team(
-    rt: RuntimeParts, team: str | None, enterprise: str | None
+    rt: RuntimeParts,
+    team: str | None,
+    enterprise: str | None,
+    *,
+    started_before: datetime | None = None,
 ) -> list[ConversationKey]:
     """Discard every unfinished conversation of a workspace (every workspace of `enterprise`
     when `team` is None), live holders included: their next write is fenced off, so nothing
-    of theirs goes on. Returns the keys discarded."""
+    of theirs goes on. With `started_before`, only conversations (generations) begun before
+    then: a workspace that installed the app again keeps what it began since. Returns the
+    keys discarded."""
     found = await rt.io(rt.store.list_by_team, team, enterprise=enterprise, statuses=UNFINISHED)
+    if started_before is not None:
+        found = [record for record in found if began(record) < started_before]
     gate = asyncio.Semaphore(TEAM_SWEEP_CONCURRENCY)
 
     async def one(key: ConversationKey) -> ConversationKey | None:
@@ -99,6 +108,13 @@ async def discard_team(
 
     done = await asyncio.gather(*(one(record.key) for record in found))
     return [key for key in done if key is not None]
+
+
+def began(record: Conversation) -> datetime:
+    """When the conversation's current generation began (its creation time)."""
+    if record.generation:
+        return datetime.fromtimestamp(record.generation / 1000, tz=UTC)
+    return record.created_at
 
 
 async def _discard(serving: Serving, by: str | None) -> None:

@@ -30,7 +30,7 @@ from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource
 from bot.runtime.delivery import OutcomeSink
-from bot.runtime.discarding import StaleFilter, discard_conversation, discard_team
+from bot.runtime.discarding import StaleFilter, discard_conversation
 from bot.runtime.expiry import EXPIRED
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
@@ -44,13 +44,22 @@ from bot.runtime.outcomes import Duplicate, Outcome, Refused
 from bot.runtime.progress import Progress, Quiet
 from bot.runtime.rate_gate import RateGate
 from bot.runtime.recovery import recover_conversations
+from bot.runtime.removals import finish_removal, left_behind, place
 from bot.runtime.resuming import EXPIRED_RESUME, NEUTRAL, Resuming
 from bot.runtime.run_options import base_run_config
 from bot.runtime.serving import Serving
 from bot.runtime.stop_requests import EXPIRED_STOP, NOT_YOURS_TO_STOP, Stopping, StopRequests
 from bot.runtime.waiting import Waiting, waiting_for
 from bot.settings import RuntimeSettings
-from storage import CheckpointMeta, Conversation, ConversationKey, Lease, PersonKey, Store
+from storage import (
+    CheckpointMeta,
+    Conversation,
+    ConversationKey,
+    Lease,
+    PersonKey,
+    Removal,
+    Store,
+)
 from storage.calls import StorageCalls
 
 # Names callers import from here, whose homes are the runtime's rooms.
@@ -112,6 +121,7 @@ class ConversationRuntime(Resuming, StopRequests):
         self.keeps = KeepsFirst()
         self.not_taken = NotTaken(lambda: self.sink, self.store, self.io)
         self._emitting: set[asyncio.Task[None]] = set()  # outcomes sent after an ack
+        self._removing: set[str] = set()  # the removals this process is finishing
         # Threads taken by the write that kept their message, for `serve` to use at once.
         self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
         self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
@@ -176,16 +186,54 @@ class ConversationRuntime(Resuming, StopRequests):
         """Admin: set the conversation's saved state aside (see `discarding`)."""
         return await discard_conversation(self, key, by=by, only_if=only_if)
 
-    async def discard_team(
-        self, team: str | None, *, enterprise: str | None = None
-    ) -> list[ConversationKey]:
-        """A workspace removed the app: discard each of its conversations that could still
-        run or resume (see `discarding`)."""
-        return await discard_team(self, team, enterprise)
-
     async def recover(self, *, limit: int = 1000) -> list[Outcome]:
-        """Resume conversations whose holder died (see `recovery`)."""
+        """Resume conversations whose holder died (see `recovery`), and finish the removals
+        of workspaces whose process died first (see `removals`)."""
+        if not self.draining:
+            pending = await self.io(self.store.pending_removals)
+            for removal in left_behind(pending, self.store.clock(), self):
+                self.finish_removal_soon(removal)
         return await recover_conversations(self, limit=limit)
+
+    # -- workspaces that removed the app (see `removals`) ---------------------------------
+
+    async def removal_known(self, removal_id: str) -> bool:
+        """A removal recorded under this id already (pending or finished): told again."""
+        return await self.io(self.store.find_removal, removal_id) is not None
+
+    async def remove_workspace(
+        self, removal_id: str, *, team: str | None, enterprise: str | None
+    ) -> bool:
+        """A workspace (every workspace of `enterprise` when `team` is None) removed the app:
+        recorded durably (call it before what told of it is acknowledged), then its
+        conversations begun before now are discarded in a task of its own (which `drain`
+        waits for; a failure, or a process that dies first, leaves it to the recovery
+        sweep). False, and nothing more, when `removal_id` was recorded already."""
+        removal = Removal(
+            removal_id=removal_id, team=team, enterprise=enterprise, at=self.store.clock()
+        )
+        if not await self.io(self.store.record_removal, removal):
+            return False
+        self.finish_removal_soon(removal)
+        return True
+
+    def finish_removal_soon(self, removal: Removal) -> None:
+        """Discard the conversations `removal` applies to, then mark it finished, in a task
+        of its own (unless one of this process does it already)."""
+        if removal.removal_id in self._removing:
+            return
+        self._removing.add(removal.removal_id)
+        self._in_background(self._finish_removal(removal))
+
+    async def _finish_removal(self, removal: Removal) -> None:
+        try:
+            await finish_removal(self, removal)
+        except Exception:
+            log.exception(
+                "finishing the removal from %s failed; recovery tries again", place(removal)
+            )
+        finally:
+            self._removing.discard(removal.removal_id)
 
     # -- MCP servers --------------------------------------------------------------------
 

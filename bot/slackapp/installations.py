@@ -25,6 +25,9 @@ from storage.calls import StorageCalls
 log = logging.getLogger(__name__)
 NONE = "-"  # stands for an absent enterprise or team in an installation id
 FORMAT = 1
+# Slack's `event_time` is whole seconds, and its clock is not ours (an installation's
+# `installed_at` is): an installation newer than an uninstall by no more is its own.
+SKEW = 5.0
 # The bot fields a rotated token changes (see `async_save_bot`).
 BOT_FIELDS = ("bot_token", "bot_id", "bot_user_id", "bot_scopes", "bot_refresh_token")
 
@@ -142,6 +145,28 @@ class StoredInstallations(AsyncInstallationStore):
 
     async def async_delete_all(self, *, enterprise_id: str | None, team_id: str | None) -> None:
         await self._delete(enterprise_id, team_id)
+
+    async def delete_unless_newer(
+        self, *, enterprise_id: str | None, team_id: str | None, than: float | None
+    ) -> bool:
+        """An uninstall sent at `than` (epoch seconds; None: unknown) applies to the
+        installation it was sent for: that one is deleted, one installed after it is kept.
+        True when no installation newer than the uninstall stands (none was there, or the
+        one there is deleted now)."""
+        ids = install_id(enterprise_id, team_id)
+        while (document := await self.calls(self.store.find_installation, ids)) is not None:
+            try:
+                installed_at = decode(document).installed_at
+            except (ValueError, KeyError, TypeError):  # unreadable: as good as not installed
+                installed_at = None
+            if than is not None and installed_at is not None and installed_at > than + SKEW:
+                log.info("kept the installation of %s: installed after the uninstall", ids)
+                return False
+            if await self.calls(self.store.delete_installation, ids, only=document):
+                log.info("uninstalled from %s", ids)
+                return True
+            # Saved again since it was read (a re-install, a rotated token): look again.
+        return True
 
     async def _find(
         self, enterprise_id: str | None, team_id: str | None, is_enterprise_install: bool | None

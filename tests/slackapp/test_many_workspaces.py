@@ -125,11 +125,10 @@ async def test_two_workspaces_installed_served_restarted_and_one_removed(
 
         # The organisation removes the app: Slack revokes its token and says so.
         standin.uninstall(ORG)
-        event = {"type": "app_uninstalled", "event_ts": "1700000000.000001"}
-        assert await grid.send_event(event) == 200
+        assert await grid.send_event({"type": "app_uninstalled"}) == 200
         assert store.find_installation(f"{ORG}:-") is None
-        record = grid.record(paused.ts, channel=GRID_CHANNEL)
-        assert record is not None and record.status is Status.DISCARDED
+        # Discarded after the answer (slow for a busy workspace).
+        await grid.settled(paused.ts, Status.DISCARDED, channel=GRID_CHANNEL)
         assert effects.calls("send_email") == []
         # Nothing was sent with the revoked token, and nothing more will be.
         assert [c for c in standin.calls[before:] if c.team == ORG or ":" in c.method] == []
@@ -188,15 +187,10 @@ async def test_rotating_tokens_a_reinstall_with_more_scopes_and_revoked_tokens(
         await bot.settled(paused.ts, Status.AWAITING_APPROVAL)
         standin.uninstall(TEAM)
         before = len(standin.calls)
-        revoked = {
-            "type": "tokens_revoked",
-            "tokens": {"oauth": [], "bot": [standin.bot_user]},
-            "event_ts": "1700000000.000002",
-        }
+        revoked = {"type": "tokens_revoked", "tokens": {"oauth": [], "bot": [standin.bot_user]}}
         assert await bot.send_event(revoked) == 200
         assert local_store.find_installation(f"-:{TEAM}") is None
-        record = bot.record(paused.ts)
-        assert record is not None and record.status is Status.DISCARDED
+        await bot.settled(paused.ts, Status.DISCARDED)
         late = await bot.mention(ALICE, "anyone?")
         assert bot.record(late.ts) is None
         assert [c for c in standin.calls[before:] if c.team == TEAM or ":" in c.method] == []

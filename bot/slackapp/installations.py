@@ -25,8 +25,9 @@ from storage.calls import StorageCalls
 log = logging.getLogger(__name__)
 NONE = "-"  # stands for an absent enterprise or team in an installation id
 FORMAT = 1
-# Slack's `event_time` is whole seconds, and its clock is not ours (an installation's
-# `installed_at` is): an installation newer than an uninstall by no more is its own.
+# Seconds by which an installation may postdate an uninstall event and still be the one it
+# was sent for: Slack's `event_time` is whole seconds, by Slack's clock, and an
+# installation's `installed_at` is by ours.
 SKEW = 5.0
 # The bot fields a rotated token changes (see `async_save_bot`).
 BOT_FIELDS = ("bot_token", "bot_id", "bot_user_id", "bot_scopes", "bot_refresh_token")

@@ -46,6 +46,7 @@ from bot.runtime.runtime import (
     NOT_YOURS_TO_STOP,
     ConversationRuntime,
     Kept,
+    Listed,
     StaleFilter,
     Stopping,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "EarlierMessage",
     "HistoryCache",
     "Kept",
+    "Listed",
     "Notice",
     "NoticeKind",
     "Outcome",

@@ -6,14 +6,18 @@ queued and held messages (and counts them), tells each stop it consumes that the
 ended the run first, and replaces the checkpoint by a finished one carrying the notice. The
 history is kept. A message that arrives while the discard holds the thread is not lost: the
 release sees it (`InboxChanged`) and the thread serves it as a new run. A stale sweep
-re-checks status and age after taking each lease. A workspace that removed the app has every
-conversation that could still run or resume discarded at once (`discard_team`)."""
+re-checks status and age after taking each lease; a discard from a listing an admin was
+shown (the Home tab's) also re-checks that nothing happened since (`Listed`). A workspace
+that removed the app has every conversation that could still run or resume discarded at
+once (`discard_team`)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict
 
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope
@@ -46,13 +50,46 @@ TEAM_SWEEP_CONCURRENCY = 8
 QUOTED = 10  # dropped messages the notice names
 
 
+class Listed(BaseModel):
+    """A conversation as a listing showed it to an admin (the Home tab's stale ones): a
+    discard asked from that listing goes ahead only while it is still so. Whatever happened
+    there since changes one of these: a message or a decision grows `inbox_seq` (and makes
+    it `running`), a run or a `/resume` moves its activity or its status, an expiry its
+    generation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: ConversationKey
+    status: Status
+    activity_ms: int
+    inbox_seq: int
+    generation: int
+
+    @classmethod
+    def of(cls, record: Conversation) -> Listed:
+        return cls(
+            key=record.key,
+            status=record.status,
+            activity_ms=round(record.last_activity_at.timestamp() * 1000),
+            inbox_seq=record.inbox_seq,
+            generation=record.generation,
+        )
+
+
 @dataclass(frozen=True)
 class StaleFilter:
     """What `discard` re-checks after taking the lease: the conversation is still in one of
-    `statuses` and idle for longer than `older_than`."""
+    `statuses` and idle for longer than `older_than`; and, when the discard was asked from
+    a listing (`listed`), unchanged since it was listed."""
 
     statuses: tuple[Status, ...]
     older_than: timedelta
+    listed: Listed | None = None
+
+    def holds(self, record: Conversation, now: datetime) -> bool:
+        if record.status not in self.statuses or now - record.last_activity_at <= self.older_than:
+            return False
+        return self.listed is None or Listed.of(record) == self.listed
 
 
 async def discard_conversation(
@@ -71,11 +108,9 @@ async def discard_conversation(
         return list(gone)
     except LeaseBusy:
         return []  # a stale sweep leaves a thread that is active right now alone
-    if only_if is not None:
-        idle = rt.store.clock() - record.last_activity_at
-        if record.status not in only_if.statuses or idle <= only_if.older_than:
-            await rt.io(rt.store.release, lease, touch=False)
-            return []
+    if only_if is not None and not only_if.holds(record, rt.store.clock()):
+        await rt.io(rt.store.release, lease, touch=False)
+        return []
     serving = Serving(rt, lease, record)
 
     async def opening() -> None:

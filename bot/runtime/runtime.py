@@ -30,7 +30,7 @@ from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource
 from bot.runtime.delivery import OutcomeSink
-from bot.runtime.discarding import StaleFilter, discard_conversation
+from bot.runtime.discarding import Listed, StaleFilter, discard_conversation
 from bot.runtime.expiry import EXPIRED
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
@@ -70,6 +70,7 @@ __all__ = [
     "NOT_YOURS_TO_STOP",
     "ConversationRuntime",
     "Kept",
+    "Listed",
     "StaleFilter",
     "Stopping",
 ]

@@ -2,7 +2,10 @@
 `home`), and again when a decision changes what it shows (the decider's and the run
 starter's; others see it the next time they open it). Its Approve and Reject buttons are the
 thread's own (same action ids and values: the listeners of `listeners` decide them), its
-Discard buttons (admins) go through a confirmation dialog.
+Discard buttons (admins) go through a confirmation dialog and discard only a conversation
+still as the tab listed it: paused, idle, nothing since (the runtime checks it under the
+lease, as `/agent-admin discard stale` does); one that changed is left alone and the admin
+told so.
 
 Bounded cost per publish: the person's approvals from the listing (one index query; a few
 capped pages for approvers) and one checkpoint read per conversation listed (`waiting`), one
@@ -23,7 +26,16 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot import metrics
 from bot.permalink import linker
-from bot.runtime import ConversationRuntime, Decided, Discarded, Refused, Waiting
+from bot.runtime import (
+    PAUSED,
+    ConversationRuntime,
+    Decided,
+    Discarded,
+    Listed,
+    Refused,
+    StaleFilter,
+    Waiting,
+)
 from bot.slackapp.clients import SlackClients, TeamNotInstalled
 from bot.slackapp.home_blocks import DISCARD, AdminPart, home_view
 from bot.slackapp.live_thread import ERRORS, error_of
@@ -36,6 +48,11 @@ STALE_READ = 50  # stale conversations read (of every workspace), of which this 
 STALE_SHOWN = 10
 DEFAULT_URL = "https://slack.com/"
 ON_HOME = "home:"  # the reply_to of a click on the Home tab (which has no response_url)
+CHANGED = (
+    "Nothing was discarded: that conversation changed after this tab listed it (someone "
+    "wrote there, decided, resumed it, or it is running now). Here is where things stand."
+)
+OUT_OF_DATE = "Nothing was discarded: this tab was out of date. Here is where things stand."
 
 
 class HomeTab:
@@ -161,22 +178,43 @@ class HomeTab:
             await self.publish(person, client, "Only bot admins may discard; nothing changed.")
             return
         try:
-            key = ConversationKey.parse(str(body["actions"][0]["value"]))
-        except (KeyError, IndexError, TypeError, ValueError):
+            value = str(body["actions"][0]["value"])
+        except (KeyError, IndexError, TypeError):
             await self.publish(person, client, "That button is not one of mine.")
             return
-        if PersonKey.of(key, user) != person:  # Home lists this workspace's only
+        listed = _listed(value)
+        if listed is None:
+            await self.publish(person, client, "That button is not one of mine.")
+            return
+        if isinstance(listed, ConversationKey):  # a tab published before buttons said more
+            await self.publish(person, client, OUT_OF_DATE)
+            return
+        if PersonKey.of(listed.key, user) != person:  # Home lists this workspace's only
             await self.publish(person, client, "That conversation is not of this workspace.")
             return
-        outcomes = await self.runtime.discard(key, by=user)
-        note = next(
-            (o.text for o in outcomes if isinstance(o, Refused)),
-            "Discarded; the thread was told."
-            if any(isinstance(o, Discarded) for o in outcomes)
-            else None,
-        )
+        # Discarded only if still as listed, checked under the lease: a thread that came
+        # back to life since (approved and running, answered, written in) is left alone.
+        still = StaleFilter(statuses=PAUSED, older_than=STALE_AFTER, listed=listed)
+        outcomes = await self.runtime.discard(listed.key, by=user, only_if=still)
+        if any(isinstance(o, Discarded) for o in outcomes):
+            note = "Discarded; the thread was told."
+        else:  # refused (e.g. gone), or left alone: nothing was discarded
+            note = next((o.text for o in outcomes if isinstance(o, Refused)), CHANGED)
         await self.publish(person, client, note)
 
     async def close(self) -> None:
         if self._later:
             await asyncio.wait(self._later, timeout=5)
+
+
+def _listed(value: str) -> Listed | ConversationKey | None:
+    """What a Discard button carries: the conversation as listed; a bare key from a tab
+    published by an earlier version; None for anything else."""
+    try:
+        return Listed.model_validate_json(value)
+    except ValueError:
+        pass
+    try:
+        return ConversationKey.parse(value)
+    except ValueError:
+        return None

@@ -1,8 +1,10 @@
 """Block Kit of the App Home tab: what waits on the person (each call with the Approve and
 Reject buttons of the thread's own request, and a link to the thread), their recent
 conversations and where each stands, and for admins the counts of `/agent-admin status` and
-the stale conversations, each with a Discard button behind a confirmation. Tool names and
-arguments come from the model: escaped (see `text`). At most Slack's 100 blocks."""
+the stale conversations, each with a Discard button behind a confirmation, which carries the
+conversation as it was listed (`Listed`: the discard goes ahead only if nothing changed
+since). Tool names and arguments come from the model: escaped (see `text`). At most Slack's
+100 blocks."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 
 from slack_sdk.models.blocks import ConfirmObject
 
-from bot.runtime import Waiting
+from bot.runtime import Listed, Waiting
 from bot.slackapp.blocks import decision_buttons, readable_arguments
 from bot.slackapp.text import escape, truncate
 from storage import Conversation, ConversationKey, Status
@@ -114,7 +116,7 @@ def _admin(admin: AdminPart, link: Link) -> list[dict[str, Any]]:
                     "action_id": DISCARD,
                     "style": "danger",
                     "text": {"type": "plain_text", "text": "Discard"},
-                    "value": str(record.key),
+                    "value": Listed.of(record).model_dump_json(exclude_none=True),
                     "confirm": ConfirmObject(
                         title="Discard this conversation?",
                         text="Its saved state is set aside and what waits in it is dropped; "

@@ -447,6 +447,39 @@ async def test_a_stale_sweep_leaves_a_conversation_that_became_active(
     assert any(isinstance(o, Discarded) for o in outcomes)
 
 
+async def test_a_discard_from_a_listing_leaves_a_conversation_changed_since_it_was_listed(
+    store: Store, effects: SideEffects
+) -> None:
+    """As the Home tab's Discard: the conversation as it was listed goes with the discard,
+    which goes ahead only if nothing happened there since. Here it is as it was listed again
+    (still awaiting the same approval, still idle past the age) but a message came meanwhile:
+    only what the listing carries tells it apart."""
+    from datetime import timedelta
+
+    from bot.runtime import Listed, StaleFilter
+    from bot.runtime.queries import PAUSED
+
+    rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
+    await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    [shown] = await rt.stale(timedelta(0))
+    listed = Listed.of(shown)
+    # A message while it waits: kept for after the run, and it waits again as before.
+    await rt.handle_message(KEY, event_id="E2", user="U1", text="and cc Bo")
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.AWAITING_APPROVAL
+    still = StaleFilter(statuses=PAUSED, older_than=timedelta(0), listed=listed)
+    assert await rt.discard(KEY, by="UADMIN", only_if=still) == []
+    record = store.get(KEY)
+    assert record is not None and record.status is Status.AWAITING_APPROVAL
+    assert record.lease_owner is None  # given back untouched
+    # As listed now (read from the listing: on aws, the status index's copy): discarded.
+    [shown] = await rt.stale(timedelta(0))
+    again = StaleFilter(statuses=PAUSED, older_than=timedelta(0), listed=Listed.of(shown))
+    outcomes = await rt.discard(KEY, by="UADMIN", only_if=again)
+    assert any(isinstance(o, Discarded) for o in outcomes)
+    assert effects.calls() == []
+
+
 # -- 6. decision words are decisions only while something awaits one ------------------------
 
 

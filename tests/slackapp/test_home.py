@@ -7,16 +7,19 @@ discards one, refused to anyone else."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from agents.testing import ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
+from bot.runtime import Listed
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
+from bot.slackapp.home import CHANGED
 from bot.slackapp.home_blocks import DISCARD
 from bot.standin import requests
 from bot.standin.slack_api import Message
@@ -150,7 +153,7 @@ async def test_an_admin_sees_counts_and_discards_a_stale_one_behind_a_confirmati
     assert "awaiting approval: 1" in text
     [discard] = elements(home["blocks"], DISCARD)
     assert (
-        discard["value"] == str(bot.key(top.ts))
+        Listed.model_validate_json(discard["value"]).key == bot.key(top.ts)
         and discard["confirm"]["confirm"]["text"] == "Discard"
     )
 
@@ -170,3 +173,55 @@ async def test_an_admin_sees_counts_and_discards_a_stale_one_behind_a_confirmati
     record = bot.record(top.ts)
     assert record is not None and record.status is Status.DISCARDED
     assert any(":wastebasket:" in m.text for m in bot.api.bot_replies(CHANNEL, top.ts))
+
+
+async def test_a_discard_from_a_tab_that_listed_the_thread_stale_leaves_it_once_it_came_back(
+    local_store: Store, effects: SideEffects
+) -> None:
+    """The admin's tab listed Alice's thread as stale; then she approved and the run is
+    working (and later answered). Discard from that tab changes nothing, and says so."""
+    go = asyncio.Event()
+
+    async def answer_when_told(call: Any) -> Any:
+        await go.wait()
+        return [assistant_message("Sent, and here is the answer.")]
+
+    model = ScriptedModel(
+        [
+            [function_call("send_email", {"to": "ana@example.com", "body": "hi"}, call_id="c1")],
+            ModelStep.respond(answer_when_told),
+        ]
+    )
+    settings = RuntimeSettings(admins=frozenset({ADMIN}))
+    runtime = runtime_of(local_store, build_agent(model, effects), settings)
+    async with slack_bot(local_store, runtime, admins=frozenset({ADMIN})) as bot:
+        top, card = await waiting_card(bot, ALICE, "email ana")
+        later = local_store.clock() + timedelta(days=2)
+        local_store.clock = lambda: later  # idle for two days: stale
+        home = await open_home(bot, ADMIN)
+        [discard] = elements(home["blocks"], DISCARD)
+
+        assert await bot.click(card, APPROVE, ALICE) == 200  # back to life: it runs
+        await bot.api.wait_for(lambda: effects.calls("send_email"))
+        record = bot.record(top.ts)
+        assert record is not None and record.status is Status.RUNNING
+
+        async def discard_from_the_old_tab() -> str:
+            published = len(bot.api.views[ADMIN])
+            await click(bot, ADMIN, home, discard)
+            after = await bot.api.wait_for(
+                lambda: len(bot.api.views[ADMIN]) > published and bot.api.home(ADMIN)
+            )
+            return json.dumps(after)
+
+        assert CHANGED in await discard_from_the_old_tab()  # while it runs
+        record = bot.record(top.ts)
+        assert record is not None and record.status is Status.RUNNING
+        go.set()
+        await bot.settled(top.ts, Status.IDLE)
+        assert CHANGED in await discard_from_the_old_tab()  # once it has answered
+        replies = [m.text for m in bot.api.bot_replies(CHANNEL, top.ts)]
+        assert "Sent, and here is the answer." in replies
+        assert not any(":wastebasket:" in text for text in replies)
+        record = bot.record(top.ts)
+        assert record is not None and record.status is Status.IDLE

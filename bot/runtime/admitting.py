@@ -68,6 +68,10 @@ class Admitting(Keeping, People):
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` in a task that `drain` waits for."""
 
+    @abstractmethod
+    def _emit_later(self, outcomes: Sequence[Outcome]) -> None:
+        """Deliver outcomes after the request that caused them is acknowledged."""
+
     async def serve(self, key: ConversationKey, *, note: PersonKey | None = None) -> list[Outcome]:
         """Serve the thread if it is free (or taken for us when its message was kept); if
         another holder has it, that holder reads the inbox before it lets go (and a dead

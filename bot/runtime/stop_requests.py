@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import uuid
 from abc import abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bot.runtime.admitting import Admitting
 from bot.runtime.envelope import StopRequest
 from bot.runtime.keeping import Kept
-from bot.runtime.outcomes import Outcome, Refused
+from bot.runtime.outcomes import Refused
 from storage import Conversation, ConversationKey, Status
 
 # What a stop may apply to besides a held thread: a run paused or interrupted.
@@ -37,10 +36,6 @@ class StopRequests(Admitting):
     @abstractmethod
     def _ask_live_to_stop(self, key: ConversationKey, user: str) -> None:
         """This process's own serve of the thread, if any, learns of the stop at once."""
-
-    @abstractmethod
-    def _emit_later(self, outcomes: Sequence[Outcome]) -> None:
-        """Deliver outcomes after the request that caused them is acknowledged."""
 
     async def request_stop(
         self, key: ConversationKey, user: str, *, reply_to: str | None = None

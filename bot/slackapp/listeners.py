@@ -302,7 +302,7 @@ class Listeners:
         except PermalinkError as exc:  # its words are plain; the link is not echoed back
             await respond(text=str(exc))
             return
-        await self._resume(key, user, respond, link)
+        await self._resume(key, user, respond, link, body.get("response_url"))
 
     async def resume_button(
         self, body: dict[str, Any], respond: Respond, context: AsyncBoltContext
@@ -313,7 +313,7 @@ class Listeners:
         except (KeyError, IndexError, ValueError, ValidationError):
             await respond(text="That button is not one of mine.", replace_original=False)
             return
-        await self._resume(key, user, respond, self._link(context))
+        await self._resume(key, user, respond, self._link(context), body.get("response_url"))
 
     async def _resume(
         self,
@@ -321,9 +321,12 @@ class Listeners:
         user: str,
         respond: Respond,
         link: Callable[[ConversationKey], str],
+        response_url: object,
     ) -> None:
         metrics.RESUMES.labels("command").inc()
-        outcomes = await self.runtime.resume(key, user=user)
+        # Told there at once when it must wait for a run slot; answered here at the end.
+        reply_to = response_url if isinstance(response_url, str) and response_url else None
+        outcomes = await self.runtime.resume(key, user=user, reply_to=reply_to)
         replies = [o.text for o in outcomes if isinstance(o, StatusReply | Refused)]
         thread = f"<{link(key)}|the thread>"
         text = " ".join(replies) or "Resumed the conversation."

@@ -1,6 +1,8 @@
-"""Admission with real processes: with `BOT_MAX_RUNS=2` and a slow model, a third thread
-waits (its status says it is queued; at most two model requests at once), survives a SIGKILL
-of the replica while it waits, and is answered once after the restart."""
+"""Admission: with real processes, `BOT_MAX_RUNS=2` and a slow model, a third thread waits
+(its status says it is queued; at most two model requests at once), survives a SIGKILL of
+the replica while it waits, and is answered once after the restart. Through the bolt app in
+process: `/resume` takes its turn like any run (told it is queued, never beside the runs
+that hold the slots, nor holding its thread's lease while it waits)."""
 
 from __future__ import annotations
 
@@ -13,13 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents.testing import ModelStep, ScriptedModel, assistant_message
 
+from bot.permalink import permalink
+from bot.settings import RuntimeSettings
+from storage import Status, Store
 from testkit.deployment import deployment
 from testkit.responses import RespondingResponses, message, user_text
-from testkit.slack import CHANNEL
+from testkit.runtime import SideEffects, build_agent, last_user_text
+from testkit.slack import CHANNEL, runtime_of, slack_bot
 from tests.conftest import Backend
-
-pytestmark = pytest.mark.slow
 
 
 class SlowModel:
@@ -45,6 +50,7 @@ class SlowModel:
                 self.now -= 1
 
 
+@pytest.mark.slow
 async def test_a_third_thread_waits_queued_survives_a_kill_and_is_answered_once(
     backend: Backend, tmp_path: Path
 ) -> None:
@@ -109,3 +115,67 @@ def wait_idle(model: SlowModel) -> None:
     deadline = time.monotonic() + 10
     while model.now and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+async def test_resume_waits_for_a_slot_like_any_run(
+    local_store: Store, effects: SideEffects
+) -> None:
+    """`BOT_MAX_RUNS=1`: Alice's run was interrupted (the model failed); Bob's run holds the
+    only slot when she runs `/resume`. She is told it is queued, her thread waits without
+    its lease, and it continues once Bob's run is done: one model call at a time."""
+    started = {"flaky": asyncio.Event(), "long": asyncio.Event()}
+    bob_go = asyncio.Event()
+    failed = False
+    now = most = 0
+
+    async def respond(call: Any) -> Any:
+        nonlocal failed, now, most
+        text = last_user_text(call)
+        if text == "flaky question" and not failed:
+            failed = True
+            raise RuntimeError("model service 500")  # interrupts Alice's run
+        now += 1
+        most = max(most, now)
+        started["flaky" if "flaky" in text else "long"].set()
+        try:
+            if text == "long question":
+                await bob_go.wait()
+            return [assistant_message(f"answer to {text}")]
+        finally:
+            now -= 1
+
+    model = ScriptedModel([ModelStep.respond(respond) for _ in range(4)])
+    settings = RuntimeSettings(max_runs=1, model_retries=0)
+    make = runtime_of(local_store, build_agent(model, effects), settings)
+    async with slack_bot(local_store, make) as bot:
+        flaky = await bot.mention("UALICE", "flaky question")
+        await bot.settled(flaky.ts, Status.INTERRUPTED)
+        long = await bot.mention("UBOB", "long question")
+        await started["long"].wait()  # Bob's run holds the only slot
+
+        status, token = await bot.command("/resume", permalink(bot.key(flaky.ts)), "UALICE")
+        assert status == 200
+        told = asyncio.ensure_future(bot.responses_for(token))
+        ran = asyncio.ensure_future(started["flaky"].wait())
+        await asyncio.wait([told, ran], return_when=asyncio.FIRST_COMPLETED)
+        assert not ran.done() and now == 1  # not beside Bob's run
+        [queued] = told.result()
+        assert queued["text"].startswith("Queued: I'm busy with other conversations")
+        record = bot.record(flaky.ts)
+        assert record is not None and record.status is Status.INTERRUPTED
+        assert record.lease_owner is None  # it waits without its lease
+
+        bob_go.set()
+        await ran  # served in turn, once the slot is free
+        replies = await bot.api.wait_for(
+            lambda: [
+                m.text
+                for m in bot.api.bot_replies(CHANNEL, flaky.ts)
+                if m.text == "answer to flaky question"
+            ]
+        )
+        assert replies == ["answer to flaky question"]
+        [_, resumed] = await bot.responses_for(token, 2)
+        assert resumed["text"].startswith("Resumed <")
+        assert "answer to long question" in [m.text for m in bot.api.bot_replies(CHANNEL, long.ts)]
+        assert most == 1

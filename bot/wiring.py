@@ -16,6 +16,7 @@ from agents import Agent
 from bot import metrics
 from bot.agent_loader import load_agent
 from bot.runtime import (
+    AwaitingDecision,
     ContextSource,
     ConversationRuntime,
     Decided,
@@ -139,12 +140,17 @@ async def assemble_slack(
         if home is not None:
             home.tell(refused)
 
+    def after_request(waiting: AwaitingDecision) -> None:
+        if home is not None:
+            home.after_request(waiting)
+
     poster = SlackPoster(
         clients,
         live,
         recheck_after=settings.duplicate_check_seconds,
         after_decision=after_decision,
         on_home=on_home,
+        after_request=after_request,
     )
     runtime = make_runtime(
         io=io,

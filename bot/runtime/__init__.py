@@ -25,6 +25,7 @@ from bot.runtime.not_taken import notice as not_taken_notice
 from bot.runtime.outcomes import (
     Answer,
     ApprovalRequest,
+    AwaitingDecision,
     Decided,
     DeliveryRef,
     Discarded,
@@ -70,6 +71,7 @@ __all__ = [
     "VIEWED_ITEMS",
     "Answer",
     "ApprovalRequest",
+    "AwaitingDecision",
     "ClosedCalls",
     "ContextSource",
     "ConversationRuntime",

@@ -16,7 +16,7 @@ from typing import Any
 from bot.runtime.admission import Admission
 from bot.runtime.delivery import Outbox
 from bot.runtime.envelope import UserMessage, parse_payload
-from bot.runtime.outcomes import Notice, NoticeKind, Outcome
+from bot.runtime.outcomes import ApprovalRequest, AwaitingDecision, Notice, NoticeKind, Outcome
 from bot.runtime.references import new_reference
 from storage import (
     CONSUME_LIMIT,
@@ -182,6 +182,8 @@ class Holding:
                     touch=(self.active and quiet) or self.outbox.pending,
                     run_by=self.waiting_on if waiting else None,
                 )
+                if waiting:
+                    await self._now_listed()
                 return
             except InboxChanged:
                 if self.admission.others_waiting and status is Status.IDLE:  # one run each
@@ -191,6 +193,18 @@ class Holding:
                 if fresh is None:
                     return
                 self.record = fresh
+
+    async def _now_listed(self) -> None:
+        """Released awaiting a decision on the request this serve delivered: listings show
+        it only now, so surfaces that list approvals are told now (not with the request's
+        post, which comes before this release: a listing read then misses it)."""
+        request = next((o for o in reversed(self.outcomes) if isinstance(o, ApprovalRequest)), None)
+        if request is not None:
+            await self.outbox.emit_now(
+                AwaitingDecision(
+                    key=self.key, requested_by=request.requested_by, approvers=request.approvers
+                )
+            )
 
     async def _release(self, **how: Any) -> None:
         """The release (`Store.release`), noting the conversation for `note` the first

@@ -60,6 +60,16 @@ class ApprovalRequest(Outcome):
     reminder: bool = False
 
 
+class AwaitingDecision(Outcome):
+    """The run now waits for a decision on a request it asked (the release that pauses it
+    landed, so listings of what waits on whom show it from now on): for surfaces that list
+    approvals (Slack's Home tab) to show it. Not recorded: a hint, given once, best effort.
+    `approvers` are the configured approvers besides `requested_by`."""
+
+    requested_by: str
+    approvers: list[str] = []
+
+
 class Decided(Outcome):
     """A decision was applied. `request_message` is the caller's reference to the message
     whose button was clicked (the Slack layer replaces its buttons with the decision)."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Collection, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -135,9 +135,12 @@ class ConversationRuntime(Resuming, StopRequests):
 
     # -- keeping and serving (the rest in `keeping`, `admitting`) -----------------------
 
-    async def waiting_for(self, person: PersonKey) -> list[Waiting]:
-        """The approvals `person` may decide (see `waiting`)."""
-        return await waiting_for(self, person)
+    async def waiting_for(
+        self, person: PersonKey, including: Collection[ConversationKey] = ()
+    ) -> list[Waiting]:
+        """The approvals `person` may decide, with those of `including` that began waiting
+        just now (see `waiting`)."""
+        return await waiting_for(self, person, including)
 
     async def handle_message(
         self, key: ConversationKey, *, event_id: str, user: str, text: str, ts: str | None = None

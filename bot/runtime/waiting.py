@@ -2,18 +2,21 @@
 lists them (Slack's Home tab): the person who started the run may decide its calls, and
 approvers (`BOT_APPROVERS`) any of the workspace's. Bounded: one index query (a few capped
 pages for approvers; `Store.list_waiting_in`) and one checkpoint read per conversation
-listed, at most `LISTED` of them."""
+listed, at most `LISTED` of them. A conversation that has just begun waiting may be named
+(`including`): read by its key, it is listed even before the index shows it (DynamoDB's
+indexes are eventually consistent)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
 from bot.runtime.envelope import AwaitingCall, Envelope
 from bot.settings import RuntimeSettings
-from storage import CheckpointError, Conversation, PersonKey, Store
+from storage import CheckpointError, Conversation, ConversationKey, PersonKey, Status, Store
 from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
@@ -42,9 +45,14 @@ class Waiting:
     requested_by: str
 
 
-async def waiting_for(rt: WaitingSources, person: PersonKey) -> list[Waiting]:
-    """What `person` may decide, the most recently waiting first."""
-    if person.user in rt.settings.approvers:
+async def waiting_for(
+    rt: WaitingSources, person: PersonKey, including: Collection[ConversationKey] = ()
+) -> list[Waiting]:
+    """What `person` may decide, the most recently waiting first; `including`: conversations
+    that began waiting just now, listed when the person may decide them, whether or not the
+    index shows them yet."""
+    approver = person.user in rt.settings.approvers
+    if approver:
         records = await rt.io(
             rt.store.list_waiting_in, person.team, enterprise=person.enterprise, limit=LISTED
         )
@@ -56,7 +64,18 @@ async def waiting_for(rt: WaitingSources, person: PersonKey) -> list[Waiting]:
             enterprise=person.enterprise,
             limit=LISTED,
         )
-    found = await asyncio.gather(*(_calls(rt, record) for record in records))
+    listed = {record.key for record in records}
+    missing = [key for key in including if key not in listed]
+    fresh = await asyncio.gather(*(rt.io(rt.store.get, key) for key in missing))
+    new = [
+        record
+        for record in fresh
+        if record is not None
+        and record.status is Status.AWAITING_APPROVAL
+        and PersonKey.of(record.key, person.user) == person
+        and (approver or record.waiting_on == person.user)
+    ]
+    found = await asyncio.gather(*(_calls(rt, record) for record in [*new, *records][:LISTED]))
     return [waiting for waiting in found if waiting is not None]
 
 

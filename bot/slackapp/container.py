@@ -74,7 +74,7 @@ class ContainerListeners:
         if person is None:
             return
         if event.get("tab") == "home":
-            await self.home.publish(person, client)
+            await self.home.opened(person, client)
         elif event.get("tab") == "messages" and SLACK_ID.fullmatch(str(event.get("channel"))):
             await self._greet(person, str(event["channel"]), client)
 

@@ -31,6 +31,7 @@ from bot import metrics
 from bot.runtime import (
     Answer,
     ApprovalRequest,
+    AwaitingDecision,
     Decided,
     DeliveryFailed,
     DeliveryRef,
@@ -143,10 +144,12 @@ class SlackPoster:
         recheck_after: float = RECHECK_SECONDS,
         after_decision: Callable[[Decided], None] | None = None,
         on_home: Callable[[Refused], None] | None = None,
+        after_request: Callable[[AwaitingDecision], None] | None = None,
     ) -> None:
         self.clients = as_clients(client)
         self.live = live
         self.after_decision = after_decision  # e.g. the Home tabs it changes, refreshed
+        self.after_request = after_request  # a run waits for a decision: the Home tabs too
         self.on_home = on_home  # answers a refused click made on the Home tab
         self.readback = ThreadReadback(self.clients)
         self.duplicates = DuplicateCheck(self.readback, recheck_after)
@@ -201,6 +204,8 @@ class SlackPoster:
                 self.after_decision(outcome)
         elif isinstance(outcome, Refused | StatusReply):
             await self._answer_privately(outcome)
+        elif isinstance(outcome, AwaitingDecision) and self.after_request is not None:
+            self.after_request(outcome)
         # Duplicate and Discarded answer one request: the caller shows them.
 
     async def _answer(self, outcome: Answer, ref: DeliveryRef) -> None:

@@ -15,6 +15,7 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from bot.runtime import (
     Answer,
     ApprovalRequest,
+    AwaitingDecision,
     ConversationRuntime,
     Notice,
     NoticeKind,
@@ -264,7 +265,7 @@ async def test_a_failed_post_is_retried_before_a_short_lived_state_expires(
     await ConversationRuntime(
         store, build_agent(email_then_answer(), effects), on_outcome=sink
     ).recover()
-    assert [type(o) for o in sink.outcomes] == [ApprovalRequest]
+    assert [type(o) for o in sink.outcomes] == [ApprovalRequest, AwaitingDecision]
     assert record_of(store).status is Status.AWAITING_APPROVAL
 
 

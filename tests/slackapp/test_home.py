@@ -2,15 +2,19 @@
 approvals they may decide (their own runs'; an approver, the workspace's) with the thread
 card's own buttons, and their recent conversations; a decision from Home is the thread's
 decision (Reject runs nothing, a late click is answered on the tab) and the tab is published
-again; an admin sees the counts and stale conversations, and Discard (behind a confirmation)
-discards one, refused to anyone else."""
+again; a new request is published on the tabs of who may decide it once its run is paused
+(a tab read before that is followed by one that lists it; at most ten approvers'); an admin
+sees the counts and stale conversations, and Discard (behind a confirmation) discards one,
+refused to anyone else, and never one that changed since the tab listed it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -135,7 +139,7 @@ async def test_each_person_sees_what_they_may_decide_and_decides_it_there(
     published = len(bot.api.views[ALICE])
     await click(bot, ALICE, alice, elements(alice["blocks"], APPROVE)[0])
     late = await bot.api.wait_for(
-        lambda: len(bot.api.views[ALICE]) > published and bot.api.home(ALICE)
+        lambda: len(bot.api.views.get(ALICE, [])) > published and bot.api.home(ALICE)
     )
     assert elements(late["blocks"], APPROVE) == []
     assert f"That call was already approved by <@{APPROVER}>." in json.dumps(late)
@@ -157,8 +161,11 @@ async def test_an_admin_sees_counts_and_discards_a_stale_one_behind_a_confirmati
         and discard["confirm"]["confirm"]["text"] == "Discard"
     )
 
+    published = len(bot.api.views.get(ALICE, []))  # her tab, published when her request came
     await click(bot, ALICE, home, discard)  # not an admin: nothing changes
-    refused = await bot.api.wait_for(lambda: bot.api.home(ALICE))
+    refused = await bot.api.wait_for(
+        lambda: len(bot.api.views.get(ALICE, [])) > published and bot.api.home(ALICE)
+    )
     assert "Only bot admins may discard" in json.dumps(refused)
     record = bot.record(top.ts)
     assert record is not None and record.status is Status.AWAITING_APPROVAL
@@ -225,3 +232,92 @@ async def test_a_discard_from_a_tab_that_listed_the_thread_stale_leaves_it_once_
         assert not any(":wastebasket:" in text for text in replies)
         record = bot.record(top.ts)
         assert record is not None and record.status is Status.IDLE
+
+
+def last_home(bot: Harness, user: str) -> dict[str, Any] | None:
+    """The view last published for `user`, once it lists an approval."""
+    view = bot.api.home(user)
+    return view if view and elements(view["blocks"], APPROVE) else None
+
+
+async def test_a_new_request_is_published_on_the_tabs_of_who_may_decide_it(
+    bot: Harness,
+) -> None:
+    """Alice and an approver have their tabs open (nothing waiting); Alice asks for
+    something that needs approval: both tabs are published again, listing it, without
+    being opened again. Bob's (someone else's run) is not."""
+    for user in (ALICE, APPROVER, BOB):
+        assert "Nothing is waiting on you." in json.dumps(await open_home(bot, user))
+    bob_views = len(bot.api.views[BOB])
+    _, card = await waiting_card(bot, ALICE, "email ana")
+    value = elements(card.blocks, APPROVE)[0]["value"]
+    for user in (ALICE, APPROVER):
+        view = await bot.api.wait_for(partial(last_home, bot, user), within=15)
+        assert [e["value"] for e in elements(view["blocks"], APPROVE)] == [value]
+    assert len(bot.api.views[BOB]) == bob_views
+
+
+async def test_a_tab_opened_while_the_request_is_committed_is_followed_by_one_showing_it(
+    bot: Harness,
+) -> None:
+    """The request's checkpoint is committed and its card on its way (held in flight), the
+    release that lists it not made yet: a tab opened now lists nothing. Once the run is
+    paused, the tab is published again, listing it."""
+    card_lands = bot.api.hold("chat.postMessage")  # the first post of the run: its card
+    top = await bot.mention(ALICE, "email ana")
+    await bot.api.wait_for(lambda: bot.api.called("chat.postMessage:held"))
+    record = bot.record(top.ts)
+    assert record is not None and record.status is Status.RUNNING  # committed, not released
+    assert "Nothing is waiting on you." in json.dumps(await open_home(bot, ALICE))
+    card_lands.set()
+    await bot.settled(top.ts, Status.AWAITING_APPROVAL)
+    view = await bot.api.wait_for(lambda: last_home(bot, ALICE), within=15)
+    [card] = [m for m in bot.api.bot_replies(CHANNEL, top.ts) if m.blocks]
+    assert elements(view["blocks"], APPROVE) == elements(card.blocks, APPROVE)
+
+
+async def test_a_new_request_publishes_at_most_ten_approvers_tabs_the_latest_viewers_first(
+    local_store: Store, effects: SideEffects
+) -> None:
+    approvers = [f"UAPPROVER{n:02d}" for n in range(12)]
+    settings = RuntimeSettings(approvers=frozenset(approvers))
+    runtime = runtime_of(local_store, build_agent(two_emails(), effects), settings)
+    async with slack_bot(local_store, runtime) as bot:
+        lookers = approvers[-2:]  # last in order: published only because they look
+        for user in lookers:
+            await open_home(bot, user)
+        before = {user: len(bot.api.views.get(user, [])) for user in [ALICE, *approvers]}
+        await waiting_card(bot, ALICE, "email ana")
+        await bot.api.wait_for(lambda: last_home(bot, ALICE), within=15)
+    # Stopped: every publish it began has ended (`HomeTab.close`).
+    again = [user for user in approvers if len(bot.api.views.get(user, [])) > before[user]]
+    assert len(again) == 10 and set(lookers) <= set(again)
+    assert all(last_home(bot, user) for user in again)
+
+
+async def test_a_tab_read_before_the_request_never_lands_after_the_one_that_lists_it(
+    bot: Harness,
+) -> None:
+    """Alice's tab is read before her request is listed, and its publish is slow (held in
+    flight); the refresh that lists the request takes its turn after it, so the tab she is
+    left with lists it. (Were they not in turn, the refresh would land first and the older
+    read last.)"""
+    card_lands = bot.api.hold("chat.postMessage")
+    top = await bot.mention(ALICE, "email ana")
+    await bot.api.wait_for(lambda: bot.api.called("chat.postMessage:held"))
+    opened_lands = bot.api.hold("views.publish")
+    event = requests.app_home_opened(user=ALICE, channel=f"D0{ALICE}", tab="home")
+    assert await bot.send_event(event) == 200
+    await bot.api.wait_for(lambda: bot.api.called("views.publish:held"))
+    card_lands.set()
+    await bot.settled(top.ts, Status.AWAITING_APPROVAL)  # the refresh is asked now
+    # Not in turn, the refresh would publish meanwhile (within milliseconds); in turn, it
+    # waits for the tab in flight. Waiting longer only makes a regression likelier to show.
+    with contextlib.suppress(TimeoutError):
+        await bot.api.wait_for(lambda: bot.api.views.get(ALICE), within=1)
+    assert ALICE not in bot.api.views
+    opened_lands.set()
+    await bot.api.wait_for(lambda: len(bot.api.views.get(ALICE, [])) == 2)
+    first, last = bot.api.views[ALICE]
+    assert "Nothing is waiting on you." in json.dumps(first)
+    assert elements(last["blocks"], APPROVE)

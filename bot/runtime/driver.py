@@ -200,7 +200,7 @@ class _Turn:
                 max_turns=rt.settings.max_turns,
                 time_limit=rt.settings.turn_timeout,
                 on_text=on_text,
-                context=request_context(key, started_by, serving.decided),
+                context=request_context(key, started_by, serving.decided, serving.lease.generation),
                 checkpoint_due=checkpoint_due,
             )
         )

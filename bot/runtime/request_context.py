@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RequestContext:
     """Where (team, channel, thread) and who: `user` started this run (the person whose
-    message it answers); `approvals` names who approved each call a person approved."""
+    message it answers); `approvals` names who approved each call a person approved;
+    `generation` is the conversation's (a thread used again after its state expired starts
+    a new one, with a fresh tool ledger)."""
 
     team: str
     channel: str
@@ -34,6 +36,7 @@ class RequestContext:
     user: str
     approvals: Mapping[str, str] = field(default_factory=dict)
     enterprise: str | None = None
+    generation: int = 0
 
     def approved_by(self, call_id: str) -> str | None:
         """Who approved the call `call_id`; None when no person had to (or did)."""
@@ -42,17 +45,22 @@ class RequestContext:
     def idempotency_key(self, call_id: str) -> str:
         """A key for the call `call_id` to send to a service that deduplicates by it: the
         same however often the call is attempted (after a crash, on another replica, on
-        `/resume`), and different for every other call (another thread, workspace or call).
+        `/resume`), and different for every other call (another thread, workspace, call, or
+        generation of the conversation). It is made of what the tool ledger knows the call
+        by, so that a call the ledger runs as new is new to the service too: a provider that
+        numbers calls per conversation gives a call after an expiry the id of an old one.
         27 URL-safe characters (Stripe allows 255)."""
         where = ":".join(
             part for part in (self.enterprise, self.team, self.channel, self.thread_ts) if part
         )
-        digest = hashlib.blake2b(f"{where}|{call_id}".encode(), digest_size=18).digest()
+        # Generation 0 (rows written before generations) keeps the key it always had.
+        scope = f"{where}|g{self.generation}" if self.generation else where
+        digest = hashlib.blake2b(f"{scope}|{call_id}".encode(), digest_size=18).digest()
         return "sb-" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def request_context(
-    key: ConversationKey, started_by: str, decided: Mapping[str, DecisionMade]
+    key: ConversationKey, started_by: str, decided: Mapping[str, DecisionMade], generation: int
 ) -> RequestContext:
     return RequestContext(
         team=key.team,
@@ -61,6 +69,7 @@ def request_context(
         user=started_by,
         approvals={call_id: made.user for call_id, made in decided.items() if made.approved},
         enterprise=key.enterprise,
+        generation=generation,
     )
 
 

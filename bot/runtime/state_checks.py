@@ -135,7 +135,9 @@ async def load_state(serving: ServingView, envelope: Envelope) -> RunState[Any] 
     """The SDK's run state, with the run context rebuilt from the envelope (not the copy the
     state carries). None when it was set aside (`fail_closed`), or when the MCP
     servers it needs are down (the thread then waits, interrupted: `paused_for`)."""
-    context = request_context(serving.key, envelope.started_by, envelope.decided)
+    context = request_context(
+        serving.key, envelope.started_by, envelope.decided, serving.lease.generation
+    )
     # Restoring lists the current agent's MCP tools, and the SDK hides whatever a restore
     # raises behind a redacted error: the servers are checked first (a cached listing would
     # not notice them gone), and any found down meanwhile are noted here.

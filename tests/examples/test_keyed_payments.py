@@ -50,8 +50,16 @@ async def charged(store: LocalStore) -> tuple[str, list[Any]]:
     return call.call_id, done
 
 
-def the_key(call_id: str) -> str:
-    context = RequestContext(team=KEY.team, channel=KEY.channel, thread_ts=KEY.thread_ts, user="U1")
+def the_key(store: LocalStore, call_id: str) -> str:
+    record = store.get(KEY)
+    assert record is not None
+    context = RequestContext(
+        team=KEY.team,
+        channel=KEY.channel,
+        thread_ts=KEY.thread_ts,
+        user="U1",
+        generation=record.generation,
+    )
     return context.idempotency_key(call_id)
 
 
@@ -61,7 +69,7 @@ async def test_an_approved_charge_goes_to_the_service_with_its_key(
     call_id, done = await charged(local_store)
     assert Answer(key=KEY, text="Done: Charged 20.00 EUR to Acme: payment effect-1.") in done
     [request] = service.requests
-    assert request["key"] == the_key(call_id)
+    assert request["key"] == the_key(local_store, call_id)
     assert (request["customer"], request["amount"], request["currency"]) == ("Acme", 20.0, "EUR")
 
 
@@ -91,7 +99,9 @@ async def test_the_offline_payment_book_deduplicates_by_key(
     call_id, done = await charged(local_store)
     assert Answer(key=KEY, text="Done: Charged 20.00 EUR to Acme: payment pay-1.") in done
     book = keyed_payments.payment_book()
-    again = book.charge(the_key(call_id), {"amount": 20})  # the same call, started again
+    again = book.charge(
+        the_key(local_store, call_id), {"amount": 20}
+    )  # the same call, started again
     assert again["id"] == "pay-1" and again["repeated"] is True
-    assert [p["key"] for p in book.payments()] == [the_key(call_id)]
+    assert [p["key"] for p in book.payments()] == [the_key(local_store, call_id)]
     assert book.charge("another call", {"amount": 1})["id"] == "pay-2"

@@ -141,7 +141,12 @@ async def test_a_keyed_call_is_not_looped_for_ever(backend: Backend, service: Ke
 
 def test_keys_are_stable_per_call_and_differ_between_calls() -> None:
     def key(
-        team: str, channel: str, thread: str, call_id: str, enterprise: str | None = None
+        team: str,
+        channel: str,
+        thread: str,
+        call_id: str,
+        enterprise: str | None = None,
+        generation: int = 1700000000000,
     ) -> str:
         where = ConversationKey(team=team, channel=channel, thread_ts=thread, enterprise=enterprise)
         context = RequestContext(
@@ -150,6 +155,7 @@ def test_keys_are_stable_per_call_and_differ_between_calls() -> None:
             thread_ts=where.thread_ts,
             user="U1",
             enterprise=where.enterprise,
+            generation=generation,
         )
         return context.idempotency_key(call_id)
 
@@ -161,8 +167,10 @@ def test_keys_are_stable_per_call_and_differ_between_calls() -> None:
         key("T1", "C1", "1.2", "call-a"),
         key("T1", "C1", "1.1", "call-b"),
         key("T1", "C1", "1.1", "call-a", enterprise="E1"),
+        key("T1", "C1", "1.1", "call-a", generation=1700000099999),  # after an expiry
+        key("T1", "C1", "1.1", "call-a", generation=0),  # (rows made before generations)
     }
-    assert base not in others and len(others) == 5
+    assert base not in others and len(others) == 7
     assert len(base) <= 255 and base.replace("-", "").replace("_", "").isalnum()
 
 

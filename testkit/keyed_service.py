@@ -1,6 +1,7 @@
 """A small service that deduplicates by idempotency key, as payment and ticketing APIs do:
 `POST /apply {"key": ..., "what": ...}` (or the key in an `Idempotency-Key` header) applies
-each key once and answers a repeated key with the first result. It runs in the test
+each key once and answers a repeated key with the first result; `late` makes it answer
+after a while (applied, so a client that gives up first cannot tell). It runs in the test
 process, outside every bot process, so that the effects it counts survive the bot being
 killed."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +21,7 @@ class KeyedService:
         self.effects: list[dict[str, Any]] = []  # each applied once
         self.requests: list[dict[str, Any]] = []  # every request, repeats included
         self._results: dict[str, dict[str, Any]] = {}
+        self.late: list[float] = []  # seconds the next requests wait after applying, in turn
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self.url = ""
@@ -61,11 +64,17 @@ def keyed_service() -> Iterator[KeyedService]:
             if self.headers.get("Idempotency-Key"):  # as Stripe takes it (examples/)
                 body = {**body, "key": self.headers["Idempotency-Key"]}
             answer = json.dumps(service.apply(body)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            with service._lock:
+                late = service.late.pop(0) if service.late else 0.0
+            time.sleep(late)  # applied, answering late: a client may have given up
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client gave up waiting (`late`)
 
         def log_message(self, *args: Any) -> None:
             return
@@ -81,8 +90,9 @@ def keyed_service() -> Iterator[KeyedService]:
         server.server_close()
 
 
-def call(url: str, key: str, what: str) -> dict[str, Any]:
-    """The client side, as a tool would call it (blocking; tools run it off the loop)."""
+def call(url: str, key: str, what: str, *, timeout: float = 10) -> dict[str, Any]:
+    """The client side, as a tool would call it (blocking; tools run it off the loop).
+    Raises `TimeoutError` when no answer comes within `timeout` seconds."""
     import urllib.request
 
     request = urllib.request.Request(
@@ -90,6 +100,6 @@ def call(url: str, key: str, what: str) -> dict[str, Any]:
         data=json.dumps({"key": key, "what": what}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         result: dict[str, Any] = json.loads(response.read())
     return result

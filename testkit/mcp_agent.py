@@ -1,7 +1,7 @@
 """Agents whose tools come from the test MCP server (`testkit.mcp_server`): `pay` needs a
 person's approval (the server's `require_approval`), `balance` is retry-safe. For process
 tests: `BOT_AGENT=testkit.mcp_agent:build_agent` (a stdio server, configured by the bot's
-own environment: `MCP_*`)."""
+own environment: `MCP_*`; `MCP_TIMEOUT` is the client's read timeout, 30 s by default)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from bot.runtime import retry_safe
 APPROVE_PAY: Any = {"always": {"tool_names": ["pay"]}}
 
 
-def payments_stdio(**env: str) -> MCPServerStdio:
+def payments_stdio(client_timeout: float = 30, /, **env: str) -> MCPServerStdio:
+    """The test server over stdio; `client_timeout` is the MCP client's read timeout."""
     return MCPServerStdio(
         {
             "command": sys.executable,
@@ -26,7 +27,7 @@ def payments_stdio(**env: str) -> MCPServerStdio:
         },
         name="payments",
         require_approval=APPROVE_PAY,
-        client_session_timeout_seconds=30,
+        client_session_timeout_seconds=client_timeout,
     )
 
 
@@ -49,4 +50,4 @@ def payments_agent(server: MCPServer, model: Any = None) -> Agent[Any]:
 
 
 def build_agent() -> Agent[Any]:
-    return payments_agent(payments_stdio())
+    return payments_agent(payments_stdio(float(os.environ.get("MCP_TIMEOUT", 30))))

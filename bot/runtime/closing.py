@@ -19,11 +19,6 @@ UNKNOWN_OUTCOME = (
     "The outcome of this call is unknown: it was started, then the bot restarted before it "
     "recorded a result. It was not run again. Tell the user, and do not assume it succeeded."
 )
-CONNECTION_LOST = (
-    "The outcome of this call is unknown: it was sent to its MCP server, whose connection "
-    "failed before it answered. It was not run again. Tell the user, and do not assume it "
-    "succeeded."
-)
 
 
 def unanswered_calls(history: list[str]) -> list[dict[str, Any]]:

@@ -37,7 +37,8 @@ from bot.runtime.progress import Step, shown
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import request_context, state_document
 from bot.runtime.run_options import for_run
-from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope
+from bot.runtime.tool_failures import NoAnswer
+from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope, Unanswered
 from bot.runtime.turns import run_turns
 from storage import ConversationSession, Status, StorageError
 
@@ -292,16 +293,27 @@ def _restart_notices(serving: ServingView, scope: TurnScope) -> list[Outcome]:
         for call_id, tool_name in scope.started_again
     ]
     outcomes += [
-        Notice(
-            key=serving.key,
-            kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
-            text=f"`{tool_name}` (call {call_id}) was sent to the `{server}` tools, "
-            "which stopped answering before it finished: its outcome is unknown. It "
-            "was not run again.",
-        )
-        for call_id, tool_name, server in scope.lost
+        Notice(key=serving.key, kind=NoticeKind.TOOL_OUTCOME_UNKNOWN, text=_unanswered(call))
+        for call in scope.unanswered
     ]
     return outcomes
+
+
+def _unanswered(call: Unanswered) -> str:
+    """What the thread is told of a call that got no answer."""
+    if call.why is NoAnswer.TIMED_OUT:
+        what = "did not answer in time"
+    else:
+        what = "stopped answering before it finished"
+    if call.server is not None:
+        sent = f"was sent to the `{call.server}` tools, which {what}"
+    elif call.why is NoAnswer.TIMED_OUT:
+        sent = f"was sent and {what}"
+    else:
+        sent = "was sent and lost its connection before it finished"
+    return (
+        f"`{call.tool}` (call {call.call_id}) {sent}: its outcome is unknown. It was not run again."
+    )
 
 
 @dataclass

@@ -10,8 +10,12 @@ an "outcome unknown" result: it is never run twice.
 
 Outcomes are recorded truthfully: a tool that raised an ordinary exception ran and failed (a
 known outcome, recorded); a tool interrupted by cancellation or shutdown stays `started`
-(its outcome is unknown); a call that a stop beat (up to the moment the tool itself starts)
-never runs, and the stop records it as cancelled. A storage failure or a lost lease inside a
+(its outcome is unknown), and so does a call that got no answer: it timed out (the MCP
+client's read timeout, the tool's own `timeout_seconds`, a timeout it raised) or its
+connection was lost while it was in flight (`tool_failures`). Such a call is never sent
+again, unless it is keyed: then it is sent again with its key, while its attempts last. A
+call that a stop beat (up to the moment the tool itself starts) never runs, and the stop
+records it as cancelled. A storage failure or a lost lease inside a
 tool must not reach the Agents SDK (which would turn it into a `UserError`): it is kept on
 the turn's scope (`turn_scope`), and the runtime acts on it after the turn. How authors mark
 tools is in `tool_marks`."""
@@ -22,6 +26,7 @@ import asyncio
 import copy
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -40,9 +45,11 @@ from agents.mcp._logging import get_mcp_server_log_name as mcp_server_log_name
 from agents.tool_context import ToolContext
 
 from bot.runtime.agent_graph import agents_of, is_agent_tool
-from bot.runtime.closing import CONNECTION_LOST, STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
+from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
+from bot.runtime.mcp_failures import McpServerDown
 from bot.runtime.mcp_servers import watched_call
 from bot.runtime.progress import Step
+from bot.runtime.tool_failures import NoAnswer, no_answer, noting_failures, unanswered_output
 from bot.runtime.tool_marks import (
     KEY_ARGUMENT,
     MCP_SERVER,
@@ -53,7 +60,7 @@ from bot.runtime.tool_marks import (
     server_says_idempotent,
     server_says_retry_safe,
 )
-from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope
+from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope, Unanswered
 from storage import (
     LeaseLost,
     StorageError,
@@ -64,6 +71,7 @@ from storage import (
 )
 
 GuardableT = TypeVar("GuardableT", FunctionTool, CustomTool)
+log = logging.getLogger(__name__)
 COMPLETION_ATTEMPTS = 8  # recording an output that exists only in memory is worth waiting for
 
 __all__ = [
@@ -107,10 +115,27 @@ def guard_agent(agent: Agent[Any]) -> Agent[Any]:
         tools = [_guarded(member, tool) for tool in member.tools]
         if any(new is not old for new, old in zip(tools, member.tools, strict=True)):
             member.tools = tools  # (once: the SDK refuses tools changed under a run)
+        for server in member.mcp_servers:
+            _check_retries(member, server)
         if member.mcp_servers and not getattr(member, "_bot_guarded_mcp", False):
             setattr(member, "get_mcp_tools", _guarded_mcp_tools(member))  # noqa: B010
             setattr(member, "_bot_guarded_mcp", True)  # noqa: B010
     return agent
+
+
+def _check_retries(agent: Agent[Any], server: Any) -> None:
+    """The SDK sends a failed MCP call again by itself when the server sets
+    `max_retry_attempts`: a timeout would then repeat a side effect. Only a server whose
+    tools are all retry-safe, or all keyed (each attempt carries the same key), may."""
+    retries = getattr(server, "max_retry_attempts", 0)
+    if not retries or is_retry_safe(server) or is_idempotent(server):
+        return
+    raise UnguardedTool(
+        f"agent {agent.name!r}: MCP server {mcp_server_log_name(server.name)!r} sets "
+        f"max_retry_attempts={retries}: the SDK would send a call that timed out again, so a "
+        "side effect could happen twice; leave it at 0, or mark the server retry_safe(...) or "
+        "idempotent(...) if every one of its tools is (docs/agents.md)"
+    )
 
 
 def _guarded(agent: Agent[Any], tool: Any) -> Any:
@@ -165,6 +190,8 @@ def guard_tool(tool: GuardableT) -> GuardableT:
     carrier = is_agent_tool(tool)
     if not carrier:
         guarded.on_invoke_tool = _guarded_invoke(tool)
+        if isinstance(guarded, FunctionTool) and not is_retry_safe(tool):
+            guarded.timeout_seconds = None  # the guard's, around the tool alone
     guarded.needs_approval = _guarded_approval(tool, carrier=carrier)  # type: ignore[assignment]
     setattr(guarded, "_bot_guarded", True)  # noqa: B010
     return guarded
@@ -193,82 +220,107 @@ def _guarded_approval(tool: FunctionTool | CustomTool, *, carrier: bool = False)
 def _guarded_invoke(
     tool: FunctionTool | CustomTool,
 ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
-    invoke_original = tool.on_invoke_tool
+    invoke_original = noting_failures(tool).on_invoke_tool
     safe = is_retry_safe(tool)
     keyed = is_idempotent(tool)
     key_argument = getattr(tool, KEY_ARGUMENT, None)
     server = getattr(tool, MCP_SERVER, None)  # an MCP tool's: a call may find it down
+    # A side effect's time limit is the guard's (`guard_tool` takes it from the SDK): a call
+    # that runs out of time got no answer, and the model must not be told it may try again.
+    limit = None if safe else getattr(tool, "timeout_seconds", None)
 
     async def original(ctx: ToolContext[Any], arguments: str) -> Any:
         output = invoke_original(ctx, arguments)  # a custom tool's may be plain
         return await output if inspect.isawaitable(output) else output
 
+    async def attempt(ctx: ToolContext[Any], arguments: str) -> tuple[Any, NoAnswer | None]:
+        """Send the call once: its output, or why no answer came (a timeout, a connection
+        lost while it was in flight: it may have happened). Raises what is an answer."""
+
+        async def run() -> Any:
+            if limit is None:
+                return await original(ctx, arguments)
+            return await asyncio.wait_for(original(ctx, arguments), limit)
+
+        try:
+            return await watched_call(server, run, safe=False)
+        except McpServerDown:
+            raise
+        except Exception as exc:
+            why = no_answer(exc)
+            if why is None:
+                raise
+            return None, why
+
     async def invoke(ctx: ToolContext[Any], arguments: str) -> Any:
         scope = CURRENT_SCOPE.get()
         if scope is None:
             return await original(ctx, arguments)
+        call_id = ctx.tool_call_id
         if safe:
-            await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
+            await scope.show(call_id, tool.name, Step.RUNNING)
             output, _ = await watched_call(server, lambda: original(ctx, arguments), safe=True)
-            await scope.show(ctx.tool_call_id, tool.name, _fate(output))
+            await scope.show(call_id, tool.name, _fate(output))
             return output
         # A stop that came first: the call never runs. If it was recorded as started, it
         # stays armed, and the stop records it as cancelled once the turn is over (one
         # writer, after every tool of the turn is done with it).
         if scope.stop_requested():
             return STOPPED_BEFORE_IT_RAN
-        if ctx.tool_call_id not in scope.armed:  # else this serve's commit recorded it
+        if call_id not in scope.armed:  # else this serve's commit recorded it
             try:
-                claim = await _begin(scope, ctx.tool_call_id, tool.name, arguments)
+                claim = await _begin(scope, call_id, tool.name, arguments)
             except StorageError as fault:
                 scope.fault = fault
                 raise
             if not claim.created:
                 record: ToolCallRecord | None = claim.record
                 if claim.record.status is ToolCallStatus.STARTED and keyed:
-                    record = await _start_again(scope, ctx.tool_call_id, tool.name, claim.record)
+                    record = await _start_again(scope, call_id, tool.name, claim.record)
                 if record is not None:  # not started again: what the ledger says of it
                     if record.status is ToolCallStatus.COMPLETED:
-                        await scope.show(ctx.tool_call_id, tool.name, Step.DONE)
+                        await scope.show(call_id, tool.name, Step.DONE)
                         return record.output
                     if record.status is ToolCallStatus.CANCELLED:
                         return STOPPED_BEFORE_IT_RAN
-                    scope.unknown_outcomes.append((ctx.tool_call_id, tool.name))
-                    await scope.show(ctx.tool_call_id, tool.name, Step.UNKNOWN)
+                    scope.unknown_outcomes.append((call_id, tool.name))
+                    await scope.show(call_id, tool.name, Step.UNKNOWN)
                     return UNKNOWN_OUTCOME
-            scope.armed.add(ctx.tool_call_id)
+            scope.armed.add(call_id)
         # Until the tool itself starts the call stays armed: a stop that lands meanwhile
         # (while the progress is shown, say) has it recorded as cancelled, not as started.
         if key_argument:  # a keyed MCP tool receives its key as an argument
             arguments = _with_key(arguments, key_argument, ctx)
-        await scope.show(ctx.tool_call_id, tool.name, Step.RUNNING)
+        await scope.show(call_id, tool.name, Step.RUNNING)
         if scope.stop_requested():
             return STOPPED_BEFORE_IT_RAN
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
-        # stays `started`, its outcome unknown. An ordinary exception (usually turned into an
-        # error output by the SDK inside `original`) is a known outcome: it ran and failed;
-        # so is an MCP server found down before the call was sent (it did not run).
-        scope.armed.discard(ctx.tool_call_id)
+        # stays `started`, its outcome unknown; so does a call that got no answer (`attempt`),
+        # unless it is keyed: then it is sent again with its key, while its attempts last.
+        # An ordinary exception (usually turned into an error output by the SDK inside
+        # `original`) is a known outcome: it ran and failed; so is an MCP server found down
+        # before the call was first sent (it did not run).
+        scope.armed.discard(call_id)
         scope.running += 1
         scope.idle.clear()
         try:
             try:
-                output, lost = await watched_call(
-                    server, lambda: original(ctx, arguments), safe=False
-                )
+                output, why = await attempt(ctx, arguments)
             except Exception as exc:
-                scope.fates[ctx.tool_call_id] = Step.FAILED
-                await scope.show(ctx.tool_call_id, tool.name, Step.FAILED)
-                failure = f"error: {type(exc).__name__}: {exc}"
-                try:
-                    await _complete(scope, ctx.tool_call_id, tool.name, failure)
-                except StorageError as fault:
-                    scope.fault = fault
+                await _failed(scope, call_id, tool.name, exc)
                 raise
-            if lost:  # sent, then the connection failed: it stays `started`
-                return await _lost(scope, ctx.tool_call_id, tool.name, server)
+            while why is not None and keyed and await _send_again(scope, call_id, tool.name, why):
+                try:
+                    output, why = await attempt(ctx, arguments)
+                except McpServerDown:
+                    raise  # not sent again yet: it stays `started`, sent when the run goes on
+                except Exception as exc:
+                    await _failed(scope, call_id, tool.name, exc)
+                    raise
+            if why is not None:
+                return await _unanswered(scope, call_id, tool.name, server, why)
             try:
-                await _complete(scope, ctx.tool_call_id, tool.name, as_text(output))
+                await _complete(scope, call_id, tool.name, as_text(output))
             except StorageError as fault:
                 scope.fault = fault
                 raise
@@ -276,22 +328,50 @@ def _guarded_invoke(
             scope.running -= 1
             if scope.running == 0:
                 scope.idle.set()
-        scope.fates[ctx.tool_call_id] = _fate(output)
-        await scope.show(ctx.tool_call_id, tool.name, _fate(output))
+        scope.fates[call_id] = _fate(output)
+        await scope.show(call_id, tool.name, _fate(output))
         return output
 
     return invoke
 
 
-async def _lost(scope: TurnScope, call_id: str, tool: str, server: Any) -> str:
-    """An MCP call whose server's connection failed while it ran: its outcome is unknown;
-    it stays `started` and is reported so (a keyed one too, for now: it is not started
-    again while the run goes on)."""
-    label = mcp_server_log_name(getattr(server, "name", ""))
-    scope.lost.append((call_id, tool, label))
+async def _failed(scope: TurnScope, call_id: str, tool: str, exc: Exception) -> None:
+    """The call raised an answer: it ran and failed (recorded as completed, with the error)."""
+    scope.fates[call_id] = Step.FAILED
+    await scope.show(call_id, tool, Step.FAILED)
+    try:
+        await _complete(scope, call_id, tool, f"error: {type(exc).__name__}: {exc}")
+    except StorageError as fault:
+        scope.fault = fault
+
+
+async def _unanswered(scope: TurnScope, call_id: str, tool: str, server: Any, why: NoAnswer) -> str:
+    """A call sent that got no answer (it timed out, or its connection failed while it was
+    in flight): its outcome is unknown; it stays `started` and is reported so."""
+    label = mcp_server_log_name(server.name) if server is not None else None
+    log.warning("%s: `%s` (call %s) got no answer (%s)", scope.lease.key, tool, call_id, why)
+    scope.unanswered.append(Unanswered(call_id=call_id, tool=tool, why=why, server=label))
     scope.fates[call_id] = Step.UNKNOWN
     await scope.show(call_id, tool, Step.UNKNOWN)
-    return CONNECTION_LOST
+    return unanswered_output(why, label)
+
+
+async def _send_again(scope: TurnScope, call_id: str, tool: str, why: NoAnswer) -> bool:
+    """A keyed call that got no answer is sent again with its key (the service applies it
+    once), while its attempts last (`BOT_IDEMPOTENT_ATTEMPTS`, counted in the ledger with
+    those after a crash). False when they are spent: its outcome stays unknown."""
+    try:
+        again = await scope.storage(
+            scope.store.retry_tool_call, scope.lease, call_id, max_attempts=scope.keyed_attempts
+        )
+    except StorageError as fault:
+        scope.fault = fault
+        raise
+    if again is None:
+        return False
+    log.info("%s: `%s` (call %s) sent again with its key (%s)", scope.lease.key, tool, call_id, why)
+    await asyncio.sleep(_backoff(again.attempts))
+    return True
 
 
 async def _start_again(

@@ -1,17 +1,19 @@
 """How an MCP server fails, as the runtime tells it apart: a server that is down before
-anything was sent (`McpServerDown`), a connection lost while a call was in flight
-(`CallWatch`), and an error that the server itself answered (its connection works)."""
+anything was sent (`McpServerDown`), a connection lost while a call was in flight, a call
+that got no answer within the client's read timeout (`timed_out`: the server is not down,
+but the call may have happened), and an error that the server itself answered (its
+connection works)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass
 
 import anyio
 from agents.exceptions import AgentsException, UserError
 
 CONNECTION_CLOSED = -32000  # the MCP client's error code for a connection that is gone
+REQUEST_TIMEOUT = -32001  # the MCP client's: no answer within its read timeout
 UNAVAILABLE_TRANSPORT = ("Connection lost", "Connection timeout", "HTTP error", "not initialized")
 
 
@@ -25,15 +27,6 @@ class McpServerDown(AgentsException):
         super().__init__(f"the {names} tools were unavailable, so nothing was sent to them")
 
 
-@dataclass
-class CallWatch:
-    """What became of one MCP tool call the guard watches (`watched_call`)."""
-
-    not_sent: bool = False  # its server was down: nothing was sent
-    lost: bool = False  # the connection failed while the call was in flight
-
-
-CURRENT_CALL: ContextVar[CallWatch | None] = ContextVar("bot_mcp_call", default=None)
 # Servers found down during the turn being driven: a nested agent's failure to list its
 # tools becomes an error output inside the SDK, and the runtime must still pause.
 SEEN_DOWN: ContextVar[set[str] | None] = ContextVar("bot_mcp_seen_down", default=None)
@@ -54,10 +47,16 @@ def connection_lost(exc: BaseException) -> bool:
     )
 
 
+def timed_out(exc: BaseException) -> bool:
+    """The request got no answer in time (the client gave up waiting; it was sent)."""
+    code = getattr(getattr(exc, "error", None), "code", None)
+    return code == REQUEST_TIMEOUT or isinstance(exc, TimeoutError)
+
+
 def answered(exc: BaseException) -> bool:
     """An error the server itself sent back (so its connection works)."""
     code = getattr(getattr(exc, "error", None), "code", None)
-    return isinstance(code, int) and code != CONNECTION_CLOSED
+    return isinstance(code, int) and code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
 
 
 def plain(exc: BaseException | None) -> str:

@@ -20,7 +20,9 @@ outlives that serve and is closed from any task).
 
 The servers' own `list_tools` and `call_tool` are wrapped on the instances (the SDK calls
 them there), so that the guard (`guard`) can tell a call that was never sent from one whose
-connection failed while it ran (the failures themselves are told apart in `mcp_failures`)."""
+connection failed while it ran, or that got no answer within the client's read timeout
+(`client_session_timeout_seconds`: the server is slow, not down, and the call may have
+happened); the failures themselves are told apart in `mcp_failures`."""
 
 from __future__ import annotations
 
@@ -37,15 +39,15 @@ from agents.mcp import MCPServer, MCPServerManager
 from agents.mcp._logging import get_mcp_server_log_name
 
 from bot.runtime.mcp_failures import (
-    CURRENT_CALL,
     SEEN_DOWN,
-    CallWatch,
     McpServerDown,
     answered,
     connection_lost,
     plain,
+    timed_out,
 )
 from bot.runtime.outcomes import Notice, NoticeKind, Outcome
+from bot.runtime.tool_failures import CURRENT_CALL, CallWatch, NoAnswer
 from storage import ConversationKey
 
 log = logging.getLogger(__name__)
@@ -186,15 +188,12 @@ class ManagedServer:
             await asyncio.wait_for(session.send_ping(), PING_SECONDS)
         except asyncio.CancelledError:
             raise
-        except TimeoutError:
-            if self.in_flight:  # busy with a call: not proof that it is gone
-                return True
-            self.mark_down(TimeoutError("no answer to a ping"))
-            return False
         except Exception as exc:
             if answered(exc):  # e.g. "Method not found": it answered all the same
                 return True
-            self.mark_down(exc)
+            if timed_out(exc) and self.in_flight:  # busy with a call: not proof it is gone
+                return True
+            self.mark_down(TimeoutError("no answer to a ping") if timed_out(exc) else exc)
             return False
         return True
 
@@ -226,7 +225,9 @@ class ManagedServer:
             if connection_lost(exc):
                 self.mark_down(exc)
                 if watch is not None:
-                    watch.lost = True
+                    watch.no_answer = NoAnswer.CONNECTION_LOST
+            elif timed_out(exc) and watch is not None:  # slow, not gone: it stays up
+                watch.no_answer = NoAnswer.TIMED_OUT
             raise
         finally:
             self.in_flight -= 1
@@ -234,16 +235,15 @@ class ManagedServer:
 
 async def watched_call(
     server: object, run: Callable[[], Awaitable[Any]], *, safe: bool
-) -> tuple[Any, bool]:
-    """Run one MCP tool call (`run`), watching its server. Raises `McpServerDown` when
-    nothing was sent (a side effect is first checked with a ping, so that it is not sent
-    into a connection that is already gone), and, for a retry-safe call, when the connection
-    failed during it (running it again is harmless). Returns the output, and whether the
-    connection failed while a side-effecting call was in flight (its outcome is unknown)."""
+) -> tuple[Any, NoAnswer | None]:
+    """Run one tool call (`run`), watching it (`tool_failures.CURRENT_CALL`), and its MCP
+    server if it has one. Raises `McpServerDown` when nothing was sent (a side effect is
+    first checked with a ping, so that it is not sent into a connection that is already
+    gone), and, for a retry-safe call, when the connection failed during it (running it
+    again is harmless). Returns the output, and why a side-effecting call got no answer,
+    if it did not (a timeout, a lost connection: its outcome is unknown)."""
     managed = managed_of(server)
-    if managed is None:
-        return await run(), False
-    if not safe and not (await managed.revive() and await managed.ping()):
+    if managed is not None and not safe and not (await managed.revive() and await managed.ping()):
         raise managed.unavailable()
     watch = CallWatch()
     token = CURRENT_CALL.set(watch)
@@ -251,9 +251,10 @@ async def watched_call(
         output = await run()
     finally:
         CURRENT_CALL.reset(token)
-    if watch.not_sent or (safe and watch.lost):
+    lost = watch.no_answer is NoAnswer.CONNECTION_LOST
+    if managed is not None and (watch.not_sent or (safe and lost)):
         raise managed.unavailable()
-    return output, watch.lost
+    return output, None if safe else watch.no_answer
 
 
 class McpServers:

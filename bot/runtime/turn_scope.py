@@ -8,8 +8,19 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from bot.runtime.progress import Step, shown
+from bot.runtime.tool_failures import NoAnswer
 from storage import Lease, StorageError, Store
 from storage.calls import StorageCalls
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """A call sent that got no answer: its outcome is unknown (`tool_failures`)."""
+
+    call_id: str
+    tool: str
+    why: NoAnswer
+    server: str | None = None  # an MCP tool's server, as people know it
 
 
 @dataclass
@@ -30,8 +41,7 @@ class TurnScope:
     keyed_attempts: int = 3  # times a keyed call may be started in all
     started_again: list[tuple[str, str]] = field(default_factory=list)  # keyed, after a crash
     fates: dict[str, Step] = field(default_factory=dict)  # how calls run in this turn ended
-    lost: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, MCP server)
-    # sent, then the server's connection failed: outcome unknown
+    unanswered: list[Unanswered] = field(default_factory=list)  # sent, no answer came
     late: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, output)
     # recorded after the lease was taken from us (a discard): the thread is told after
 
@@ -47,7 +57,7 @@ class TurnScope:
         self.unknown_outcomes.clear()
         self.started_again.clear()
         self.fates.clear()
-        self.lost.clear()
+        self.unanswered.clear()
         self.fault = None
 
     async def show(self, call_id: str, tool: str, state: Step) -> None:

@@ -306,3 +306,70 @@ async def test_a_keyed_mcp_call_cut_short_is_sent_again_with_its_key(
     call = backend.open().get_tool_call(KEY, "c-charge")
     assert call is not None and call.status is ToolCallStatus.COMPLETED and call.attempts == 2
     assert call.output is not None and "charged 3 to bob" in call.output
+
+
+async def test_an_mcp_call_past_the_clients_read_timeout_is_of_unknown_outcome(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The MCP client's read timeout (`client_session_timeout_seconds`, 1 s here) passes
+    while the server holds `pay`, whose effect happened: no answer is not a failure. The
+    call stays `started`, the model and the thread are told its outcome is unknown, it is
+    not sent again, and the server, slow rather than gone, stays connected."""
+    effects = SideEffects(tmp_path / "mcp-effects.jsonl")
+    server = payments_stdio(1, MCP_EFFECTS_FILE=str(effects.path), MCP_PAY_SECONDS="5")
+    model = ScriptedModel(
+        [
+            [function_call("pay", {"amount": 4, "to": "eve"}, call_id="c-4")],
+            [assistant_message("I can't tell whether eve was paid.")],
+        ]
+    )
+    async with running(ConversationRuntime(backend.open(), payments_agent(server, model))) as rt:
+        asked = await rt.handle_message(KEY, event_id="E1", user="U1", text="pay eve 4")
+        done = await rt.decide(
+            KEY,
+            call_id="c-4",
+            approve=True,
+            user="U1",
+            checkpoint_version=pay_requests(asked).checkpoint_version,
+        )
+        assert rt.mcp.down() == []
+    [notice] = [o for o in done if isinstance(o, Notice)]
+    assert notice.kind is NoticeKind.TOOL_OUTCOME_UNKNOWN
+    assert "`pay` (call c-4) was sent to the `payments` tools, which did not answer in time" in (
+        notice.text
+    )
+    outputs = [str(i.get("output")) for i in model.calls[-1].input if isinstance(i, dict)]
+    assert any("outcome of this call is unknown" in output for output in outputs)
+    assert not any("try again" in output for output in outputs)
+    call = backend.open().get_tool_call(KEY, "c-4")
+    assert call is not None and call.status is ToolCallStatus.STARTED
+    assert [(e["amount"], e["to"]) for e in effects.calls("pay")] == [(4, "eve")]
+
+
+async def test_a_keyed_mcp_call_past_the_read_timeout_is_sent_again_with_its_key(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The same timeout on a keyed tool (`idempotent(server, "charge", key_argument=...)`):
+    the call is sent again at once with the same key, the server answers the repeat with
+    the first result, and the call is done, applied once."""
+    effects = SideEffects(tmp_path / "mcp-effects.jsonl")
+    env = {
+        "MCP_EFFECTS_FILE": str(effects.path),
+        "MCP_KEYS_FILE": str(tmp_path / "keys.jsonl"),
+        "MCP_PAY_SECONDS": "5",
+    }
+    server = idempotent(payments_stdio(1, **env), "charge", key_argument="idempotency_key")
+    model = ScriptedModel(
+        [
+            [function_call("charge", {"amount": 3, "to": "bob"}, call_id="c-charge")],
+            [assistant_message("Charged.")],
+        ]
+    )
+    async with running(ConversationRuntime(backend.open(), payments_agent(server, model))) as rt:
+        outcomes = await rt.handle_message(KEY, event_id="E1", user="U1", text="charge bob 3")
+    assert Answer(key=KEY, text="Charged.") in outcomes
+    assert [o for o in outcomes if isinstance(o, Notice)] == []
+    assert len(effects.calls("charge")) == 1
+    call = backend.open().get_tool_call(KEY, "c-charge")
+    assert call is not None and call.status is ToolCallStatus.COMPLETED and call.attempts == 2
+    assert call.output is not None and "charged 3 to bob" in call.output

@@ -16,6 +16,7 @@ from agents import (
     handoff,
     input_guardrail,
 )
+from agents.mcp import MCPServerStdio
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import (
@@ -25,6 +26,7 @@ from bot.runtime import (
     Decided,
     Notice,
     NoticeKind,
+    idempotent,
     retry_safe,
 )
 from bot.runtime.fingerprint import agent_fingerprint
@@ -151,6 +153,27 @@ def test_a_tool_the_bot_cannot_guard_is_refused_at_load(store: Store) -> None:
         ConversationRuntime(store, agent)
     retry_safe(computer)  # the operator says running it again is harmless
     ConversationRuntime(store, agent)
+
+
+def test_an_mcp_server_the_sdk_would_retry_is_refused_unless_its_calls_may_repeat(
+    store: Store,
+) -> None:
+    """`max_retry_attempts` makes the SDK send a call that timed out again by itself: a side
+    effect could happen twice. Allowed only where every call may repeat (retry-safe, or
+    keyed: each attempt carries the same key)."""
+
+    def agent(server: MCPServerStdio) -> Agent[Any]:
+        return Agent(name="payer", mcp_servers=[server])
+
+    def retrying() -> MCPServerStdio:
+        return MCPServerStdio({"command": "true"}, name="payments", max_retry_attempts=2)
+
+    with pytest.raises(UnguardedTool, match=r"'payments' sets max_retry_attempts=2"):
+        ConversationRuntime(store, agent(retrying()))
+    with pytest.raises(UnguardedTool):  # some of its tools only: the others may not repeat
+        ConversationRuntime(store, agent(retry_safe(retrying(), "balance")))
+    ConversationRuntime(store, agent(retry_safe(retrying())))
+    ConversationRuntime(store, agent(idempotent(retrying(), key_argument="key")))
 
 
 def test_the_fingerprint_sees_the_whole_graph() -> None:

@@ -23,17 +23,28 @@ UNKNOWN_OUTCOME = (
 
 def unanswered_calls(history: list[str]) -> list[dict[str, Any]]:
     """The function_call items in `history` (stored JSON text) that have no output."""
-    calls: list[dict[str, Any]] = []
-    answered: set[str] = set()
-    for text in history:
-        item = json.loads(text)
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "function_call" and item.get("call_id"):
-            calls.append(item)
-        elif item.get("type") == "function_call_output":
-            answered.add(item.get("call_id", ""))
+    calls, answered = _calls(_items(history))
     return [call for call in calls if call["call_id"] not in answered]
+
+
+def answered_calls_of_the_run(history: list[str]) -> list[dict[str, Any]]:
+    """The function_call items with an output after the user's last input in `history`
+    (which ends with a run in progress): the calls this run made that were answered."""
+    items = _items(history)
+    inputs = [n for n, item in enumerate(items) if item.get("role") == "user"]
+    calls, answered = _calls(items[inputs[-1] + 1 :] if inputs else items)
+    return [call for call in calls if call["call_id"] in answered]
+
+
+def _items(history: list[str]) -> list[dict[str, Any]]:
+    return [item for item in map(json.loads, history) if isinstance(item, dict)]
+
+
+def _calls(items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[str]]:
+    """The function_call items, and the ids of the calls that have an output."""
+    calls = [i for i in items if i.get("type") == "function_call" and i.get("call_id")]
+    answered = {i.get("call_id", "") for i in items if i.get("type") == "function_call_output"}
+    return calls, answered
 
 
 @dataclass
@@ -80,9 +91,35 @@ class ClosedCalls:
         else:
             self.not_run.append(call)
 
+    def add_answered(self, call: dict[str, Any], record: ToolCallRecord | None) -> None:
+        """A call of the run whose output is in the history already: told as the ledger
+        says, with nothing to add to the history. One the ledger never saw (a retry-safe
+        call, a rejected one) is not told."""
+        if record is not None:
+            self.add_nested(
+                PendingCall(
+                    call_id=call["call_id"],
+                    tool_name=call.get("name", ""),
+                    arguments=call.get("arguments", ""),
+                ),
+                record,
+            )
+
     @property
     def all(self) -> list[PendingCall]:
         return self.ran + self.unknown + self.not_run + self.stopped
+
+    @property
+    def undecided(self) -> list[PendingCall]:
+        """The calls whose approval requests (if they have one) are still open: those the
+        ledger never saw. The others were decided (approved, then run or armed), and their
+        cards say by whom; a notice does not overwrite that."""
+        return self.not_run
+
+    @property
+    def acted(self) -> bool:
+        """A call ran, or may have (started, outcome unknown)."""
+        return bool(self.ran or self.unknown)
 
     def describe(self) -> str:
         """One sentence per kind, consistent with the ledger."""

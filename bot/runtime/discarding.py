@@ -189,7 +189,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
         kind=NoticeKind.DISCARDED,
         text=f"{who} discarded this conversation's saved state. {lost} The history is kept; "
         f"send a new message to start over.{messages}",
-        settles=closed.all,
+        settles=closed.undecided,
         details=quoted_then_counted(quotes, dropped, QUOTED),
     )
     old = record.checkpoint

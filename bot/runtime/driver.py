@@ -221,11 +221,23 @@ class _Turn:
             return await turn
         except Exception as exc:
             self.session.discard_pending()
-            await self._failed(exc, started_by, held, from_checkpoint=from_checkpoint)
+            await self._failed(
+                exc,
+                started_by,
+                held,
+                from_checkpoint=from_checkpoint,
+                resumed=isinstance(start, RunState),  # its earlier turns are committed
+            )
             return None
 
     async def _failed(
-        self, exc: Exception, started_by: str, held: list[HeldMessage], *, from_checkpoint: bool
+        self,
+        exc: Exception,
+        started_by: str,
+        held: list[HeldMessage],
+        *,
+        from_checkpoint: bool,
+        resumed: bool,
     ) -> None:
         """Sort a turn's failure (see the module's docstring); re-raises the faults."""
         serving, scope = self.serving, self.scope
@@ -237,9 +249,8 @@ class _Turn:
         if isinstance(exc, McpServerDown) or self.seen_down:
             await paused_for(serving, sorted(self.seen_down | set(getattr(exc, "servers", []))))
             return
-        tripped = guardrail_name(exc)
-        if tripped is not None:
-            await guardrail_tripped(serving, tripped, started_by, held, self.consume)
+        if guardrail_name(exc) is not None:
+            await guardrail_tripped(serving, exc, started_by, held, self.consume, resumed=resumed)
             return
         if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
             log.error("%s: the SDK refused the saved run: %s", serving.key, exc)

@@ -1,5 +1,8 @@
 """A guardrail that stopped a request: the turn ends with a plain answer naming it, recorded
-as finished (not a failure: nothing is retried, `/resume` has nothing to continue)."""
+as finished (not a failure: nothing is retried, `/resume` has nothing to continue). What it
+says of the request's tool calls is what the ledger says: a check can trip after a call
+ran (an output guardrail looks at the final answer, long after an approved call), so "I
+did not act on it" is said only when no call of the request ran or may have."""
 
 from __future__ import annotations
 
@@ -16,12 +19,13 @@ from agents.exceptions import (
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, HeldMessage
 from bot.runtime.outcomes import Notice, NoticeKind
-from storage import Status
+from storage import Status, ToolCallStatus
 
 if TYPE_CHECKING:
     from bot.runtime.serving_view import ServingView
 
 log = logging.getLogger("bot.runtime.driver")  # these were the driver's own lines
+NOT_RUN_GUARDED = "Not run: a check stopped the request before this call started."
 
 
 def guardrail_name(exc: BaseException) -> str | None:
@@ -33,25 +37,66 @@ def guardrail_name(exc: BaseException) -> str | None:
     return None
 
 
+def _stopped(exc: BaseException, name: str) -> str:
+    """What the check stopped."""
+    if isinstance(exc, OutputGuardrailTripwireTriggered):
+        return f"A check (`{name}`) withheld my answer to this request"
+    if isinstance(exc, ToolInputGuardrailTripwireTriggered):
+        return f"A check (`{name}`) stopped a tool call of this request before it ran"
+    if isinstance(exc, ToolOutputGuardrailTripwireTriggered):
+        return f"A check (`{name}`) stopped this request at a tool's result"
+    return f"A check (`{name}`) stopped this request"
+
+
 async def guardrail_tripped(
-    serving: ServingView, name: str, started_by: str, held: list[HeldMessage], consume: list[str]
+    serving: ServingView,
+    exc: BaseException,
+    started_by: str,
+    held: list[HeldMessage],
+    consume: list[str],
+    *,
+    resumed: bool,
 ) -> None:
     """A guardrail stopped the request: the turn ends with a plain answer naming it, and is
     recorded as finished (not a failure: nothing is retried, `/resume` has nothing to
     continue). The turn's items are not kept; calls left open are closed as the ledger
-    says, so that the history stays valid; messages held for the run are answered next."""
+    says, so that the history stays valid; messages held for the run are answered next.
+    The notice says which calls of the request ran (those of its earlier turns too, when
+    the run was `resumed` from a checkpoint: its history holds them), which did not, and
+    leaves decided approval requests showing who decided."""
+    name = guardrail_name(exc) or "?"
     log.info("%s: guardrail %r stopped the request", serving.key, name)
-    closed = await state_checks.close_calls(serving)
-    notice = Notice(
-        key=serving.key,
-        kind=NoticeKind.GUARDRAIL,
-        text=f"A check (`{name}`) stopped this request, so I did not act on it."
-        + (f" {closed.describe()}" if closed.all else ""),
-        settles=closed.all,
-    )
+    await _not_started(serving)
+    closed = await state_checks.close_calls(serving, answered=resumed)
+    said = _stopped(exc, name)
+    if closed.acted:
+        text = f"{said}; what was done before it stands. {closed.describe()}"
+    elif isinstance(exc, InputGuardrailTripwireTriggered):
+        text = f"{said}, so I did not act on it."
+    else:
+        text = f"{said}. Nothing was done."
+    if closed.all and not closed.acted:
+        text += f" {closed.describe()}"
+    notice = Notice(key=serving.key, kind=NoticeKind.GUARDRAIL, text=text, settles=closed.undecided)
     finished = Envelope(
         run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
     )
     await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
     serving.release_as(Status.IDLE)
     serving.look_again(bool(held))
+
+
+async def _not_started(serving: ServingView) -> None:
+    """Calls recorded as started and never started (a tool input guardrail stopped an
+    approved call before it ran): the ledger says they did not run, not "outcome unknown".
+    A result recorded after the lease was taken (the call's fence still holds it) is the
+    truth as well."""
+    for call_id in sorted(serving.armed):
+        await serving.io(
+            serving.store.complete_tool_call,
+            serving.lease,
+            call_id,
+            NOT_RUN_GUARDED,
+            status=ToolCallStatus.CANCELLED,
+        )
+    serving.armed.clear()

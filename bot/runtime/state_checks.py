@@ -17,7 +17,7 @@ from agents import RunState
 from agents.exceptions import ModelBehaviorError, UserError
 from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
-from bot.runtime.closing import ClosedCalls, unanswered_calls
+from bot.runtime.closing import ClosedCalls, answered_calls_of_the_run, unanswered_calls
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
 from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
 from bot.runtime.mcp_servers import paused_for
@@ -194,7 +194,7 @@ async def fail_closed(
         f"was run again. {lost} The history up to the last completed step is kept; your next "
         "message starts a fresh run.",
         reference=reference,
-        settles=closed.all,
+        settles=closed.undecided,
     )
     tombstone = Envelope(
         run_state={},
@@ -217,17 +217,25 @@ async def fail_closed(
 
 
 async def close_calls(
-    serving: ServingView, *, run: Envelope | None = None, window: int = 200
+    serving: ServingView,
+    *,
+    run: Envelope | None = None,
+    answered: bool = False,
+    window: int = 200,
 ) -> ClosedCalls:
     """The outputs that close every open call in the recent history, from the ledger. Calls
     of `run` (the checkpoint's) that the history does not hold, those inside an agent used
     as a tool, are told as the ledger says too: one still waiting for a person was not run,
     one approved and started but never completed is "outcome unknown" (it was left started,
-    and nobody told, when the run stopped before it finished)."""
+    and nobody told, when the run stopped before it finished). With `answered` (the history
+    ends with the run in progress), the calls of the run already answered are told too."""
     io, store, key = serving.io, serving.store, serving.key
     generation = serving.record.generation
     page = await io(store.read_items, key, window)
     closed = ClosedCalls()
+    for call in answered_calls_of_the_run(page.items) if answered else []:
+        record = await io(store.get_tool_call, key, call["call_id"], generation)
+        closed.add_answered(call, record)
     calls = unanswered_calls(page.items)
     for call in calls:
         record = await io(store.get_tool_call, key, call["call_id"], generation)

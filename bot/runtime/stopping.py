@@ -77,7 +77,7 @@ async def stopped(serving: ServingView, consume: list[str], *, by: str | None = 
         text=f"Stopped by <@{who}>.{lost} Send a new message to start again.{unanswered}"
         if who
         else f"Stopped.{lost} Send a new message to start again.{unanswered}",
-        settles=closed.all,
+        settles=closed.undecided,
         details=quotes[:QUOTED],
     )
     decided = dict(serving.decided)

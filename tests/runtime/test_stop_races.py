@@ -247,7 +247,7 @@ async def test_a_stop_after_a_restart_names_a_started_call_inside_an_agent_tool(
     assert "Started, outcome unknown (not run again; check it): `transfer` (call c-in)" in (
         notice.text
     )
-    assert "c-in" in [call.call_id for call in notice.settles]
+    assert "c-in" not in [c.call_id for c in notice.settles]  # its card keeps who approved it
     assert effects.calls() == []
 
 

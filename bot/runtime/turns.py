@@ -27,6 +27,14 @@ TEXT_DELTA = "response.output_text.delta"
 TURN_BEGINS = "response.created"  # the first event of each model call
 
 
+def answer_checked(agent: Agent[Any], run_config: RunConfig) -> bool:
+    """The agent's final answer must pass output guardrails first (its own, or the run's).
+    The SDK runs them once the answer is whole, so its text is not shown while the model
+    writes it: a check that trips must not find it already in the thread. The thread still
+    sees the run work (its status, its tool steps) and gets the answer once it passes."""
+    return bool(agent.output_guardrails or run_config.output_guardrails)
+
+
 def every_turn() -> bool:
     """A checkpoint after every turn."""
     return True
@@ -45,8 +53,8 @@ async def run_turns(
     checkpoint_due: Callable[[], bool] = every_turn,
 ) -> RunResultStreaming:
     """Turns until the next checkpoint; `on_text` sees the answer's text as the model
-    streams it; `context` is the run context tools get (it replaces the one a resumed state
-    carries)."""
+    streams it (unless output guardrails check it first: `answer_checked`); `context` is
+    the run context tools get (it replaces the one a resumed state carries)."""
     result = Runner.run_streamed(
         agent, start, context=context, session=session, run_config=run_config, max_turns=max_turns
     )
@@ -64,7 +72,11 @@ async def run_turns(
                 kind = getattr(data, "type", "")
                 if kind == TURN_BEGINS:
                     turn_clock.reschedule(loop.time() + time_limit)
-                elif kind == TEXT_DELTA and on_text is not None:
+                elif (
+                    kind == TEXT_DELTA
+                    and on_text is not None
+                    and not answer_checked(result.current_agent, run_config)
+                ):
                     await on_text(str(getattr(data, "delta", "")))
     except BaseException:
         result.cancel()  # immediate: the SDK's background task must not run on

@@ -46,6 +46,7 @@ from agents.tool_context import ToolContext
 
 from bot.runtime.agent_graph import agents_of, is_agent_tool
 from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
+from bot.runtime.keyed_calls import send_again, start_again, with_key
 from bot.runtime.mcp_failures import McpServerDown
 from bot.runtime.mcp_servers import watched_call
 from bot.runtime.progress import Step
@@ -276,7 +277,7 @@ def _guarded_invoke(
             if not claim.created:
                 record: ToolCallRecord | None = claim.record
                 if claim.record.status is ToolCallStatus.STARTED and keyed:
-                    record = await _start_again(scope, call_id, tool.name, claim.record)
+                    record = await start_again(scope, call_id, tool.name, claim.record)
                 if record is not None:  # not started again: what the ledger says of it
                     if record.status is ToolCallStatus.COMPLETED:
                         await scope.show(call_id, tool.name, Step.DONE)
@@ -290,7 +291,7 @@ def _guarded_invoke(
         # Until the tool itself starts the call stays armed: a stop that lands meanwhile
         # (while the progress is shown, say) has it recorded as cancelled, not as started.
         if key_argument:  # a keyed MCP tool receives its key as an argument
-            arguments = _with_key(arguments, key_argument, ctx)
+            arguments = with_key(arguments, key_argument, ctx)
         await scope.show(call_id, tool.name, Step.RUNNING)
         if scope.stop_requested():
             return STOPPED_BEFORE_IT_RAN
@@ -309,7 +310,7 @@ def _guarded_invoke(
             except Exception as exc:
                 await _failed(scope, call_id, tool.name, exc)
                 raise
-            while why is not None and keyed and await _send_again(scope, call_id, tool.name, why):
+            while why is not None and keyed and await send_again(scope, call_id, tool.name, why):
                 try:
                     output, why = await attempt(ctx, arguments)
                 except McpServerDown:
@@ -354,69 +355,6 @@ async def _unanswered(scope: TurnScope, call_id: str, tool: str, server: Any, wh
     scope.fates[call_id] = Step.UNKNOWN
     await scope.show(call_id, tool, Step.UNKNOWN)
     return unanswered_output(why, label)
-
-
-async def _send_again(scope: TurnScope, call_id: str, tool: str, why: NoAnswer) -> bool:
-    """A keyed call that got no answer is sent again with its key (the service applies it
-    once), while its attempts last (`BOT_IDEMPOTENT_ATTEMPTS`, counted in the ledger with
-    those after a crash). False when they are spent: its outcome stays unknown."""
-    try:
-        again = await scope.storage(
-            scope.store.retry_tool_call, scope.lease, call_id, max_attempts=scope.keyed_attempts
-        )
-    except StorageError as fault:
-        scope.fault = fault
-        raise
-    if again is None:
-        return False
-    log.info("%s: `%s` (call %s) sent again with its key (%s)", scope.lease.key, tool, call_id, why)
-    await asyncio.sleep(_backoff(again.attempts))
-    return True
-
-
-async def _start_again(
-    scope: TurnScope, call_id: str, tool: str, started: ToolCallRecord
-) -> ToolCallRecord | None:
-    """A keyed call whose outcome is unknown (its process died, or its lease was lost,
-    while it ran) is started again, with the same key, while its attempts last: the service
-    applies the key once. A pause before each attempt after the second lets a service that
-    failed recover. None when it was started again; else the ledger's record, read again:
-    its attempts are spent (outcome unknown, as for any call), or the serve it was taken
-    from recorded its result meanwhile (completed: that result is the call's)."""
-    try:
-        again = await scope.storage(
-            scope.store.retry_tool_call, scope.lease, call_id, max_attempts=scope.keyed_attempts
-        )
-        if again is None:
-            now = await scope.storage(
-                scope.store.get_tool_call, scope.lease.key, call_id, scope.lease.generation
-            )
-            return now or started
-    except StorageError as fault:
-        scope.fault = fault
-        raise
-    await asyncio.sleep(_backoff(again.attempts))
-    scope.started_again.append((call_id, tool))
-    return None
-
-
-def _backoff(attempt: int) -> float:
-    """Seconds before attempt `attempt` of a keyed call (the second goes at once)."""
-    return 0.0 if attempt <= 2 else min(2.0 ** (attempt - 3), 10.0)
-
-
-def _with_key(arguments: str, name: str, ctx: ToolContext[Any]) -> str:
-    key = getattr(ctx.context, "idempotency_key", None)
-    if not callable(key):
-        return arguments
-    try:
-        document = json.loads(arguments or "{}")
-    except ValueError:
-        return arguments
-    if not isinstance(document, dict):
-        return arguments
-    document[name] = key(ctx.tool_call_id)
-    return json.dumps(document, ensure_ascii=False)
 
 
 async def _begin(scope: TurnScope, call_id: str, name: str, arguments: str) -> ToolCallClaim:

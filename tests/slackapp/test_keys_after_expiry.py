@@ -15,8 +15,7 @@ from agents import Agent, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
-from bot.runtime import idempotent
-from bot.runtime.request_context import RequestContext
+from bot.runtime import RequestContext, idempotent
 from bot.settings import RuntimeSettings
 from storage import Status, Store
 from storage.models import utcnow

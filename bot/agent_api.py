@@ -8,16 +8,17 @@
   it runs without the ledger's pause. Any tool kind, or an MCP server (all its tools, or
   those named).
 - `idempotent(tool)`: a side effect the service deduplicates by the call's idempotency key
-  (`ctx.context.idempotency_key(ctx.tool_call_id)`): a call cut short by a crash is run
-  again with the same key and ends done or failed, not "outcome unknown". For an MCP server,
-  per tool name, with the argument the key goes in.
+  (`ctx.context.idempotency_key(ctx.tool_call_id)`): a call cut short by a crash, or that
+  got no answer (a timeout, a lost connection), is run again with the same key and ends
+  done or failed, not "outcome unknown". For an MCP server, per tool name, with the
+  argument the key goes in.
 - `UnguardedTool`: what loading an agent raises for a tool the bot cannot run at most once
   (a computer, a shell, a hosted MCP server...) unless it is marked `retry_safe`.
 
 Every other tool is a side effect the bot runs at most once: it pauses before the call (the
 call is checkpointed, and approved by a person when the tool's own `needs_approval` says so,
 `BOT_APPROVERS` deciding along with the person who asked), is recorded as started, then
-completed; after a crash it is never run twice. See docs/agents.md."""
+completed; after a crash, or a timeout, it is never run twice. See docs/agents.md."""
 
 from bot.runtime import RequestContext, UnguardedTool, idempotent, retry_safe
 

@@ -63,7 +63,8 @@ class RuntimeSettings(BaseSettings):
         ge=1,
         le=10,
         description="times a keyed (`idempotent`) call may be started in all, when its outcome "
-        "is unknown after a crash; past them it is reported as outcome unknown",
+        "is unknown after a crash, a timeout or a lost connection; past them it is reported "
+        "as outcome unknown",
     )
     tracing: bool = False
     trace_processors: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split_names)] = Field(

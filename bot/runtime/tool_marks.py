@@ -33,8 +33,9 @@ def is_retry_safe(tool: object) -> bool:
 def idempotent(tool: T, *tool_names: str, key_argument: str | None = None) -> T:
     """Declare a side-effecting tool keyed: the service it calls deduplicates by the call's
     idempotency key (`RequestContext.idempotency_key(ctx.tool_call_id)`), so a call whose
-    outcome is unknown after a crash is run again with the same key (`BOT_IDEMPOTENT_ATTEMPTS`
-    in all) and ends done or failed, not unknown. It still pauses before it runs and is
+    outcome is unknown after a crash, or that got no answer (a timeout, a lost connection),
+    is run again with the same key (`BOT_IDEMPOTENT_ATTEMPTS` in all) and ends done or
+    failed, not unknown. It still pauses before it runs and is
     approved once. For an MCP server: all its tools, or those named; `key_argument` names
     the argument the key is passed in (the tool's own schema must accept it)."""
     if tool_names:

@@ -17,6 +17,7 @@ from agents.tool_context import ToolContext
 
 from bot.runtime import Answer, ConversationRuntime, Notice, NoticeKind, idempotent
 from bot.runtime.request_context import RequestContext
+from bot.runtime.tool_failures import NoAnswer, no_answer
 from bot.settings import RuntimeSettings
 from storage import Store, ToolCallStatus
 from testkit.keyed_service import KeyedService, call, keyed_service
@@ -134,3 +135,34 @@ async def test_a_keyed_call_that_never_answers_stops_at_its_attempts(
     assert len(service.requests) == 2 and len(service.effects) == 1
     call = store.get_tool_call(KEY, "c-9")
     assert call is not None and call.status is ToolCallStatus.STARTED and call.attempts == 2
+
+
+def test_what_counts_as_no_answer() -> None:
+    """By type, by the names libraries give their timeouts and dropped connections, and by
+    what an error was raised from; an error the service answered is an answer."""
+
+    class ReadTimeout(OSError):  # as requests and httpx name theirs
+        pass
+
+    class ServerDisconnectedError(Exception):  # aiohttp's
+        pass
+
+    class PaymentError(Exception):
+        pass
+
+    def raised_from(cause: BaseException) -> PaymentError:
+        try:
+            raise PaymentError("the payment service did not answer") from cause
+        except PaymentError as exc:
+            return exc
+
+    assert no_answer(TimeoutError()) is NoAnswer.TIMED_OUT
+    assert no_answer(ReadTimeout()) is NoAnswer.TIMED_OUT
+    assert no_answer(ConnectionResetError()) is NoAnswer.CONNECTION_LOST
+    assert no_answer(ServerDisconnectedError()) is NoAnswer.CONNECTION_LOST
+    assert no_answer(raised_from(TimeoutError())) is NoAnswer.TIMED_OUT
+    assert no_answer(ExceptionGroup("tasks", [ValueError(), TimeoutError()])) is (
+        NoAnswer.TIMED_OUT
+    )
+    assert no_answer(PaymentError("card declined")) is None
+    assert no_answer(ValueError("bad amount")) is None

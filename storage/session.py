@@ -1,10 +1,13 @@
 """The Agents SDK `Session` for one conversation, on any `Store`.
 
 Two modes:
-- direct (no `staged`): every `add_items` is one atomic append, fenced when a lease is given.
+- direct (no `staged`): every `add_items` is one atomic append, fenced when a lease is given;
+  every read asks the store (others may append meanwhile), as the SDK's own sessions do.
 - staged: what the SDK appends during a turn is held in memory and handed to
   `Store.commit` with the checkpoint, so items and checkpoint land in ONE atomic write
-  (the runtime's mode; see `storage.base`). Reads see committed plus staged items.
+  (the runtime's mode; see `storage.base`). Reads see committed plus staged items; the
+  committed ones it read (or was given, `known`) are kept, since the lease holder is their
+  only writer.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 
 from storage.base import Store
 from storage.calls import StorageCalls
@@ -54,17 +61,24 @@ class ConversationSession:
         *,
         lease: Lease | None = None,
         staged: bool = False,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         known: KnownHistory | None = None,
         calls: StorageCalls | None = None,
     ) -> None:
+        if known is not None and not staged:
+            raise ValueError("known history is for a staged session, whose lease holds it")
         self.store = store
         self.calls = calls or StorageCalls(store)  # retried like every storage call
         self.key = key
         self.lease = lease
         self.staged = staged
         self.session_id = str(key)
-        self.session_settings = session_settings
+        # As the SDK's own sessions take them: a dict is read as settings, None as defaults.
+        self.session_settings: SessionSettings | None = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
         self._pending: list[str] = []
         self._base_seq: int | None = None  # next_seq of the committed history we built on
         # The latest committed items, already known (a cache the caller validated against
@@ -91,7 +105,7 @@ class ConversationSession:
                 if self._base_seq is None or not self._pending:
                     self._base_seq = page.next_seq
                 committed = page.items
-                if not self._pending and wanted is not None:
+                if self.staged and not self._pending and wanted is not None:
                     complete = len(page.items) < wanted
                     self.known = KnownHistory(list(page.items), page.next_seq, complete)
             texts = committed + self._pending

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from agents import Agent, Runner, function_tool
 from agents.items import TResponseInputItem
-from agents.memory import Session
+from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from storage import ConversationSession, Store
@@ -158,3 +158,24 @@ def test_concurrent_appends_from_processes_are_atomic(
         assert [i["i"] for i in chunk] == [0, 1, 2]
         assert len({(i["w"], i["b"]) for i in chunk}) == 1
     assert len({(i["w"], i["b"]) for i in items}) == workers * batches
+
+
+async def test_a_direct_session_reads_what_was_appended_after_its_last_read(store: Store) -> None:
+    """Nothing a direct session read earlier hides a later append, its own or another's."""
+    session = ConversationSession(store, KEY, session_settings=SessionSettings(limit=10))
+    await session.add_items(opaque([{"n": 1}]))
+    assert await read(session) == [{"n": 1}]
+    await session.add_items(opaque([{"n": 2}]))
+    assert await read(session) == [{"n": 1}, {"n": 2}]
+    await ConversationSession(store, KEY).add_items(opaque([{"n": 3}]))
+    assert await read(session) == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
+async def test_each_turn_of_a_run_sees_the_turns_before_it(store: Store) -> None:
+    session = ConversationSession(store, KEY, session_settings=SessionSettings(limit=10))
+    model = ScriptedModel([[assistant_message("one")], [assistant_message("two")]])
+    agent = Agent(name="assistant", model=model)
+    await Runner.run(agent, "first", session=session)
+    await Runner.run(agent, "second", session=session)
+    seen = [item.get("content") for item in model.calls[-1].input if item.get("role") == "user"]
+    assert seen == ["first", "second"]

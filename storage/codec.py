@@ -11,6 +11,7 @@ from typing import Any
 
 from storage.errors import CheckpointCorrupt, CheckpointTruncated
 from storage.models import CheckpointPointer
+from storage.text import json_text
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class EncodedCheckpoint:
 def encode_state(state: dict[str, Any] | str) -> EncodedCheckpoint:
     """`state` is `RunState.to_json()` or `to_string()`; stored as compact JSON, gzipped."""
     document = json.loads(state) if isinstance(state, str) else state
-    raw = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+    raw = json_text(document).encode()
     # mtime=0 keeps the bytes (and the hash) a pure function of the state.
     data = gzip.compress(raw, compresslevel=6, mtime=0)
     return EncodedCheckpoint(data=data, sha256=hashlib.sha256(data).hexdigest())

@@ -6,8 +6,14 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from storage.text import plain_text
+
+# Text from outside (a tool, the model) as the stores can hold it (see `storage.text`).
+StoredText = Annotated[str, AfterValidator(plain_text)]
 
 
 def utcnow() -> datetime:
@@ -358,9 +364,9 @@ class ToolCallRecord(BaseModel):
     key: ConversationKey
     call_id: str
     tool_name: str
-    arguments: str
+    arguments: StoredText
     status: ToolCallStatus
-    output: str | None = None
+    output: StoredText | None = None
     fence: int
     started_at: datetime
     completed_at: datetime | None = None

@@ -25,6 +25,7 @@ from agents.memory.session_settings import (
 from storage.base import Store
 from storage.calls import StorageCalls
 from storage.models import ConversationKey, Lease
+from storage.text import json_text
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -32,8 +33,9 @@ if TYPE_CHECKING:
 
 def dump_item(item: Any) -> str:
     """Items are stored as opaque JSON text, so they round-trip exactly (no Decimals, no
-    dropped nulls): the SDK compares digests of `json.dumps(item, sort_keys=True)`."""
-    return json.dumps(item, ensure_ascii=False, separators=(",", ":"))
+    dropped nulls, lone surrogates escaped): the SDK compares digests of
+    `json.dumps(item, sort_keys=True)`."""
+    return json_text(item)
 
 
 @dataclass(frozen=True)

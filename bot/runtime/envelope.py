@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from bot.runtime.context_source import SharedFile
 from bot.runtime.outcomes import PendingCall
 from bot.runtime.viewing import Viewing
+from storage.text import json_text
 
 ENVELOPE_FORMAT = 1
 
@@ -80,7 +81,9 @@ class Envelope(BaseModel):
         return not self.finished and bool(self.run_state)
 
     def document(self) -> dict[str, Any]:
-        return json.loads(self.model_dump_json())  # type: ignore[no-any-return]
+        # Not through pydantic's JSON, which cannot write a lone surrogate (a tool's broken
+        # emoji in the RunState): the store's JSON text keeps it exactly.
+        return self.model_dump(mode="json")
 
 
 class UserMessage(BaseModel):
@@ -136,6 +139,12 @@ class StopRequest(BaseModel):
 
 
 InboxPayload = UserMessage | DecisionRequest | Probe | StopRequest
+
+
+def payload_text(payload: InboxPayload) -> str:
+    """What the inbox keeps: JSON text that holds whatever text the payload carries (a file
+    name with a lone surrogate, say, which pydantic's JSON cannot write)."""
+    return json_text(payload.model_dump(mode="json"))
 
 
 def parse_payload(text: str) -> InboxPayload:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 
 from bot.runtime.context_source import SharedFile
-from bot.runtime.envelope import DecisionRequest, Probe, UserMessage
+from bot.runtime.envelope import DecisionRequest, Probe, UserMessage, payload_text
 from bot.runtime.keeps_first import KeepsFirst
 from bot.runtime.lease_owner import new_owner
 from bot.runtime.not_taken import NotTaken
@@ -81,7 +81,7 @@ class Keeping(Queries):
             addressed=create,
             viewing=viewing,
         )
-        payload = message.model_dump_json()
+        payload = payload_text(message)
         refusal = Refusal(
             event_id=event_id, user=user, text=message.text[:REFUSAL_TEXT], at=self.store.clock()
         )
@@ -109,15 +109,17 @@ class Keeping(Queries):
         take: bool = False,
     ) -> Kept:
         """Keep a click on Approve or Reject durably; it never creates a conversation."""
-        payload = DecisionRequest(
-            call_id=call_id,
-            approve=approve,
-            user=user,
-            version=checkpoint_version,
-            reason=clean_text(reason) if reason else None,
-            request_message=request_message,
-            reply_to=reply_to,
-        ).model_dump_json()
+        payload = payload_text(
+            DecisionRequest(
+                call_id=call_id,
+                approve=approve,
+                user=user,
+                version=checkpoint_version,
+                reason=clean_text(reason) if reason else None,
+                request_message=request_message,
+                reply_to=reply_to,
+            )
+        )
         return await self._keep(key, event_id, payload, create=False, user=None, take=take)
 
     def opens_conversation(self, key: ConversationKey) -> bool:
@@ -169,7 +171,7 @@ class Keeping(Queries):
     ) -> Kept:
         """A request about a thread whose state expired: it brings the thread back, to be
         told (see `expiry`)."""
-        payload = Probe(user=user, reason=reason).model_dump_json()
+        payload = payload_text(Probe(user=user, reason=reason))
         event_id = f"probe:{reason}:{user}:{uuid.uuid4().hex}"
         return await self._keep(key, event_id, payload, create=False, user=None, take=take)
 

@@ -10,7 +10,7 @@ from abc import abstractmethod
 from dataclasses import dataclass
 
 from bot.runtime.admitting import Admitting
-from bot.runtime.envelope import StopRequest
+from bot.runtime.envelope import StopRequest, payload_text
 from bot.runtime.keeping import Kept
 from bot.runtime.outcomes import Refused
 from storage import Conversation, ConversationKey, Status
@@ -100,7 +100,7 @@ class StopRequests(Admitting):
             return Stopping(False, "Nothing is running there right now.")
         if not self.may_stop(record, user):
             return Stopping(False, NOT_YOURS_TO_STOP, refused=True)
-        payload = StopRequest(user=user, reply_to=reply_to).model_dump_json()
+        payload = payload_text(StopRequest(user=user, reply_to=reply_to))
         event_id = f"stop:{user}:{uuid.uuid4().hex}"
         kept = await self._keep(
             key, event_id, payload, create=False, user=None, take=True, stop_by=user

@@ -15,6 +15,7 @@ from storage.aws.layout import conv_pk, epoch_seconds, meta_key, tool_sk
 from storage.aws.tables import Tables
 from storage.errors import LeaseLost, StorageError
 from storage.models import ConversationKey, Lease, ToolCallClaim, ToolCallRecord, ToolCallStatus
+from storage.text import plain_text
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -96,6 +97,7 @@ class Ledger:
         recorded under the lease; False when recorded after the lease was taken from us,
         under the fence the call was started with (see `Store.complete_tool_call`)."""
         now = self.t.clock()
+        output = plain_text(output)
         update = ledger_rows.completion(
             lease.key, call_id, output, now, self.t.expiry(now), self.put_blob, status
         )

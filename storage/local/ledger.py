@@ -17,6 +17,7 @@ from storage.models import (
     ToolCallRecord,
     ToolCallStatus,
 )
+from storage.text import plain_text
 
 
 class Ledger:
@@ -90,7 +91,7 @@ class Ledger:
             if record is None or record.status is not ToolCallStatus.STARTED:
                 raise StorageError(f"tool call {call_id} is not started in {lease.key}")
             record = record.model_copy(
-                update={"status": status, "output": output, "completed_at": now}
+                update={"status": status, "output": plain_text(output), "completed_at": now}
             )
             self.save_tool(db, record)
         return held

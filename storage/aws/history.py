@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef, TransactWriteItemTypeDef
 
 
+# Rows per query page at most: DynamoDB's Limit is a 32-bit number (the SDK's compaction
+# asks for 2**31 - 1 items, "all"), and a page stops at 1 MB anyway; pages go on lazily.
+PAGE_ROWS = 1_000
+
+
 class History:
     def __init__(self, tables: Tables, get_blob: Callable[[str], bytes]) -> None:
         self.t = tables
@@ -76,7 +81,11 @@ class History:
         return meta, mine()
 
     def read_items(self, key: ConversationKey, limit: int | None) -> SessionPage:
-        meta, rows = self._current_rows(key, None if limit is None else limit + 1)
+        if limit is not None:
+            limit = max(limit, 0)
+        # One row more than the items wanted (META comes first), within what a query takes.
+        page_size = None if limit is None else min(limit + 1, PAGE_ROWS)
+        meta, rows = self._current_rows(key, page_size)
         if meta is None:
             return SessionPage(items=[], next_seq=0)
         newest_first: list[str] = []
@@ -85,7 +94,7 @@ class History:
             if limit is not None and len(newest_first) >= limit:
                 break  # before the iterator pulls another row (and maybe another page)
         if limit is not None:
-            newest_first = newest_first[: max(limit, 0)]
+            newest_first = newest_first[:limit]
         return SessionPage(items=newest_first[::-1], next_seq=int(meta["next_seq"]["N"]))
 
     def pop_item(self, key: ConversationKey, lease: Lease | None) -> str | None:

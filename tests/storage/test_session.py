@@ -179,3 +179,11 @@ async def test_each_turn_of_a_run_sees_the_turns_before_it(store: Store) -> None
     await Runner.run(agent, "second", session=session)
     seen = [item.get("content") for item in model.calls[-1].input if item.get("role") == "user"]
     assert seen == ["first", "second"]
+
+
+async def test_all_items_as_the_sdks_compaction_asks_for_them(store: Store) -> None:
+    """`OpenAIResponsesCompactionSession` reads everything with a limit of 2**31 - 1."""
+    await ConversationSession(store, KEY).add_items(opaque({"n": i} for i in range(3)))
+    everything = await read(ConversationSession(store, KEY), limit=2_147_483_647)
+    assert everything == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert store.read_items(KEY, -1).items == []

@@ -1,7 +1,7 @@
 """Text as the stores hold it: UTF-8 (sqlite, DynamoDB, S3), which cannot carry a lone
 surrogate, what `json.loads` makes of a broken `\\ud83d` escape in a tool's output, the
 model's text or a Slack payload. JSON text keeps one exactly, escaped; plain text gets
-U+FFFD in its place."""
+U+FFFD in its place. And a stored item that is not JSON is told apart, to be skipped."""
 
 from __future__ import annotations
 
@@ -40,3 +40,13 @@ def _unencodable(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def decodes(text: str) -> bool:
+    """Whether a stored item is JSON: one that is not (damaged) is left out of the history
+    it belongs to, never a reason for a read to fail."""
+    try:
+        json.loads(text)
+    except (ValueError, TypeError):
+        return False
+    return True

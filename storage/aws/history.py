@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # Rows per query page at most: DynamoDB's Limit is a 32-bit number (the SDK's compaction
 # asks for 2**31 - 1 items, "all"), and a page stops at 1 MB anyway; pages go on lazily.
 PAGE_ROWS = 1_000
+POP_ATTEMPTS = 10  # tries of a pop that loses to concurrent writers
 
 
 class History:
@@ -90,7 +91,8 @@ class History:
             return SessionPage(items=[], next_seq=0)
         newest_first: list[str] = []
         for item_row in rows:
-            newest_first.extend(reversed(session_rows.expand(item_row, self.get_blob)))
+            found = session_rows.expand(item_row, self.get_blob)
+            newest_first.extend(reversed(session_rows.readable(item_row, found)))
             if limit is not None and len(newest_first) >= limit:
                 break  # before the iterator pulls another row (and maybe another page)
         if limit is not None:
@@ -98,7 +100,8 @@ class History:
         return SessionPage(items=newest_first[::-1], next_seq=int(meta["next_seq"]["N"]))
 
     def pop_item(self, key: ConversationKey, lease: Lease | None) -> str | None:
-        for _ in range(10):
+        conflicts = 0
+        while True:
             meta, rows = self._current_rows(key, 2)
             if lease and (meta is None or not _held_by(meta, lease)):
                 raise LeaseLost(str(key), lease.fence)
@@ -106,9 +109,10 @@ class History:
             if meta is None or item_row is None:
                 return None
             found = session_rows.expand(item_row, self.get_blob)
+            left, item = session_rows.popped(item_row, found)
             actions: list[TransactWriteItemTypeDef] = [self._floor_check(key, meta, lease)]
-            if "count" in item_row and len(found) > 1:
-                actions.append(self._shrink_batch(item_row, len(found)))
+            if "count" in item_row and left:
+                actions.append(self._shrink_batch(item_row, len(found), left))
             else:
                 actions.append(
                     {
@@ -126,11 +130,13 @@ class History:
                     raise
                 if lease and first_failed(exc):
                     raise LeaseLost(str(key), lease.fence) from exc
+                conflicts += 1
+                if conflicts == POP_ATTEMPTS:
+                    raise SessionConflict(f"{key}: pop kept losing to concurrent writers") from exc
                 continue  # a concurrent pop or clear won: look again
-            if not found:
-                continue  # the row was a gap (its blob expired): it is gone now, look again
-            return found[-1]
-        raise SessionConflict(f"{key}: pop kept losing to concurrent writers")
+            if item is not None:
+                return item
+            # The row held nothing readable (an expired blob, items not JSON): it is gone now.
 
     def _floor_check(
         self, key: ConversationKey, meta: Item, lease: Lease | None
@@ -142,7 +148,7 @@ class History:
             update.fenced(lease.fence, lease.owner)
         return {"ConditionCheck": update.as_condition_check(self.t.table, meta_key(key))}
 
-    def _shrink_batch(self, item_row: Item, count: int) -> TransactWriteItemTypeDef:
+    def _shrink_batch(self, item_row: Item, count: int, left: int) -> TransactWriteItemTypeDef:
         return {
             "Update": {
                 "TableName": self.t.table,
@@ -150,7 +156,7 @@ class History:
                 "UpdateExpression": "SET #count = :new",
                 "ConditionExpression": "#count = :old",
                 "ExpressionAttributeNames": {"#count": "count"},
-                "ExpressionAttributeValues": {":new": n(count - 1), ":old": n(count)},
+                "ExpressionAttributeValues": {":new": n(left), ":old": n(count)},
             }
         }
 

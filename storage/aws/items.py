@@ -3,7 +3,8 @@
 An item over `INLINE_ITEM_LIMIT` is written to S3 first (write-once, content-addressed) and
 its row points at it; a batch beyond what one transaction may hold is written as one blob and
 one row, so an append is always all-or-nothing. A blob that is gone (S3 lifecycle) or damaged
-is a gap in the history, logged and skipped: never a reason to wedge a conversation."""
+is a gap in the history, logged and skipped: never a reason to wedge a conversation. So is an
+item that is not JSON."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from storage.aws.expressions import Item, n, s
 from storage.aws.layout import item_sk, row
 from storage.errors import CheckpointMissing
 from storage.models import ConversationKey
+from storage.text import decodes
 from storage.writes import INLINE_ITEM_LIMIT, TRANSACTION_BYTES_LIMIT
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,32 @@ def _offload(
     blob_key = f"items/{key.path}/{scope}{seq:012d}-{kind}-{digest}.json"
     put_blob(blob_key, data)
     return blob_key
+
+
+def readable(item_row: Item, texts: list[str]) -> list[str]:
+    """The items of `texts` (one row's, see `expand`) that are JSON; the others are logged
+    and left out, like a gap."""
+    kept = [text for text in texts if decodes(text)]
+    _unreadable(item_row, len(texts) - len(kept))
+    return kept
+
+
+def popped(item_row: Item, texts: list[str]) -> tuple[int, str | None]:
+    """Popping the newest item of one row's `texts` that is JSON: how many items stay in the
+    row (those before it), and the item (None when none is: the row goes). Unreadable items
+    after it go with it, logged."""
+    for index in range(len(texts) - 1, -1, -1):
+        if decodes(texts[index]):
+            _unreadable(item_row, len(texts) - 1 - index)
+            return index, texts[index]
+    _unreadable(item_row, len(texts))
+    return 0, None
+
+
+def _unreadable(item_row: Item, count: int) -> None:
+    if count:
+        where = f"{item_row['pk']['S']} {item_row['sk']['S']}"
+        log.error("%s: %d session item(s) not JSON: a gap in the history", where, count)
 
 
 def expand(item_row: Item, get_blob: GetBlob) -> list[str]:

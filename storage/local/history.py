@@ -1,12 +1,18 @@
-"""Session items on sqlite: a row each, above the record's floor (`session_floor`)."""
+"""Session items on sqlite: a row each, above the record's floor (`session_floor`). A row
+that is not JSON is a gap in the history (logged): reads leave it out, a pop drops it."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
 
 from storage.local.database import Database, fenced, read_record
 from storage.models import ConversationKey, Lease
+from storage.text import decodes
 from storage.writes import SessionPage
+
+log = logging.getLogger(__name__)
+
+NEWEST_FIRST = "SELECT seq, data FROM items WHERE key = ? AND seq >= ? ORDER BY seq DESC"
 
 
 class History:
@@ -20,29 +26,38 @@ class History:
             record = read_record(db, key)
             if record is None:
                 return SessionPage(items=[], next_seq=0)
-            query = "SELECT data FROM items WHERE key = ? AND seq >= ? ORDER BY seq DESC"
-            params: tuple[Any, ...] = (str(key), record.session_floor)
-            if limit is not None:
-                query += " LIMIT ?"
-                params += (max(limit, 0),)
-            rows = db.execute(query, params).fetchall()
+            newest_first: list[str] = []
+            if limit is None or limit > 0:
+                # Read lazily: the cursor goes past unreadable rows, no further than needed.
+                for seq, data in db.execute(NEWEST_FIRST, (str(key), record.session_floor)):
+                    if not decodes(data):
+                        _unreadable(key, seq)
+                        continue
+                    newest_first.append(data)
+                    if len(newest_first) == limit:
+                        break
         finally:
             db.execute("COMMIT")
-        return SessionPage(items=[row[0] for row in reversed(rows)], next_seq=record.next_seq)
+        return SessionPage(items=newest_first[::-1], next_seq=record.next_seq)
 
     def pop_item(self, key: ConversationKey, lease: Lease | None = None) -> str | None:
         with self.d.write() as db:
             record = fenced(db, lease) if lease else read_record(db, key)
             if record is None:
                 return None
-            row = db.execute(
-                "SELECT seq, data FROM items WHERE key = ? AND seq >= ? ORDER BY seq DESC LIMIT 1",
-                (str(key), record.session_floor),
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute("DELETE FROM items WHERE key = ? AND seq = ?", (str(key), row[0]))
-            return str(row[1])
+            # Unreadable rows on top go with the pop, in the same write, as in the SDK's
+            # SQLiteSession: only a readable item is ever returned.
+            while True:
+                row = db.execute(
+                    f"{NEWEST_FIRST} LIMIT 1", (str(key), record.session_floor)
+                ).fetchone()
+                if row is None:
+                    return None
+                seq, data = row
+                db.execute("DELETE FROM items WHERE key = ? AND seq = ?", (str(key), seq))
+                if decodes(data):
+                    return str(data)
+                _unreadable(key, seq)
 
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
         with self.d.write() as db:
@@ -51,3 +66,7 @@ class History:
                 return
             self.d.save(db, record.model_copy(update={"session_floor": record.next_seq}))
             db.execute("DELETE FROM items WHERE key = ?", (str(key),))
+
+
+def _unreadable(key: ConversationKey, seq: int) -> None:
+    log.error("%s: session item %d is not JSON: a gap in the history", key, seq)

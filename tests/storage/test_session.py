@@ -187,3 +187,50 @@ async def test_all_items_as_the_sdks_compaction_asks_for_them(store: Store) -> N
     everything = await read(ConversationSession(store, KEY), limit=2_147_483_647)
     assert everything == [{"n": 0}, {"n": 1}, {"n": 2}]
     assert store.read_items(KEY, -1).items == []
+
+
+async def test_items_that_are_not_json_are_gaps_in_the_history(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged row is left out (and logged), never an error; a limit counts the items that
+    can be read, as the SDK's SQLiteSession does."""
+    session = ConversationSession(store, KEY)
+    await session.add_items(opaque([{"n": 1}, {"n": 2}]))
+    store.append_items(KEY, ["not json {{{"])
+    await session.add_items(opaque([{"n": 3}]))
+    store.append_items(KEY, ['{"cut": "short'])
+    assert await read(session) == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert await read(session, limit=2) == [{"n": 2}, {"n": 3}]
+    assert "not JSON" in caplog.text
+
+
+async def test_a_pop_drops_unreadable_items_on_top_and_returns_a_readable_one(
+    store: Store,
+) -> None:
+    session = ConversationSession(store, KEY)
+    await session.add_items(opaque([{"n": 1}, {"n": 2}]))
+    store.append_items(KEY, ["not json {{{", "nor this"])
+    assert await pop(session) == {"n": 2}
+    assert await read(session) == [{"n": 1}]
+    store.append_items(KEY, ["not json {{{"])
+    assert await pop(session) == {"n": 1}
+    store.append_items(KEY, ["not json {{{"])
+    assert await pop(session) is None
+    assert await read(session) == []
+
+
+async def test_unreadable_items_inside_a_batch_too(store: Store) -> None:
+    """A batch beyond one transaction (one blob on aws) with damaged items among its own."""
+    session = ConversationSession(store, KEY)
+    batch = [json.dumps({"n": i}) for i in range(100)]
+    batch[50] = batch[99] = "not json {{{"
+    store.append_items(KEY, batch)
+    readable = [{"n": i} for i in range(99) if i != 50]
+    assert await read(session) == readable
+    assert await read(session, limit=2) == readable[-2:]
+    assert await pop(session) == {"n": 98}
+    assert await read(session, limit=1) == [{"n": 97}]
+    for _ in range(97 - 51 + 1):
+        await pop(session)
+    assert await pop(session) == {"n": 49}
+    assert await read(session) == readable[:49]

@@ -142,8 +142,8 @@ InboxPayload = UserMessage | DecisionRequest | Probe | StopRequest
 
 
 def payload_text(payload: InboxPayload) -> str:
-    """What the inbox keeps: JSON text that holds whatever text the payload carries (a file
-    name with a lone surrogate, say, which pydantic's JSON cannot write)."""
+    """What the inbox keeps: JSON text that holds whatever text the payload carries (a lone
+    surrogate too, which pydantic's JSON cannot write; see `storage.text`)."""
     return json_text(payload.model_dump(mode="json"))
 
 

@@ -14,12 +14,25 @@
   argument the key goes in.
 - `UnguardedTool`: what loading an agent raises for a tool the bot cannot run at most once
   (a computer, a shell, a hosted MCP server...) unless it is marked `retry_safe`.
+- `OfflineModel`, `runs_offline()`: the scripted offline model (no key, no network) that
+  `BOT_MODEL=offline` gives every agent without a model of its own, and whether the bot runs
+  offline (then, or in local mode without `OPENAI_API_KEY`), for an agent that brings a
+  scripted model of its own (`OfflineModel(responder=...)`).
 
 Every other tool is a side effect the bot runs at most once: it pauses before the call (the
 call is checkpointed, and approved by a person when the tool's own `needs_approval` says so,
 `BOT_APPROVERS` deciding along with the person who asked), is recorded as started, then
 completed; after a crash, or a timeout, it is never run twice. See docs/agents.md."""
 
+from bot.model_choice import runs_offline
+from bot.offline_model import OfflineModel
 from bot.runtime import RequestContext, UnguardedTool, idempotent, retry_safe
 
-__all__ = ["RequestContext", "UnguardedTool", "idempotent", "retry_safe"]
+__all__ = [
+    "OfflineModel",
+    "RequestContext",
+    "UnguardedTool",
+    "idempotent",
+    "retry_safe",
+    "runs_offline",
+]

@@ -10,7 +10,7 @@ from typing import Any
 from agents import Agent, RunContextWrapper, function_tool
 from agents.tool_context import ToolContext
 
-from bot.agent_api import RequestContext, retry_safe
+from bot.agent_api import RequestContext, retry_safe, runs_offline
 from bot.demo_clock import time_in
 
 INSTRUCTIONS = """You are a helpful assistant in a Slack thread. Be brief.
@@ -69,10 +69,10 @@ suggested_prompts = [
 
 
 def build_agent() -> Agent[Any]:
-    """The OpenAI Responses model by default; the offline demo model when BOT_DEMO_MODEL=1
-    (local mode without OPENAI_API_KEY)."""
+    """The OpenAI Responses model by default; the offline demo model when the bot runs
+    offline (local mode without OPENAI_API_KEY, or BOT_MODEL=offline)."""
     model = None
-    if os.getenv("BOT_DEMO_MODEL") == "1":
+    if runs_offline():
         from bot.demo_model import DemoModel
 
         model = DemoModel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import re
 import string
@@ -88,7 +89,41 @@ def tool_result(call: Any) -> tuple[str, str] | None:
     if last.get("type") != "function_call_output":
         return None
     names = {i.get("call_id"): i.get("name") for i in items if i.get("type") == "function_call"}
-    return str(names.get(last.get("call_id")) or ""), str(last.get("output", ""))
+    return str(names.get(last.get("call_id")) or ""), output_text(last.get("output", ""))
+
+
+def output_text(output: Any) -> str:
+    """A tool's output as text: a string as it is; content parts (what an MCP tool returns,
+    as the SDK passes it on: `input_text` / `text`, images, files, or such a list kept as
+    JSON) as their text, an image or a file by what it is, never as a Python repr."""
+    parts = output
+    if isinstance(output, str):
+        if not output.lstrip().startswith(("[", "{")):
+            return output
+        try:
+            parts = json.loads(output)
+        except ValueError:
+            return output
+    if isinstance(parts, dict):
+        parts = [parts]
+    if not isinstance(parts, list) or not all(_is_part(part) for part in parts):
+        return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    return "\n".join(_part_text(part) for part in parts)
+
+
+_PARTS = {"input_text", "text", "input_image", "image", "input_file", "file"}
+
+
+def _is_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") in _PARTS
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    if part["type"] in ("input_text", "text"):
+        return str(part.get("text", ""))
+    if part["type"] in ("input_image", "image"):
+        return "[an image]"
+    return f"[a file: {part.get('filename') or 'unnamed'}]"
 
 
 def rejected(output: str) -> bool:

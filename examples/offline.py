@@ -1,19 +1,19 @@
-"""The examples' offline model: `bot.demo_model.DemoModel` (deterministic, streamed a word at
-a time, no key, no network) with an example's own responder. Local mode sets BOT_DEMO_MODEL=1
-when OPENAI_API_KEY is not set; otherwise the agent gets no model of its own and runs on
-the bot's (OpenAI's, `BOT_MODEL`)."""
+"""The examples' offline model: `bot.agent_api.OfflineModel` (deterministic, streamed a word
+at a time, no key, no network) with an example's own responder, which understands a few
+sentences of that example. It plays when the bot runs offline (`runs_offline()`:
+`BOT_MODEL=offline`, or local mode without OPENAI_API_KEY); otherwise the agent gets no
+model of its own and runs on the bot's (OpenAI's, `BOT_MODEL`)."""
 
 from __future__ import annotations
 
-import os
-
 from agents.models.interface import Model
 
-from bot.demo_model import DemoModel, Responder
+from bot.agent_api import OfflineModel, runs_offline
+from bot.demo_model import Responder
 
 
 def offline_model(responder: Responder) -> Model | None:
-    """A `DemoModel` answering with `responder` when BOT_DEMO_MODEL=1, else None."""
-    if os.getenv("BOT_DEMO_MODEL") != "1":
+    """An `OfflineModel` answering with `responder` when the bot runs offline, else None."""
+    if not runs_offline():
         return None
-    return DemoModel(responder=responder)
+    return OfflineModel(responder=responder)

@@ -21,6 +21,7 @@ from bot.runtime.guard import UnguardedTool, guard_agent, idempotent, retry_safe
 from bot.runtime.heartbeat import keep_beating
 from bot.runtime.history_cache import HistoryCache
 from bot.runtime.lease_owner import new_owner, owner_pid
+from bot.runtime.model_access import needs_openai_key
 from bot.runtime.not_taken import notice as not_taken_notice
 from bot.runtime.outcomes import (
     Answer,
@@ -109,6 +110,7 @@ __all__ = [
     "guard_agent",
     "idempotent",
     "keep_beating",
+    "needs_openai_key",
     "new_owner",
     "not_taken_notice",
     "nothing_to_stop",

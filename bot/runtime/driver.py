@@ -31,6 +31,7 @@ from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
 from bot.runtime.guardrail_trips import guardrail_name, guardrail_tripped
 from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
 from bot.runtime.mcp_servers import paused_for
+from bot.runtime.model_access import model_access_reason
 from bot.runtime.model_input import render
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
 from bot.runtime.progress import Step, shown
@@ -441,4 +442,4 @@ def plain_reason(exc: BaseException) -> str:
         return "a step took too long"
     if isinstance(exc, MaxTurnsExceeded):
         return "it took more steps than allowed"
-    return "the model service failed"
+    return model_access_reason(exc) or "the model service failed"

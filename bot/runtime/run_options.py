@@ -10,11 +10,13 @@ import copy
 from typing import Any
 
 from agents import ModelRetrySettings, ModelSettings, RunConfig, retry_policies
+from agents.models.interface import ModelProvider
 from agents.models.openai_provider import OpenAIProvider
 from agents.retry import ModelRetryBackoffSettings
 from agents.run_config import CallModelData, ModelInputData
 
 from bot.runtime.attachments import SharedFiles
+from bot.runtime.model_access import offline
 from bot.runtime.rate_gate import GatedProvider, RateGate
 from bot.settings import RuntimeSettings
 from storage import ConversationKey
@@ -52,15 +54,24 @@ def model_retry(settings: RuntimeSettings, gate: RateGate | None = None) -> Mode
 def base_run_config(
     settings: RuntimeSettings, files: SharedFiles, gate: RateGate | None = None
 ) -> RunConfig:
-    # A provider of our own reads OPENAI_API_KEY / OPENAI_BASE_URL when first used.
     return RunConfig(
-        model=settings.model,
-        model_provider=OpenAIProvider() if gate is None else GatedProvider(gate),
+        model=None if offline(settings) else settings.model,
+        model_provider=model_provider(settings, gate),
         model_settings=model_retry(settings, gate),
         tracing_disabled=not settings.tracing,
         workflow_name=WORKFLOW,
         call_model_input_filter=files.resolve if gate is None else _gated(gate, files),
     )
+
+
+def model_provider(settings: RuntimeSettings, gate: RateGate | None) -> ModelProvider:
+    """OpenAI's, through the replica's rate gate; the offline model's with BOT_MODEL=offline."""
+    if offline(settings):
+        from bot.offline_model import OfflineProvider  # (it builds on the runtime's helpers)
+
+        return OfflineProvider()
+    # A provider of our own reads OPENAI_API_KEY / OPENAI_BASE_URL when first used.
+    return OpenAIProvider() if gate is None else GatedProvider(gate)
 
 
 def _gated(gate: RateGate, files: SharedFiles) -> Any:

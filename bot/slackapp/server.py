@@ -26,7 +26,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.signature import SignatureVerifier
 
 from bot import metrics
-from bot.runtime import ConversationRuntime, keep_beating, warm_up
+from bot.runtime import ConversationRuntime, keep_beating, needs_openai_key, warm_up
 from bot.slackapp.gate import NotFromSlack, signed_body, slack_request
 from bot.slackapp.home import HomeTab
 from bot.slackapp.oauth import install_routes
@@ -39,9 +39,14 @@ EVENTS_PATH = "/slack/events"
 
 
 def health_routes(runtime: ConversationRuntime) -> list[web.RouteDef]:
+    # Agents that would call OpenAI's model without a key: the bot serves, but says so.
+    key_missing = needs_openai_key(runtime.agent, runtime.settings)
+
     async def healthz(request: web.Request) -> web.Response:
         ok = not runtime.draining and await runtime.healthy()
         body: dict[str, object] = {"ok": ok}
+        if key_missing:
+            body["openai_key_missing"] = key_missing
         if runtime.mcp:  # a server that is down pauses the runs that need it, not the bot
             body["mcp_down"] = runtime.mcp.down()
         return web.json_response(body, status=200 if ok else 503)

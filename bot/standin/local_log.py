@@ -45,6 +45,11 @@ class LocalLog:
         if terminal:
             print(f"local mode: {line} (details in {self.path})", file=sys.stderr, flush=True)
 
+    def tell(self, line: str) -> None:
+        """A line the person must see at once: to the log and the terminal."""
+        self.write(f"local mode: {line}")
+        print(f"local mode: {line}", file=sys.stderr, flush=True)
+
     async def pump(
         self, stream: asyncio.StreamReader, generation: int, healthy_at: dict[int, float]
     ) -> None:

@@ -11,6 +11,7 @@ import json
 import time
 from typing import Any
 
+from bot.model_choice import missing_key_text
 from bot.standin.container_view import container_state, current_offers, with_sessions
 from bot.standin.ephemeral import OnlyYou
 from bot.standin.local_workspaces import USERS, Place, Places
@@ -69,6 +70,10 @@ class PageState:
         names = {uid: name for name, uid in USERS.items()} | {self.api.bot_user: "agent"}
         state = {
             "demo": self.demo,
+            "model": self.supervisor.child.model(self.supervisor.key_missing),
+            "model_warning": missing_key_text(missing)
+            if (missing := self.supervisor.key_missing)
+            else None,
             "agent": self.supervisor.child.agent(),
             "bot": self.supervisor.state,
             "recovering": len(interrupted),

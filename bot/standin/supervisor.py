@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
+from bot.model_choice import KEY, OFFLINE
 from bot.settings import RuntimeSettings
 from bot.standin.background import Background
 from bot.standin.errors import LOOPBACK
@@ -68,6 +69,14 @@ class ChildBot:
             env["BOT_DEMO_MODEL"] = "1"
         return env
 
+    def model(self, key_missing: list[str]) -> str:
+        """What the page's badge says the agent runs on."""
+        if self.env().get("BOT_MODEL") == OFFLINE:
+            return f"offline model (BOT_MODEL={OFFLINE})"
+        if key_missing:
+            return f"OpenAI model: no {KEY}"
+        return "offline demo model" if self.demo else "OpenAI model"
+
     def agent(self) -> str:
         """The agent the bot child runs (`BOT_AGENT` passes through to it), for the page."""
         return self.env().get("BOT_AGENT") or DEMO_AGENT
@@ -110,6 +119,8 @@ class BotSupervisor:
         self._restarting = False
         self._generation = 0  # one per start: a later start makes an earlier one moot
         self._healthy_at: dict[int, float] = {}
+        # The agents the bot says run on OpenAI's model while no key is set (its /healthz).
+        self.key_missing: list[str] = []
 
     @property
     def up(self) -> bool:
@@ -187,8 +198,10 @@ class BotSupervisor:
             try:
                 async with self.http.get(f"http://{LOOPBACK}:{self.child.port}/healthz") as r:
                     if r.status == 200:
+                        health = await r.json()
+                        self.key_missing = list(health.get("openai_key_missing") or [])
                         return True
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, ValueError):
                 pass
             await asyncio.sleep(0.1)
         return False

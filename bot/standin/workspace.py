@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
+from bot.model_choice import missing_key_text
 from bot.standin.background import Background
 from bot.standin.ephemeral import OnlyYou
 from bot.standin.errors import LOOPBACK, LocalModeError, check_port_free, port_in_use
@@ -238,7 +239,7 @@ async def run_workspace(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        model = "offline demo model (no OPENAI_API_KEY)" if demo else "OpenAI"
+        model = workspace.supervisor.child.model([])
         print(f"local mode: open http://{LOOPBACK}:{port}", flush=True)
         workspace.log.say(f"model: {model}; state in {data_dir}; this log: {workspace.log.path}")
         # Ctrl-C while the bot is still starting stops at once (a slow machine takes many
@@ -254,4 +255,6 @@ async def run_workspace(
         took, bot = starting.result(), workspace.supervisor.bot
         if took is not None and bot is not None:
             workspace.log.say(f"bot started: pid {bot.pid} up in {took:.1f} s{workspace.queued()}")
+        if workspace.supervisor.key_missing:  # its runs would stop: said where it is seen
+            workspace.log.tell(missing_key_text(workspace.supervisor.key_missing))
         await stopping

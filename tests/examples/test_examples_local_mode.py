@@ -57,7 +57,7 @@ class Page:
 
 
 @contextmanager
-def local_mode(tmp_path: Path) -> Iterator[Page]:
+def local_mode(tmp_path: Path, agent: str = AGENT) -> Iterator[Page]:
     port = free_port()
     env = {
         **os.environ,
@@ -65,11 +65,18 @@ def local_mode(tmp_path: Path) -> Iterator[Page]:
         "BOT_LOCAL_BOT_PORT": str(free_port()),
         "BOT_DATA_DIR": str(tmp_path / "data"),
         "BOT_STORAGE": "local",
-        "BOT_AGENT": AGENT,
+        "BOT_AGENT": agent,
         "BOT_DEMO_DELAY": "0.1",
         "PAYMENTS_STANDIN_SECONDS": "4",  # the window in which the restart comes
     }
-    for name in ("OPENAI_API_KEY", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "BOT_TABLE", "PYTHONPATH"):
+    for name in (
+        "OPENAI_API_KEY",
+        "SLACK_BOT_TOKEN",
+        "SLACK_APP_TOKEN",
+        "BOT_TABLE",
+        "PYTHONPATH",
+        "BOT_MODEL",
+    ):
         env.pop(name, None)
     log = (tmp_path / "local.log").open("wb")
     process = subprocess.Popen(
@@ -135,3 +142,20 @@ def test_an_example_runs_in_local_mode_and_survives_a_restart(tmp_path: Path) ->
     # The terminal names only the URL; the restart is in local mode's log.
     assert "bot restarted" not in (tmp_path / "local.log").read_text()
     assert "bot restarted" in (tmp_path / "data" / "local-mode.log").read_text()
+
+
+def test_an_agent_that_needs_a_key_says_so_at_start(tmp_path: Path) -> None:
+    """One's own agent, no model of its own, no key: the page and the terminal say at start
+    that OPENAI_API_KEY is missing and how to run it offline."""
+    with local_mode(tmp_path, "examples.first_agent:build_agent") as page:
+        wait_until(lambda: page.state()["model_warning"], seconds=30)
+        state = page.state()
+        assert state["model"] == "OpenAI model: no OPENAI_API_KEY"
+        assert "agent 'assistant' runs on OpenAI's model" in state["model_warning"]
+        assert "BOT_MODEL=offline" in state["model_warning"]
+        terminal = tmp_path / "local.log"
+        wait_until(lambda: "OPENAI_API_KEY is not set" in terminal.read_text(), seconds=10)
+    lines = (tmp_path / "local.log").read_text().splitlines()
+    assert lines[0].startswith("local mode: open http://127.0.0.1:")
+    assert lines[1].startswith("local mode: OPENAI_API_KEY is not set, and agent 'assistant'")
+    assert "BOT_MODEL=offline" in lines[1]

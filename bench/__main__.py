@@ -4,8 +4,8 @@
 Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
 and measured raw first (so that every figure has a scale). Names (default: all, in this
 order): path, live, turns, growth, files, recovery, burst, restart, storage, load, admission,
-burst500, takeover, writes, cpu. Tables are printed as markdown; the figures also go to a
-JSON file (default test-artifacts/bench/results.json)."""
+burst500, takeover, writes, cpu, refusal. Tables are printed as markdown; the figures also go
+to a JSON file (default test-artifacts/bench/results.json)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ NAMES = (
     "takeover",
     "writes",
     "cpu",
+    "refusal",
 )
 
 
@@ -155,6 +156,10 @@ def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:
         return cpu.report(
             asyncio.run(cpu.run_cpu(emulators, mentions, max(mentions // 2, 1), args.rounds))
         )
+    if name == "refusal":
+        from bench import refusal
+
+        return refusal.report(refusal.run_refusal())
     from bench import load
 
     return load.report(asyncio.run(load.run_load(emulators, args.load)))

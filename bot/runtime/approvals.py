@@ -48,6 +48,11 @@ def who_may_decide(serving: ServingView, envelope: Envelope) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
+def not_yours(serving: ServingView, envelope: Envelope) -> str:
+    """What someone who may not decide is told, whether they clicked or replied."""
+    return f"Only {who_may_decide(serving, envelope)} can decide this one."
+
+
 def late_decision(envelope: Envelope | None, decision: DecisionRequest) -> str:
     """Why a click on a call that no longer awaits a decision changes nothing."""
     made = envelope.decided.get(decision.call_id) if envelope else None
@@ -89,9 +94,7 @@ async def while_awaiting(serving: ServingView, envelope: Envelope, entries: Entr
             elif item.call_id not in awaiting:
                 await serving.refuse(item, late_decision(envelope, item))
             elif not allowed(serving, envelope, item.user):
-                await serving.refuse(
-                    item, f"Only {who_may_decide(serving, envelope)} can decide this one."
-                )
+                await serving.refuse(item, not_yours(serving, envelope))
             else:
                 verdicts[item.call_id] = (item.approve, item.user, item.reason)
                 clicked[item.call_id] = item.request_message
@@ -116,12 +119,7 @@ async def while_awaiting(serving: ServingView, envelope: Envelope, entries: Entr
                 verdicts.setdefault(call_id, (verdict, item.user, None))
         else:
             await serving.emit_now(
-                Refused(
-                    key=serving.key,
-                    user=item.user,
-                    text=f"You can't decide this one: only {who_may_decide(serving, envelope)} "
-                    "can approve or reject it.",
-                )
+                Refused(key=serving.key, user=item.user, text=not_yours(serving, envelope))
             )
     consume = entries.ids
     if verdicts and awaiting <= verdicts.keys():

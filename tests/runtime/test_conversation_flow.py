@@ -155,6 +155,9 @@ async def test_approval_flow_by_button(store: Store, effects: SideEffects) -> No
         checkpoint_version=request.checkpoint_version,
     )
     assert [type(o) for o in stranger] == [Refused]
+    assert (
+        isinstance(stranger[0], Refused) and stranger[0].text == "Only <@U1> can decide this one."
+    )
     assert effects.calls() == []
 
     # A click names its call: any copy of the request counts while the call awaits.
@@ -212,7 +215,8 @@ async def test_reply_while_paused(store: Store, effects: SideEffects) -> None:
     other = await rt.handle_message(KEY, event_id="Ev2", user="U2", text="yes")
     assert [type(o) for o in other] == [Refused]
     assert isinstance(other[0], Refused)
-    assert other[0].user == "U2" and "can't decide" in other[0].text
+    # In the words a click gets: one refusal, whichever way the decision came.
+    assert other[0].user == "U2" and other[0].text == "Only <@U1> can decide this one."
     # Any other reply is kept for the agent; the request in the thread stays valid.
     kept = await rt.handle_message(KEY, event_id="Ev3", user="U1", text="and the weather?")
     assert [type(o) for o in kept] == [Notice]

@@ -11,6 +11,7 @@ a workspace without sessions answers every status with `sessions_refused`."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -187,3 +188,30 @@ class ContainerMethods:
         """The Home view last published for `user`."""
         published = self.views.get(user)
         return published[-1] if published else None
+
+
+# -- kept across a restart of local mode (with the messages, in `standin.json`) -----------
+
+
+def dump_container(api: ContainerMethods) -> dict[str, Any]:
+    """Thread titles, agent sessions and suggested prompts, as Slack keeps them."""
+    return {
+        "titles": [[channel, ts, text] for (channel, ts), text in api.titles.items()],
+        "sessions": [dataclasses.asdict(session) for session in api.sessions.values()],
+        "prompts": {
+            channel: [dataclasses.asdict(shown) for shown in offered]
+            for channel, offered in api.prompts.items()
+        },
+    }
+
+
+def load_container(api: ContainerMethods, saved: dict[str, Any]) -> None:
+    """What `dump_container` kept; a file of an earlier stand-in has none of it."""
+    api.titles = {(channel, ts): text for channel, ts, text in saved.get("titles", [])}
+    for raw in saved.get("sessions", []):
+        session = Session(**{**raw, "statuses": [tuple(s) for s in raw.get("statuses", [])]})
+        api.sessions[(session.channel, session.thread_ts)] = session
+    api.prompts = {
+        channel: [Prompts(**shown) for shown in offered]
+        for channel, offered in (saved.get("prompts") or {}).items()
+    }

@@ -39,6 +39,7 @@ from aiohttp import web
 
 from bot.model_choice import missing_key_text
 from bot.standin.background import Background
+from bot.standin.container import dump_container, load_container
 from bot.standin.ephemeral import OnlyYou
 from bot.standin.errors import LOOPBACK, LocalModeError, check_port_free, port_in_use
 from bot.standin.local_log import LocalLog
@@ -134,6 +135,7 @@ class Workspace:
             self.outbox.items = list(saved.get("outbox", []))
             self.places.load(saved.get("installs") or {})
             self.only_you.responders = dict(saved.get("responders", {}))
+            load_container(self.api, saved)
         except (ValueError, TypeError, AttributeError) as exc:
             raise LocalModeError(
                 f"cannot read {self.state_file} ({exc}); move it aside to start over"
@@ -149,6 +151,7 @@ class Workspace:
             "outbox": self.outbox.items,
             "responders": self.only_you.responders,
             "installs": self.places.dump(),
+            **dump_container(self.api),
         }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(saved, ensure_ascii=False, indent=1), encoding="utf-8")

@@ -335,3 +335,30 @@ async def test_the_page_attaches_files_the_bot_downloads_with_its_token(tmp_path
             assert r.content_type == "text/html" and png not in await r.read()
         state = await page.state("alice")
         assert [t["files"] for t in state["threads"]] == [["chart one.png"]]
+
+
+async def test_titles_sessions_and_prompts_outlive_a_restart_of_local_mode(tmp_path: Path) -> None:
+    """Slack keeps a thread's title, its agent session and the DM's suggested prompts: so
+    does the stand-in, across Ctrl-C and a new start."""
+    data = tmp_path / "data"
+    async with standin(data) as (workspace, _, page):
+        bot = AsyncWebClient(token=workspace.bot_token, base_url=f"{page.url}/api/")
+        dm = workspace.places.dm(USERS["alice"], workspace.places.all[0]).channel
+        await bot.chat_postMessage(channel=dm, text="Hi! Ask me anything.")
+        prompts = [{"title": "Time in Tokyo", "message": "What time is it in Tokyo?"}]
+        await bot.assistant_threads_setSuggestedPrompts(channel_id=dm, prompts=prompts)
+        await page.post("/ui/post", {"user": "alice", "text": "hello", "pane": "dm"})
+        [asked] = [m for m in workspace.api.messages.values() if m.text == "hello"]
+        await bot.assistant_threads_setTitle(channel_id=dm, thread_ts=asked.ts, title="Hello")
+        await page.post("/ui/post", {"user": "alice", "text": "@agent in the channel"})
+        [there] = [m for m in workspace.api.messages.values() if "channel" in m.text]
+        await bot.agents_sessions_setStatus(  # type: ignore[attr-defined]
+            channel_id=there.channel, thread_ts=there.ts, status="active", title="Channel talk"
+        )
+        before = await page.state()
+    async with standin(data) as (workspace, _, page):
+        after = await page.state()
+    assert {t["ts"]: t["named"] for t in after["dm"]["threads"]}[asked.ts] == "Hello"
+    assert after["threads"][0]["named"] == "Channel talk"
+    assert after["threads"][0]["session"] == before["threads"][0]["session"]
+    assert after["dm"]["prompts"] == before["dm"]["prompts"]

@@ -352,7 +352,7 @@ async def test_titles_sessions_and_prompts_outlive_a_restart_of_local_mode(tmp_p
         await bot.assistant_threads_setTitle(channel_id=dm, thread_ts=asked.ts, title="Hello")
         await page.post("/ui/post", {"user": "alice", "text": "@agent in the channel"})
         [there] = [m for m in workspace.api.messages.values() if "channel" in m.text]
-        await bot.agents_sessions_setStatus(  # type: ignore[attr-defined]
+        await bot.agents_sessions_setStatus(
             channel_id=there.channel, thread_ts=there.ts, status="active", title="Channel talk"
         )
         before = await page.state()

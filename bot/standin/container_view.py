@@ -55,19 +55,31 @@ def with_sessions(
 
 
 def prompts_view(api: SlackWebApi, channel: str) -> dict[str, Any] | None:
-    """The suggested prompts on offer at the foot of the DM: the last set for the channel,
-    until the person writes there after them (as Slack, which shows them once)."""
+    """The suggested prompts on offer under the DM's greeting: the last set for the
+    channel, each until it is used (its message sent there since); whatever else the person
+    writes leaves them on offer. `after` is the bot's message they were set under."""
     offered: list[Prompts] = [p for p in api.prompts.get(channel, []) if p.thread_ts is None]
     if not offered:
         return None
     latest = offered[-1]
-    written = any(
-        m.channel == channel and m.user != api.bot_user and _order(m.ts) > _order(latest.ts)
+    sent = {
+        m.text.strip()
         for m in api.messages.values()
-    )
-    if written:
+        if m.channel == channel and m.user != api.bot_user and _order(m.ts) > _order(latest.ts)
+    }
+    left = [p for p in latest.prompts if p["message"].strip() not in sent]
+    if not left:
         return None
-    return {"title": latest.title, "prompts": latest.prompts}
+    before = [
+        m.ts
+        for m in api.messages.values()
+        if m.channel == channel
+        and m.user == api.bot_user
+        and not m.thread_ts
+        and _order(m.ts) < _order(latest.ts)
+    ]
+    after = max(before, key=_order) if before else None
+    return {"title": latest.title, "prompts": left, "after": after}
 
 
 def _order(ts: str) -> tuple[int, ...]:

@@ -91,9 +91,9 @@ class WorkspaceRoutes:
         if text.startswith("/") and not files:
             command, _, rest = text.partition(" ")
             actions.command(user, command, rest.strip(), thread_ts, place)
-        else:
-            actions.post_message(user, text, thread_ts, place, files)
-        return self._queued()
+            return self._queued()
+        posted = actions.post_message(user, text, thread_ts, place, files)
+        return self._queued(posted.ts)  # the page opens the conversation a prompt started
 
     async def click(self, request: web.Request) -> web.Response:
         data = await json_body(request)
@@ -132,6 +132,8 @@ class WorkspaceRoutes:
         self.workspace.background.start(self.workspace.restart_bot())
         return web.json_response({"ok": True})
 
-    def _queued(self) -> web.Response:
-        """Taken; `queued` when it waits in the outbox for the bot to be back."""
-        return web.json_response({"ok": True, "queued": not self.workspace.supervisor.up})
+    def _queued(self, ts: str | None = None) -> web.Response:
+        """Taken (a message: its `ts`); `queued` when it waits in the outbox for the bot to
+        be back."""
+        answer = {"ok": True, "queued": not self.workspace.supervisor.up}
+        return web.json_response(answer | ({"ts": ts} if ts else {}))

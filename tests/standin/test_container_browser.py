@@ -1,6 +1,7 @@
 """Slack's agent container in local mode, in a real browser (Debian's Chromium via
 Playwright), with the real bot behind the stand-in: the app's DM greets with suggested
-prompts, a prompt clicked is sent and its thread titled; its approval is listed on the Home
+prompts under it (the greeting a message, not a conversation), a prompt clicked is sent, its
+conversation opened and titled, the other prompts still on offer; its approval is listed on the Home
 tab and Approve there runs the tool once, announced once in the thread; Slack's stop on a
 working session ends the run; the demo model names people and answers about files instead
 of filing tickets; the terminal names only the URL. Screenshots go to test-artifacts/."""
@@ -8,6 +9,7 @@ of filing tickets; the terminal names only the URL. Screenshots go to test-artif
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,16 +25,23 @@ def test_dm_prompts_title_home_approve_session_stop_names_and_files(tmp_path: Pa
         local_mode(tmp_path, delay="0.3", BOT_DEMO_WORD_DELAY="0.15") as url,
         browser_page(url) as page,
     ):
-        # The app's Messages tab: the greeting once, with the agent module's prompts.
+        # The app's Messages tab: the greeting once, a message (not a conversation of its
+        # own with a reply box), the agent module's prompts under it.
         page.get_by_role("tab", name="agent").click()
-        greeting = page.locator(".thread .msg.bot", has_text="file tickets for the team")
+        greeting = page.locator(".greeting", has_text="file tickets for the team")
         expect(greeting).to_be_visible(timeout=15_000)
-        prompts = page.locator("#prompts")
+        expect(page.locator(".thread", has_text="file tickets for the team")).to_have_count(0)
+        prompts = greeting.locator(".prompts")
         expect(prompts.get_by_role("button")).to_have_text(["Time in Tokyo", "File a ticket"])
         screenshot(page, "local-mode-dm.png")
         prompts.get_by_role("button", name="File a ticket").click()
-        expect(prompts).to_be_hidden()  # offered once: gone once the person wrote
+        # The prompt opens the conversation it started; the others stay on offer.
         ticket = page.locator(".thread", has_text="the printer on floor 3 is jammed")
+        expect(ticket).to_be_visible(timeout=15_000)
+        opened = ticket.get_attribute("id")
+        expect(page).to_have_url(re.compile(f"#{opened}$"))
+        expect(ticket).to_be_in_viewport()
+        expect(prompts.get_by_role("button")).to_have_text(["Time in Tokyo"])
         expect(ticket.locator(".thread-title")).to_contain_text("File a ticket", timeout=15_000)
         expect(ticket.get_by_role("button", name="Approve")).to_be_visible(timeout=15_000)
         expect(ticket.locator(".session")).to_contain_text("waiting for a decision")

@@ -362,3 +362,25 @@ async def test_titles_sessions_and_prompts_outlive_a_restart_of_local_mode(tmp_p
     assert after["threads"][0]["named"] == "Channel talk"
     assert after["threads"][0]["session"] == before["threads"][0]["session"]
     assert after["dm"]["prompts"] == before["dm"]["prompts"]
+
+
+async def test_prompts_stay_under_the_greeting_until_each_is_used(tmp_path: Path) -> None:
+    """As in Slack's agent container: the prompts show under the greeting they came with;
+    writing something else leaves them on offer; a prompt used (its message sent) goes; the
+    page learns the ts of the message it sent, to open that conversation."""
+    async with standin(tmp_path / "data") as (workspace, _, page):
+        bot = AsyncWebClient(token=workspace.bot_token, base_url=f"{page.url}/api/")
+        dm = workspace.places.dm(USERS["alice"], workspace.places.all[0]).channel
+        greeting = await bot.chat_postMessage(channel=dm, text="Hi! Ask me anything.")
+        prompts = [
+            {"title": "Time in Tokyo", "message": "What time is it in Tokyo?"},
+            {"title": "File a ticket", "message": "File a ticket: the printer is jammed."},
+        ]
+        await bot.assistant_threads_setSuggestedPrompts(channel_id=dm, prompts=prompts)
+        status, sent = await page.post("/ui/post", {"user": "alice", "text": "hi", "pane": "dm"})
+        assert status == 200 and (dm, sent["ts"]) in workspace.api.messages
+        offered = (await page.state())["dm"]["prompts"]
+        assert offered["prompts"] == prompts and offered["after"] == greeting["ts"]
+        used = {"user": "alice", "text": prompts[1]["message"], "pane": "dm"}
+        await page.post("/ui/post", used)
+        assert (await page.state())["dm"]["prompts"]["prompts"] == prompts[:1]

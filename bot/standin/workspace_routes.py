@@ -42,6 +42,9 @@ def page_headers(nonce: str) -> dict[str, str]:
     }
 
 
+CACHED = {"Cache-Control": "max-age=86400"}
+
+
 class WorkspaceRoutes:
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
@@ -54,8 +57,14 @@ class WorkspaceRoutes:
         async def index(request: web.Request) -> web.Response:
             return web.Response(text=html, content_type="text/html", headers=headers)
 
+        async def favicon(request: web.Request) -> web.Response:
+            # Asked by the browser for every page: an icon, not a 404 in its console.
+            return web.Response(body=icon, content_type="image/svg+xml", headers=CACHED)
+
+        icon = resources.files("bot.standin").joinpath("favicon.svg").read_bytes()
         return [
             web.get("/", index),
+            web.get("/favicon.ico", favicon),
             web.get("/ui/state", self.get_state),
             web.post("/ui/post", self.post),
             web.post("/ui/click", self.click),

@@ -19,7 +19,7 @@ import pytest
 
 from testkit.services import ROOT, free_port, wait_until
 
-PACKAGE_DATA = ("storage/local/schema.sql", "bot/standin/page.html")
+PACKAGE_DATA = ("storage/local/schema.sql", "bot/standin/page.html", "bot/standin/favicon.svg")
 PAGE_TITLE = "<title>Local Slack · #general</title>"
 pytestmark = pytest.mark.slow
 

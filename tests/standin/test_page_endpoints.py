@@ -384,3 +384,14 @@ async def test_prompts_stay_under_the_greeting_until_each_is_used(tmp_path: Path
         used = {"user": "alice", "text": prompts[1]["message"], "pane": "dm"}
         await page.post("/ui/post", used)
         assert (await page.state())["dm"]["prompts"]["prompts"] == prompts[:1]
+
+
+async def test_the_page_has_an_icon(tmp_path: Path) -> None:
+    """Browsers ask every page's server for /favicon.ico: an icon, not a 404."""
+    async with standin(tmp_path / "data") as (_, _, page):
+        async with page.http.get(f"{page.url}/favicon.ico") as response:
+            assert response.status == 200
+            assert response.content_type == "image/svg+xml"
+            assert (await response.read()).startswith(b"<svg")
+        async with page.http.get(page.url) as response:
+            assert '<link rel="icon" href="/favicon.ico"' in await response.text()

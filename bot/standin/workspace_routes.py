@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from bot.standin.container_routes import ContainerRoutes
+from bot.standin.emoji import shortcodes_script
 from bot.standin.errors import PageRequestRefused
 from bot.standin.page_input import json_body, text_field, user_id
 from bot.standin.people_files import uploads
@@ -27,6 +28,7 @@ def page(token: str, nonce: str) -> str:
         .read_text(encoding="utf-8")
         .replace("{{PAGE_TOKEN}}", token)
         .replace("{{NONCE}}", nonce)
+        .replace("{{EMOJI}}", shortcodes_script())
     )
 
 

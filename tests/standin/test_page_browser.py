@@ -14,8 +14,10 @@ import pytest
 from playwright.async_api import async_playwright, expect
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.standin.emoji import SHORTCODES
 from bot.standin.view import CHANNEL
 from bot.standin.workspace import USERS
+from tests.standin.test_emoji import bot_shortcodes
 from tests.standin.test_local_mode_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from tests.standin.test_page_endpoints import FakeBot, settle, standin
 from tests.standin.test_page_view import FEEDBACK, STOP, clicks, respond, thread_by
@@ -203,6 +205,13 @@ async def test_slack_text_is_decoded_once_code_is_literal_words_wrap_and_offers_
             wide = await thread_box.evaluate("t => t.scrollWidth > t.clientWidth")
             assert not wide  # the long word wraps
             assert await page.evaluate(COLOURED)  # ✅ in colour, not an empty box
+            # Every shortcode the bot writes is drawn as its emoji, as Slack draws it.
+            codes = " ".join(f":{name}:" for name in sorted(bot_shortcodes()))
+            await bot.chat_postMessage(channel=CHANNEL, thread_ts=thread, text=f"codes {codes}")
+            drawn = page.locator(".msg.bot", has_text="codes ")
+            await expect(drawn).to_contain_text(
+                "codes " + " ".join(SHORTCODES[name] for name in sorted(bot_shortcodes()))
+            )
 
             await bot.assistant_threads_setStatus(
                 channel_id=CHANNEL, thread_ts=thread, status="is working…"

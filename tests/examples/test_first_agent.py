@@ -114,9 +114,9 @@ def test_the_start_names_the_agents_that_need_a_key(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_readme_shows_this_agent_as_it_is() -> None:
-    """The README's and docs/agents.md's "your own agent" is this file, as it is."""
+    """The agent of one's own in the README and the docs is this file, as it is."""
     source = Path(first_agent.__file__).read_text()
     code = source[source.index("from agents import") :].strip()
-    for doc in ("README.md", "docs/agents.md"):
+    for doc in ("README.md", "docs/agents.md", "docs/first-agent.md"):
         blocks = re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.DOTALL)
         assert any(code in block for block in blocks), doc

@@ -158,7 +158,7 @@ def _serve(settings: StorageSettings, args: argparse.Namespace) -> int:
     agent = _checked_agent(runtime_settings)
     if agent is None:
         return 2
-    _say_missing_key(agent, runtime_settings)
+    say_missing_key(agent, runtime_settings)
     store = open_store(settings)
     make_runtime = _slack_runtime(store, runtime_settings, agent)
     if make_runtime is None:
@@ -182,7 +182,7 @@ def _slack_runtime(
         return None
 
 
-def _say_missing_key(agent: Agent[Any], runtime_settings: RuntimeSettings) -> None:
+def say_missing_key(agent: Agent[Any], runtime_settings: RuntimeSettings) -> None:
     """Serving starts all the same (the key may come with the next deploy), but says at once
     that runs would stop for want of it."""
     from bot.model_choice import missing_key_text

@@ -110,3 +110,23 @@ def test_a_client_id_and_secret_serve_slack_not_local_mode(tmp_path: Path) -> No
     )
     assert run.returncode == 2
     assert "SLACK_CLIENT_ID and SLACK_CLIENT_SECRET" in run.stderr
+
+
+def test_serve_says_at_start_that_the_agents_key_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent that would call OpenAI's model, no key: one line on stderr at start, naming
+    the variable and the offline option; with the key, or offline, nothing."""
+    from bot import cli
+    from bot.settings import RuntimeSettings
+    from examples.first_agent import build_agent
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cli.say_missing_key(build_agent(), RuntimeSettings())
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("bot: OPENAI_API_KEY is not set, and agent 'assistant' runs on")
+    assert "BOT_MODEL=offline" in line
+    cli.say_missing_key(build_agent(), RuntimeSettings(model="offline"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    cli.say_missing_key(build_agent(), RuntimeSettings())
+    assert capsys.readouterr().err == ""

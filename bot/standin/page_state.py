@@ -11,7 +11,6 @@ import json
 import time
 from typing import Any
 
-from bot.model_choice import missing_key_text
 from bot.standin.container_view import container_state, current_offers, with_sessions
 from bot.standin.ephemeral import OnlyYou
 from bot.standin.local_workspaces import USERS, Place, Places
@@ -71,9 +70,7 @@ class PageState:
         state = {
             "demo": self.demo,
             "model": self.supervisor.child.model(self.supervisor.key_missing),
-            "model_warning": missing_key_text(missing)
-            if (missing := self.supervisor.key_missing)
-            else None,
+            "model_warning": self.supervisor.model_warning,
             "agent": self.supervisor.child.agent(),
             "bot": self.supervisor.state,
             "recovering": len(interrupted),

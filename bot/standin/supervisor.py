@@ -17,7 +17,7 @@ from pathlib import Path
 
 import aiohttp
 
-from bot.model_choice import KEY, OFFLINE
+from bot.model_choice import KEY, OFFLINE, missing_key_text
 from bot.settings import RuntimeSettings
 from bot.standin.background import Background
 from bot.standin.errors import LOOPBACK
@@ -121,6 +121,11 @@ class BotSupervisor:
         self._healthy_at: dict[int, float] = {}
         # The agents the bot says run on OpenAI's model while no key is set (its /healthz).
         self.key_missing: list[str] = []
+
+    @property
+    def model_warning(self) -> str | None:
+        """What the person must be told at start: the agent needs a key and none is set."""
+        return missing_key_text(self.key_missing) if self.key_missing else None
 
     @property
     def up(self) -> bool:

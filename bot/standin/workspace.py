@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING
 import aiohttp
 from aiohttp import web
 
-from bot.model_choice import missing_key_text
 from bot.standin.background import Background
 from bot.standin.container import dump_container, load_container
 from bot.standin.ephemeral import OnlyYou
@@ -258,6 +257,6 @@ async def run_workspace(
         took, bot = starting.result(), workspace.supervisor.bot
         if took is not None and bot is not None:
             workspace.log.say(f"bot started: pid {bot.pid} up in {took:.1f} s{workspace.queued()}")
-        if workspace.supervisor.key_missing:  # its runs would stop: said where it is seen
-            workspace.log.tell(missing_key_text(workspace.supervisor.key_missing))
+        if warning := workspace.supervisor.model_warning:  # its runs would stop: said at once
+            workspace.log.tell(warning)
         await stopping

@@ -120,3 +120,23 @@ def test_the_readme_shows_this_agent_as_it_is() -> None:
     for doc in ("README.md", "docs/agents.md", "docs/first-agent.md"):
         blocks = re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.DOTALL)
         assert any(code in block for block in blocks), doc
+
+
+async def test_the_offline_model_hands_off_by_the_agents_name(local_store: LocalStore) -> None:
+    """`billing refund order_id=1042` from triage: a handoff to billing, whose offline model
+    then calls its own tool on the same message (and does not hand back)."""
+    from agents import Agent, function_tool, handoff
+
+    @function_tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        return f"Refunded order {order_id}."
+
+    billing = Agent(name="billing", tools=[refund], handoff_description="Refunds.")
+    triage = Agent(name="triage", handoffs=[handoff(billing)])
+    billing.handoffs = [triage]
+    rt = ConversationRuntime(local_store, triage, OFFLINE)
+    outcomes = await rt.handle_message(
+        KEY, event_id="E1", user="U1", text="billing: refund order_id=1042"
+    )
+    assert answers(outcomes) == ["(offline model) `refund`: Refunded order 1042."]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from storage.base import new_record, revived
 from storage.errors import LeaseLost, WouldWait
+from storage.local.loop_time import BLOCKED
 from storage.models import (
     Conversation,
     ConversationKey,
@@ -133,9 +134,9 @@ class Database:
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield
-                started = time.perf_counter()
+                started = BLOCKED.now()
                 db.execute("COMMIT")
-                self._local.commit_seconds = time.perf_counter() - started
+                self._local.commit_seconds = BLOCKED.blocked_since(started)
             except BaseException:
                 if db.in_transaction:  # else sqlite has rolled it back already
                     db.execute("ROLLBACK")
@@ -146,7 +147,7 @@ class Database:
 
     @property
     def commit_seconds(self) -> float:
-        """How long this thread's last commit took (its fsync, mostly)."""
+        """How long this thread's last commit was blocked (its fsync, mostly: `BlockedClock`)."""
         return float(getattr(self._local, "commit_seconds", 0.0))
 
     @property

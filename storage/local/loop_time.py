@@ -6,11 +6,18 @@ meanwhile. So the store counts how many of the last writes made on the loop held
 than `LIMIT`: while most did, its calls go to a worker thread (which costs CPU, not the
 loop's time), and one write every `PROBE_EVERY` seconds is made on the loop again, to see
 whether the disk has become quick. Reads are not counted: on a slow disk they stay quick,
-and one taken for a probe brought the calls back to the loop every few seconds."""
+and one taken for a probe brought the calls back to the loop every few seconds.
+
+What is judged is the time a write spent blocked, off the CPU and not waiting for one
+(`BlockedClock`), not its wall time: on a busy machine the scheduler stretches every write,
+and a worker thread would not make that shorter (on two loaded cores half the writes of a
+quick disk once took over 5 ms, and sent the calls off the loop for nothing)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -28,6 +35,45 @@ LIMIT = 0.005
 WINDOW = 15
 PROBE_EVERY = 5.0  # seconds between writes made on the loop while the disk is slow
 WARN_EVERY = 3600.0  # seconds between warnings in the log (the changes in between: info)
+
+
+SCHEDSTAT = "/proc/thread-self/schedstat"  # ns on a CPU, ns waiting for one, timeslices
+
+
+class BlockedClock:
+    """Seconds the calling thread spent blocked (on the disk, for a write): wall time less
+    the time it ran and the time it waited in the run queue, from Linux's per-thread
+    scheduler statistics. Where they cannot be read, wall time."""
+
+    def __init__(self, path: str = SCHEDSTAT) -> None:
+        self.path = path
+        self._local = threading.local()  # each thread reads its own file (opened once)
+
+    def now(self) -> float:
+        """A reading to give `blocked_since`."""
+        return time.perf_counter() - self._scheduled()
+
+    def blocked_since(self, reading: float) -> float:
+        return max(0.0, self.now() - reading)
+
+    def _scheduled(self) -> float:
+        fd = getattr(self._local, "fd", None)
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except OSError:
+                fd = -1  # not Linux, or no scheduler statistics: wall time alone
+            self._local.fd = fd
+        if fd < 0:
+            return 0.0
+        try:
+            running, waiting = os.pread(fd, 64, 0).split()[:2]
+            return (int(running) + int(waiting)) / 1e9
+        except (OSError, ValueError):
+            return 0.0
+
+
+BLOCKED = BlockedClock()
 
 
 @dataclass
@@ -54,9 +100,9 @@ class LoopTime:
         return True
 
     def took(self, seconds: float) -> None:
-        """A write made on the loop held it `seconds` (a read is not told: it waits for no
-        fsync). A probe decides alone: one quick write on a disk that was slow brings the
-        calls back to the loop."""
+        """A write made on the loop was blocked for `seconds` (`BlockedClock`; a read is not
+        told: it waits for no fsync). A probe decides alone: one quick write on a disk that
+        was slow brings the calls back to the loop."""
         over = seconds > self.limit
         if self.probing:
             self.probing = False

@@ -12,7 +12,6 @@ keeping and reading messages (`keeps`), the atomic write (`commits`), session it
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,7 +31,7 @@ from storage.local.housekeeping import Housekeeping
 from storage.local.installations import Installations
 from storage.local.keeps import Keeps
 from storage.local.ledger import Ledger
-from storage.local.loop_time import LoopTime
+from storage.local.loop_time import BLOCKED, LoopTime
 from storage.local.people import People
 from storage.local.queries import ListingQueries
 from storage.local.records import Records
@@ -134,7 +133,7 @@ class LocalStore(Store):
             raise WouldWait("not one of the store's quick calls")
         if not self.loop_time.allows():
             raise WouldWait("the disk is slow: the call would hold the loop")
-        started, commits = time.perf_counter(), self.database.commits_here
+        started, commits = BLOCKED.now(), self.database.commits_here
         with self.database.waiting_for_nothing():
             try:
                 return call()
@@ -144,7 +143,7 @@ class LocalStore(Store):
                 # Only a commit waited for the disk: a read, or a call refused before its
                 # write (`WouldWait`), says nothing of the fsync.
                 if self.database.commits_here != commits:
-                    self.loop_time.took(time.perf_counter() - started)
+                    self.loop_time.took(BLOCKED.blocked_since(started))
 
     def run_together(self, calls: Sequence[Callable[[], R]]) -> list[R | Exception]:
         """Quick calls made at once on this thread in one transaction, each in a savepoint:

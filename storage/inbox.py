@@ -31,7 +31,9 @@ class ConversationInbox(ABC):
         """Keep a user message durably, claiming its event id (per conversation, for at least
         `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
         conversation `running` (it has work), bumps `inbox_seq` and adds `participant` to its
-        participants. With `owner`, the same write also takes the lease if it is free
+        participants. A keep never changes who started the run (`run_by`: the holder's
+        commits write it), except that a conversation without one (at its first message)
+        names `participant`. With `owner`, the same write also takes the lease if it is free
         (`KeepResult.lease`), and the record comes back with its inbox, so that serving the
         message needs no further read. Nothing is written when the event id was claimed
         before (`KeepResult.kept` is False), nor when `backlog_limit` messages are queued already

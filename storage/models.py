@@ -252,7 +252,9 @@ class Conversation(BaseModel):
         description="people's verdicts on its answers (one per person and answer)",
     )
     run_by: str | None = Field(
-        default=None, description="who started the run in progress (or the last one)"
+        default=None,
+        description="who started the run in progress (or the last one), as the thread's "
+        "holder wrote it (`Commit.run_by`); a keep names only a conversation's first author",
     )
     waiting_on: str | None = Field(
         default=None,

@@ -91,8 +91,9 @@ class Commit:
     delivered: bool = False  # every outcome of the (resulting) checkpoint was delivered
     delivery: DeliveryMark | None = None  # where delivery stands (overrides `delivered`)
     inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since
-    # Who started the run this write belongs to (None: unchanged). A write that sets the
-    # status to awaiting approval lists the conversation for them (`list_waiting_on`).
+    # Who started the run this write belongs to (None: unchanged): whom a stop is
+    # authorised against. A write that sets the status to awaiting approval lists the
+    # conversation for them (`list_waiting_on`).
     run_by: str | None = None
     # A person to note this conversation for, first of their recent ones (`noting`), in
     # the same write where the backend can; never a reason for the write to fail.

@@ -59,6 +59,7 @@ async def drive(
     session = _session(serving)
     from_checkpoint = isinstance(start, RunState)
     scope = _scope(serving)
+    await serving.begin_run(started_by)
     await serving.show_work(started_by)
     keeper = serving.keeper
     if keeper is not None:  # its renewals keep the state alive while the run goes on
@@ -116,6 +117,7 @@ async def drive(
                     serving.release_as(Status.IDLE)
                     return
                 start, started_by, held = await render(serving, held), held[0].user, []
+                await serving.begin_run(started_by)
                 continue
             assert kept.state is not None  # neither finished nor waiting for a person
             start = kept.state

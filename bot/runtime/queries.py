@@ -32,7 +32,10 @@ class Queries:
 
     def may_stop(self, record: Conversation, user: str) -> bool:
         """Who may stop a run: the person who started it, approvers (who may decide its
-        calls) and admins. (A record written before runs were attributed: its participants.)"""
+        calls) and admins. Its starter is `run_by` as the thread's holder wrote it (when the
+        run began, and with each checkpoint): never whoever was kept, or took the lease,
+        last, such as someone whose reply was kept while the run waited. (A record written
+        before runs were attributed: its participants.)"""
         settings = self.settings
         if user in settings.approvers | settings.admins:
             return True

@@ -227,6 +227,19 @@ class Serving(Holding):
 
     # -- writing ------------------------------------------------------------------------
 
+    async def begin_run(self, started_by: str) -> None:
+        """A run of `started_by`'s begins: the record names them its starter (`run_by`,
+        against whom a stop is authorised) before anything is shown or run, in a fenced
+        write of its own when it names someone else (a keep never does: the author of a
+        reply kept while a run waits did not start that run)."""
+        if not started_by or self.record.run_by == started_by:
+            return
+        await self.io(
+            self.store.apply,
+            Commit(key=self.key, lease=self.lease, run_by=started_by, touch=False),
+        )
+        self.record = self.record.model_copy(update={"run_by": started_by})
+
     async def commit(
         self,
         envelope: Envelope,

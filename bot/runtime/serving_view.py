@@ -72,6 +72,8 @@ class ServingView(Protocol):
 
     # -- running and writing ------------------------------------------------------------
 
+    async def begin_run(self, started_by: str) -> None: ...
+
     async def drive(
         self, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
     ) -> None: ...

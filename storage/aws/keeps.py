@@ -101,7 +101,7 @@ class Keeps:
             update = Update()
             if take:
                 assert owner is not None
-                self.records.take(update, owner, now, run_by=participant, keep_stop=bool(stop_by))
+                self.records.take(update, owner, now, keep_stop=bool(stop_by))
                 update.require(self.t.lease_free(update, now))
             self._keep_update(update, key, entry, now, create=create, participant=participant)
             if stop_by:
@@ -188,6 +188,9 @@ class Keeps:
         self.t.initialise(update, key, now)
         if participant:
             update.add_to_set("participants", ss([participant]))
+            # The first message names the run's starter; later ones never (the holder's
+            # commits do): a reply kept while a run waits is not its starter.
+            update.set_if_missing("run_by", s(participant))
         update.require(self.t.live(update, now, create=create))
         count = update.name("inbox_count")
         cap = update.value("cap", n(self.t.backlog_limit))

@@ -116,13 +116,10 @@ class Records:
         owner: str,
         now: datetime,
         *,
-        run_by: str | None = None,
         keep_stop: bool = False,
     ) -> None:
         if not keep_stop:  # a stop asked of an earlier run is not this one's
             update.remove("stop_by")
-        if run_by:  # the message that takes the thread starts the run
-            update.set("run_by", s(run_by))
         update.increment("fence")
         update.set("lease_owner", s(owner))
         update.set("lease_expires_ms", n(ms(now + self.t.lease_duration)))

@@ -90,6 +90,9 @@ class Keeps:
                 "inbox_seq": record.inbox_seq + 1,
                 **status_change(Status.RUNNING, None, now),
                 "participants": participants,
+                # The first message names the run's starter; later ones never (the holder's
+                # commits do): a reply kept while a run waits is not its starter.
+                "run_by": record.run_by or participant,
                 "updated_at": now,
                 "last_activity_at": now,
                 "expires_at": now + self.d.state_ttl,
@@ -103,7 +106,6 @@ class Keeps:
                     "lease_owner": owner,
                     "lease_expires_at": now + self.d.lease_duration,
                     "stop_by": None,
-                    "run_by": participant or record.run_by,
                 }
             if stop_by:
                 update["stop_by"] = stop_by

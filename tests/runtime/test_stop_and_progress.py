@@ -9,7 +9,15 @@ from typing import Any
 
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from bot.runtime import Answer, ConversationRuntime, Kept, Notice, NoticeKind, Refused
+from bot.runtime import (
+    Answer,
+    ApprovalRequest,
+    ConversationRuntime,
+    Kept,
+    Notice,
+    NoticeKind,
+    Refused,
+)
 from bot.runtime.progress import Step
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, Status, Store, ToolCallStatus
@@ -159,6 +167,72 @@ async def test_who_may_stop_a_run(store: Store, effects: SideEffects) -> None:
     assert (await rt.request_stop(KEY, "UAPP")).accepted
     notice = next(o for o in await running if isinstance(o, Notice))
     assert notice.kind is NoticeKind.STOPPED and "<@UAPP>" in notice.text
+
+
+async def test_whoever_starts_the_next_run_may_stop_it_and_the_last_starter_may_not(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """A run's starter is the author of the message that starts it, named on the record by
+    the thread's holder before the run does anything, never by the keep of a message (issue
+    49): U2's reply held while U1's run waits for approval starts the next run once that one
+    finishes, and U2's next question starts another; each is U2's to stop, not U1's."""
+    store = backend.open(lease_seconds=5, lease_skew_seconds=0.2)
+    started = asyncio.Event()
+
+    async def slow(call: Any) -> Any:
+        started.set()
+        await asyncio.sleep(30)  # a model call that takes its time
+        return [assistant_message("(never: stopped first)")]
+
+    model = ScriptedModel(
+        [
+            [
+                function_call(
+                    "send_email", {"to": "ana@example.com", "body": "hi"}, call_id="call-email"
+                )
+            ],
+            [assistant_message("Sent.")],
+            ModelStep.respond(slow),
+            [assistant_message("Hello again.")],
+            ModelStep.respond(slow),
+        ]
+    )
+    rt = ConversationRuntime(store, build_agent(model, effects))
+    [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    assert await rt.keep_message(KEY, event_id="E2", user="U2", text="and me?") is Kept.KEPT
+    await rt.serve(KEY)  # held for after the run, which still waits for U1
+    assert store.get(KEY).run_by == "U1"  # type: ignore[union-attr]
+    approved = asyncio.create_task(
+        rt.decide(
+            KEY,
+            call_id="call-email",
+            approve=True,
+            user="U1",
+            checkpoint_version=request.checkpoint_version,
+        )
+    )
+    await started.wait()  # U1's run answered; U2's held message started the next one
+    record = store.get(KEY)
+    assert record is not None and record.run_by == "U2"
+    assert [rt.may_stop(record, u) for u in ("U1", "U2")] == [False, True]
+    assert (await rt.request_stop(KEY, "U1")).refused
+    assert (await rt.request_stop(KEY, "U2")).accepted
+    outcomes = await approved
+    assert [o.text for o in outcomes if isinstance(o, Answer)] == ["Sent."]
+    stopped = [o for o in outcomes if isinstance(o, Notice)]
+    assert stopped[-1].kind is NoticeKind.STOPPED and "<@U2>" in stopped[-1].text
+    # U1 starts a run, then U2 one in the same thread: each named as its run begins.
+    answered = await rt.handle_message(KEY, event_id="E3", user="U1", text="hi")
+    assert [o.text for o in answered if isinstance(o, Answer)] == ["Hello again."]
+    assert store.get(KEY).run_by == "U1"  # type: ignore[union-attr]
+    started.clear()
+    running = asyncio.create_task(rt.handle_message(KEY, event_id="E4", user="U2", text="and now?"))
+    await started.wait()
+    assert (await rt.request_stop(KEY, "U1")).refused
+    assert (await rt.request_stop(KEY, "U2")).accepted
+    notice = next(o for o in await running if isinstance(o, Notice))
+    assert notice.kind is NoticeKind.STOPPED and "<@U2>" in notice.text
 
 
 async def test_progress_shows_status_text_and_steps(store: Store, effects: SideEffects) -> None:

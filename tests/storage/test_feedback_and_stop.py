@@ -57,3 +57,26 @@ def test_a_stop_is_kept_like_a_message_and_flagged_for_the_holder(store: Store) 
     assert kept.lease is not None and kept.record is not None and kept.record.stop_by == "U1"
     store.release(kept.lease, status=Status.IDLE)
     assert record_of(store, KEY).stop_by is None
+
+
+def test_a_keep_names_a_run_starter_only_where_there_is_none(store: Store) -> None:
+    """Who started the run (`run_by`, whom a stop is authorised against) is what the
+    thread's holder wrote: a reply kept while the run waits for approval, which takes the
+    free thread, does not make its author the starter (issue 49: someone who never wrote
+    in the thread replied, became `run_by`, and their `stop` stopped the run). Only a
+    conversation's first message names one."""
+    said = '{"user":"U1","text":"email Ana"}'
+    first = store.keep(KEY, "m1", said, participant="U1", owner="w1")
+    assert first.lease is not None and first.record is not None
+    assert first.record.run_by == "U1"
+    store.release(first.lease, status=Status.AWAITING_APPROVAL, run_by="U1")
+    reply = store.keep(
+        KEY, "m2", '{"user":"U2","text":"?"}', create=False, participant="U2", owner="w2"
+    )
+    assert reply.lease is not None and reply.record is not None  # it took the free thread
+    assert reply.record.run_by == "U1" and record_of(store, KEY).run_by == "U1"
+    assert store.keep(KEY, "m3", '{"user":"U3","text":"!"}', create=False, participant="U3").kept
+    assert record_of(store, KEY).run_by == "U1"
+    # The holder names whoever starts the next run (a fenced write of its own).
+    store.apply(Commit(key=KEY, lease=reply.lease, run_by="U2", touch=False))
+    assert record_of(store, KEY).run_by == "U2"

@@ -27,6 +27,7 @@ class ConversationInbox(ABC):
         token: str | None = None,
         stop_by: str | None = None,
         refusal_text: str = "",
+        capped: bool = True,
     ) -> KeepResult:
         """Keep a user message durably, claiming its event id (per conversation, for at least
         `claim_ttl`: longer than Slack retries an event) in the same atomic write; marks the
@@ -38,7 +39,9 @@ class ConversationInbox(ABC):
         message needs no further read. Nothing is written when the event id was claimed
         before (`KeepResult.kept` is False), nor when `backlog_limit` messages are queued already
         (`KeepResult.refused`; the event is claimed all the same, and a duplicate of a message
-        kept is a duplicate, not refused). Without `create`, only an existing conversation takes it;
+        kept is a duplicate, not refused). Without `capped`, the entry is a request about the
+        run rather than a message (a stop, a decision): it is neither refused at the cap nor
+        counted in it. Without `create`, only an existing conversation takes it;
         otherwise raises `NotFound` (and claims nothing). A conversation whose state expired
         but whose tombstone lasts is brought back, with or without `create`, as a new
         generation (none of the old rows is seen) that keeps its participants and says what

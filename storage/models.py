@@ -37,6 +37,22 @@ def inbox_stamp(moment: datetime) -> str:
     return f"{int(moment.timestamp() * 1_000_000):018d}"
 
 
+UNCAPPED = "~uncapped"  # an inbox entry id's second part: not counted in the backlog cap
+
+
+def inbox_entry_id(moment: datetime, event_id: str, *, capped: bool = True) -> str:
+    """An inbox entry's id: its arrival stamp, then (for a request kept past the backlog
+    cap, `keep(capped=False)`) `UNCAPPED`, then its event id. What is counted is read from
+    the id alone, so that the commit consuming an entry needs no read to count it out."""
+    stamp = inbox_stamp(moment)
+    return f"{stamp}#{event_id}" if capped else f"{stamp}#{UNCAPPED}#{event_id}"
+
+
+def capped_entry(entry_id: str) -> bool:
+    """Whether the inbox entry counts against the thread's backlog cap (`inbox_entry_id`)."""
+    return entry_id.split("#", 2)[1:2] != [UNCAPPED]
+
+
 def stamp_ms(entry_id: str) -> int:
     """The arrival time (ms) of an inbox entry id (15 digits of ms in older ids)."""
     stamp = entry_id.split("#", 1)[0]

@@ -30,7 +30,6 @@ STOP_ANSWERS = (  # a stop that stopped nothing, answered privately
     "Nothing is running there",  # right now; or: its saved state expired
     "There is nothing of yours running there",
     "discarded this conversation's saved state before your stop",  # the discard came first
-    "Too many messages are waiting in that thread",
 )
 
 STOPPED_BY = re.compile(r"Stopped by <@([A-Z0-9]+)>")

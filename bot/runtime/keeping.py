@@ -108,7 +108,9 @@ class Keeping(Queries):
         reply_to: str | None = None,
         take: bool = False,
     ) -> Kept:
-        """Keep a click on Approve or Reject durably; it never creates a conversation."""
+        """Keep a click on Approve or Reject durably (never refused at the backlog cap: see
+        `_keep`); it never creates a conversation. `event_id` is the click's own (Slack's
+        ids for it), so that another delivery of it is a duplicate."""
         payload = payload_text(
             DecisionRequest(
                 call_id=call_id,
@@ -141,7 +143,9 @@ class Keeping(Queries):
         refusal: Refusal | None = None,
     ) -> Kept:
         """Keep one inbox entry; `refusal` says what to record, and tell the thread, if the
-        backlog is full (a message; a stop is told privately instead)."""
+        backlog is full: only a message has one. A request about the run (a stop, a
+        decision, a probe) is never refused at the backlog cap, nor counted in it: the
+        thread's queued messages must not keep a run from being stopped or decided."""
         try:
             with self.keeps.keeping():
                 kept = await self.io.urgent(
@@ -155,6 +159,7 @@ class Keeping(Queries):
                     token=uuid.uuid4().hex,
                     stop_by=stop_by,
                     refusal_text=refusal.text if refusal else "",
+                    capped=refusal is not None,
                 )
         except NotFound:
             return Kept.NOT_OURS

@@ -26,7 +26,6 @@ class Stopping:
     accepted: bool
     text: str
     refused: bool = False  # the person may not stop this run (nothing was asked)
-    full: bool = False  # the thread's backlog is full: the stop was not kept
     serve: bool = False  # the write took the thread: serve it next (`keep_stop`)
 
 
@@ -82,9 +81,6 @@ class StopRequests(Admitting):
             text = f"{stopping.text} Your `stop` was not passed on to it."
             self._emit_later([Refused(key=key, text=text, user=user)])
             return Kept.STOP_REFUSED
-        if stopping.full:  # told privately: as a message it would be refused the same way
-            self._emit_later([Refused(key=key, text=stopping.text, user=user)])
-            return Kept.STOP_REFUSED
         return None
 
     async def _stop(
@@ -93,7 +89,8 @@ class StopRequests(Admitting):
         """Keep the request in the thread's inbox, flagged on the record in the same write
         (see `stopping`); this process's own serve of the thread learns it at once, another
         replica's within `STOP_POLL`. When the thread was free (a run paused for approval)
-        the write takes it, for the caller to serve."""
+        the write takes it, for the caller to serve. Never refused at the backlog cap: a
+        full thread is the one whose run most needs stopping."""
         key = record.key
         cutoff = self.store.takeover_cutoff(self.store.clock())
         if not (record.leased(cutoff) or record.status in STOPPABLE):
@@ -107,9 +104,5 @@ class StopRequests(Admitting):
         )
         if kept is Kept.NOT_OURS:
             return Stopping(False, "Nothing is running there right now.")
-        if kept is Kept.NOT_TAKEN:
-            return Stopping(
-                False, "Too many messages are waiting in that thread; try again.", full=True
-            )
         self._ask_live_to_stop(key, user)  # after the keep: the stop it applies consumes it
         return Stopping(True, "Stopping it now.")

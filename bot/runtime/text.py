@@ -16,8 +16,11 @@ def clean_text(text: str) -> str:
 
 
 def quote(text: str, limit: int = 120) -> str:
-    """A short quote of someone's message, on one line (to name it in a notice)."""
+    """A short quote of someone's message, on one line (to name it in a notice); a message
+    without text (files only) is named as such, never as an empty quote."""
     flat = " ".join(text.split())
+    if not flat:
+        return "(a message without text)"
     cut = flat if len(flat) <= limit else flat[: limit - 1] + "…"
     return f"“{cut}”"
 

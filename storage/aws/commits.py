@@ -43,7 +43,7 @@ from storage.errors import (
     SessionConflict,
     StorageError,
 )
-from storage.models import DeliveryMark, Status
+from storage.models import DeliveryMark, Status, capped_entry
 from storage.people import PersonKey, noting
 from storage.writes import (
     KEEP,
@@ -266,7 +266,7 @@ class Commits:
         spilled = sum(entry_id.endswith(SPILL_SUFFIX) for entry_id in consume)
         inline = sum(not in_row(entry_id) for entry_id in consume)
         for counter, count in (
-            ("inbox_count", len(consume)),
+            ("inbox_count", sum(map(capped_entry, consume))),
             ("inbox_rows", spilled),
             ("inbox_inline", inline),
         ):

@@ -46,7 +46,7 @@ from storage.models import (
     InboxEntry,
     Refusal,
     Status,
-    inbox_stamp,
+    inbox_entry_id,
 )
 from storage.writes import KeepResult
 
@@ -83,6 +83,7 @@ class Keeps:
         token: str | None,
         stop_by: str | None = None,
         refusal_text: str = "",
+        capped: bool = True,
     ) -> KeepResult:
         token = token or uuid.uuid4().hex
         now = self.t.clock()
@@ -92,7 +93,7 @@ class Keeps:
             now = self.t.clock()
             suffix = SPILL_SUFFIX if spill else ""
             entry = InboxEntry(
-                entry_id=f"{inbox_stamp(now)}#{event_id}{suffix}",
+                entry_id=inbox_entry_id(now, event_id, capped=capped) + suffix,
                 event_id=event_id,
                 payload=payload,
                 received_at=now,
@@ -103,7 +104,9 @@ class Keeps:
                 assert owner is not None
                 self.records.take(update, owner, now, keep_stop=bool(stop_by))
                 update.require(self.t.lease_free(update, now))
-            self._keep_update(update, key, entry, now, create=create, participant=participant)
+            self._keep_update(
+                update, key, entry, now, create=create, participant=participant, capped=capped
+            )
             if stop_by:
                 update.set("stop_by", s(stop_by))
             try:
@@ -139,7 +142,7 @@ class Keeps:
                         e.event_id == event_id and e.token == token for e in inline_entries(old)[0]
                     )
                     return KeepResult(kept=mine)
-                if _number(old, "inbox_count") >= self.t.backlog_limit:
+                if capped and _number(old, "inbox_count") >= self.t.backlog_limit:
                     refusal = Refusal(
                         event_id=event_id,
                         user=participant or "",
@@ -178,11 +181,12 @@ class Keeps:
         *,
         create: bool,
         participant: str | None,
+        capped: bool,
     ) -> None:
         """What every keep writes to the record, and the conditions of both ways to keep:
-        live, under the backlog cap, the event not claimed in the record."""
+        live, under the backlog cap (unless it is not `capped`: then it is not counted
+        either), the event not claimed in the record."""
         update.increment("inbox_seq")
-        update.add_to_set("inbox_count", n(1))
         self.t.set_status(update, key, Status.RUNNING)
         self.t.touch(update, now)
         self.t.initialise(update, key, now)
@@ -192,9 +196,11 @@ class Keeps:
             # commits do): a reply kept while a run waits is not its starter.
             update.set_if_missing("run_by", s(participant))
         update.require(self.t.live(update, now, create=create))
-        count = update.name("inbox_count")
-        cap = update.value("cap", n(self.t.backlog_limit))
-        update.require(f"attribute_not_exists({count}) OR {count} < {cap}")
+        if capped:
+            update.add_to_set("inbox_count", n(1))
+            count = update.name("inbox_count")
+            cap = update.value("cap", n(self.t.backlog_limit))
+            update.require(f"attribute_not_exists({count}) OR {count} < {cap}")
         current, previous, upcoming = claim_sets(now, self.t.claim_ttl)
         digest = update.value("claim", s(claim_digest(entry.event_id)))
         update.require(

@@ -21,7 +21,8 @@ returns everything; but only a few small ones (`INLINE_ENTRIES` of at most
 `INLINE_ENTRY_LIMIT` bytes, counted in `inbox_inline`): the rest of a busy thread's backlog
 lives in `INBOX#` rows (counted in `inbox_rows`), whose event claims are `CLAIM#<digest>`
 rows, so that the record, and with it the cost of every write to it, stays small however
-long the backlog. `inbox_count` counts every queued message (the backlog cap); while
+long the backlog. `inbox_count` counts every queued message (the backlog cap; a request kept
+past the cap, a stop or a decision, is not counted: see `capped_entry`); while
 `spill_until` has not passed, claims may live in rows, so every keep goes to a row.
 A message refused at the backlog cap is named in the record until the thread has been told
 (`rf:<event id>`, its `Refusal` JSON; at most `REFUSALS_NAMED` or so, the rest counted in

@@ -180,6 +180,7 @@ class AwsStore(Store):
         token: str | None = None,
         stop_by: str | None = None,
         refusal_text: str = "",
+        capped: bool = True,
     ) -> KeepResult:
         return self.keeps.keep(
             key,
@@ -191,6 +192,7 @@ class AwsStore(Store):
             token=token,
             stop_by=stop_by,
             refusal_text=refusal_text,
+            capped=capped,
         )
 
     @translated

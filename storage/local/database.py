@@ -21,6 +21,7 @@ from storage.base import new_record, revived
 from storage.errors import LeaseLost, WouldWait
 from storage.local.loop_time import BLOCKED
 from storage.models import (
+    UNCAPPED,
     Conversation,
     ConversationKey,
     InboxEntry,
@@ -321,8 +322,18 @@ def read_inbox(
 
 
 def backlog(db: sqlite3.Connection, key: ConversationKey) -> int:
-    """Messages queued in the thread."""
+    """Entries queued in the thread."""
     row = db.execute("SELECT COUNT(*) FROM inbox WHERE key = ?", (str(key),)).fetchone()
+    return int(row[0])
+
+
+def capped_backlog(db: sqlite3.Connection, key: ConversationKey) -> int:
+    """Entries queued in the thread that count against its backlog cap (`capped_entry`:
+    not the requests kept past it, whose ids say so)."""
+    row = db.execute(
+        "SELECT COUNT(*) FROM inbox WHERE key = ? AND entry_id NOT LIKE ?",
+        (str(key), f"%#{UNCAPPED}#%"),
+    ).fetchone()
     return int(row[0])
 
 

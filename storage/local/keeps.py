@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from storage.errors import NotFound
-from storage.local.database import Database, backlog, read_inbox, read_record, status_change
+from storage.local.database import (
+    Database,
+    capped_backlog,
+    read_inbox,
+    read_record,
+    status_change,
+)
 from storage.local.ledger import Ledger
 from storage.models import (
     REFUSAL_TEXT,
@@ -16,7 +22,7 @@ from storage.models import (
     Lease,
     Refusal,
     Status,
-    inbox_stamp,
+    inbox_entry_id,
     with_refusal,
     with_refusals_told,
 )
@@ -40,6 +46,7 @@ class Keeps:
         token: str | None = None,
         stop_by: str | None = None,
         refusal_text: str = "",
+        capped: bool = True,
     ) -> KeepResult:
         now = self.d.clock()
         with self.d.write() as db:
@@ -60,7 +67,7 @@ class Keeps:
                     e.event_id == event_id and e.token == token for e in read_inbox(db, key)
                 )
                 return KeepResult(kept=mine)
-            if backlog(db, key) >= self.d.backlog_limit:
+            if capped and capped_backlog(db, key) >= self.d.backlog_limit:
                 # Claimed all the same: another delivery of it is a duplicate, not kept
                 # after the thread was told this one was not taken.
                 if token:
@@ -75,7 +82,7 @@ class Keeps:
                 self.d.save(db, record)
                 return KeepResult(kept=False, refused=True, named=told in record.refused)
             entry = InboxEntry(
-                entry_id=f"{inbox_stamp(now)}#{event_id}",
+                entry_id=inbox_entry_id(now, event_id, capped=capped),
                 event_id=event_id,
                 payload=payload,
                 received_at=now,

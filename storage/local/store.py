@@ -246,6 +246,7 @@ class LocalStore(Store):
         token: str | None = None,
         stop_by: str | None = None,
         refusal_text: str = "",
+        capped: bool = True,
     ) -> KeepResult:
         return self.keeps.keep(
             key,
@@ -257,6 +258,7 @@ class LocalStore(Store):
             token=token,
             stop_by=stop_by,
             refusal_text=refusal_text,
+            capped=capped,
         )
 
     @translated

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 
 from bot.runtime import ConversationRuntime, DeliveryRef, Kept, Notice, NoticeKind, not_taken
-from storage import Status, Store
+from storage import Refusal, Status, Store
 from testkit.runtime import KEY, SideEffects, build_agent
 from tests.conftest import Backend
 
@@ -183,3 +183,13 @@ async def test_a_holder_does_not_wait_for_refusals_their_process_told(
     record = store.get(KEY)
     assert record is not None and record.lease_owner is None and not record.refusals_untold
     assert record.last_activity_at <= answered_at + timedelta(seconds=1), (answered_at, record)
+
+
+def test_a_refused_message_without_text_is_named_never_quoted_empty() -> None:
+    """A message of files alone refused at the cap is named as such: the thread was told of
+    `• “”` (issue 49, where the empty refusals were a stop and a click, which are never
+    refused now)."""
+    refusal = Refusal(event_id="E9", user="U2", text="  ", at=datetime.now(UTC))
+    told = not_taken.notice(KEY, [refusal])
+    assert told.details == ["(a message without text)"]
+    assert "couldn't take 1 message (from <@U2>)" in told.text

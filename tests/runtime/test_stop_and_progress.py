@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
@@ -265,13 +264,13 @@ async def test_progress_shows_a_call_waiting_for_approval(
     assert recorder.shown[-1] == ("end",)
 
 
-async def test_a_reply_stop_in_a_full_thread_is_told_privately_not_as_a_message(
+async def test_a_reply_stop_in_a_full_thread_stops_the_run_and_is_not_a_message(
     backend: Backend, effects: SideEffects
 ) -> None:
-    """The reply `stop` while the thread's backlog is full cannot be kept: its sender is
-    told so privately (as the Stop control's sender is), and it is not turned into an
-    ordinary message, which the full thread would refuse publicly as a message to send
-    again later (the chaos soak's seed 130013)."""
+    """The reply `stop` while the thread's backlog is full is a stop like any other: never
+    refused at the cap (a full thread is the one whose run most needs stopping, issue 49),
+    nor turned into an ordinary message, which the full thread would refuse publicly as a
+    message to send again later (the chaos soak's seed 130013); the run is stopped."""
     store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=2)
     told: list[Any] = []
 
@@ -284,15 +283,13 @@ async def test_a_reply_stop_in_a_full_thread_is_told_privately_not_as_a_message(
     await started.wait()
     for number in (2, 3):  # the backlog fills up
         await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+    full = await rt.keep_message(KEY, event_id="E5", user="U1", text="one more")
+    assert full is Kept.NOT_TAKEN  # the thread is full indeed
     kept = await rt.keep_message(KEY, event_id="E4", user="U1", text="stop")
-    assert kept is Kept.STOP_REFUSED
-    for _ in range(50):
-        if told:
-            break
-        await asyncio.sleep(0.05)
-    assert [(type(o), o.user) for o in told] == [(Refused, "U1")]
-    assert "Too many messages are waiting" in told[0].text
-    assert not [o for o in told if isinstance(o, Notice) and o.kind is NoticeKind.NOT_TAKEN]
-    running.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await running
+    assert kept is Kept.STOPPING
+    outcomes = await asyncio.wait_for(running, 10)
+    [notice] = [o for o in outcomes if isinstance(o, Notice) and o.kind is NoticeKind.STOPPED]
+    assert "Stopped by <@U1>" in notice.text
+    assert not [o for o in told if isinstance(o, Refused)]
+    record = store.get(KEY)
+    assert record is not None and "E4" not in [r.event_id for r in record.refused]

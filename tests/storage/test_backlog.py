@@ -113,6 +113,34 @@ def test_past_the_cap_a_keep_is_refused_not_failed(backend: Backend) -> None:
     assert len(store.read_inbox(KEY)) == 30 - 10 + 1
 
 
+def test_requests_about_the_run_are_kept_past_the_cap_and_not_counted(backend: Backend) -> None:
+    """A stop or a decision (`keep(capped=False)`) is kept however full the backlog, and
+    takes no message's place in it, while queued or when consumed (issue 49: at a full
+    backlog Slack's stop and an Approve click were dropped without a word)."""
+    store = backend.open(lease_seconds=600, backlog_limit=3)
+    lease = hold(store)
+    stop = '{"kind":"stop","user":"U1"}'
+    for event_id in ("stop1", "click1"):
+        kept = store.keep(KEY, event_id, stop, create=False, stop_by="U1", capped=False)
+        assert (kept.kept, kept.refused) == (True, False)
+    for i in range(2):  # the requests took no message's place
+        assert store.keep(KEY, f"Ev{i}", payload(i), create=False).kept
+    assert store.keep(KEY, "Ev-over", payload(9), create=False).refused  # full now
+    late = store.keep(KEY, "stop2", stop, create=False, stop_by="U1", capped=False)
+    assert (late.kept, late.refused) == (True, False)  # kept however full
+    again = store.keep(KEY, "stop2", stop, create=False, stop_by="U1", capped=False)
+    assert (again.kept, again.refused) == (False, False)  # a duplicate all the same
+    entries = store.read_inbox(KEY, lease.generation)
+    assert [e.event_id for e in entries] == ["first", "stop1", "click1", "Ev0", "Ev1", "stop2"]
+    requests = [e.entry_id for e in entries if e.event_id.startswith(("stop", "click"))]
+    store.apply(Commit(key=KEY, lease=lease, consume=requests, clear_stop=True))
+    assert store.keep(KEY, "Ev-over2", payload(10), create=False).refused  # as full as before
+    [first] = [e.entry_id for e in entries if e.event_id == "first"]
+    store.apply(Commit(key=KEY, lease=lease, consume=[first]))
+    assert store.keep(KEY, "Ev3", payload(3), create=False).kept  # one message's room
+    assert store.keep(KEY, "Ev4", payload(4), create=False).refused
+
+
 def test_refusals_not_yet_told_outlive_an_expired_state(backend: Backend) -> None:
     """Messages refused at the cap, whose notice died with its process, are still on the
     record that brings the thread back after its state expired, to be told (chaos seed

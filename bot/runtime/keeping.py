@@ -48,7 +48,7 @@ class Keeping(Queries):
     _requesters: dict[ConversationKey, str]  # whose slot a serve takes
 
     @abstractmethod
-    async def _ask_stop(self, key: ConversationKey, user: str) -> Kept | None:
+    async def _ask_stop(self, key: ConversationKey, user: str, event_id: str) -> Kept | None:
         """The reply `stop` (see `stop_requests`)."""
 
     async def keep_message(
@@ -70,7 +70,7 @@ class Keeping(Queries):
         describe what was shared with it (read later, when the model is given it);
         `viewing`, what its author was looking at (given to the model with it)."""
         if is_stop_word(text) and not files:
-            stopping = await self._ask_stop(key, user)
+            stopping = await self._ask_stop(key, user, event_id)
             if stopping is not None:
                 return stopping
         message = UserMessage(
@@ -172,12 +172,12 @@ class Keeping(Queries):
         return Kept.KEPT if kept.kept else Kept.DUPLICATE
 
     async def _keep_probe(
-        self, key: ConversationKey, user: str, reason: str, *, take: bool
+        self, key: ConversationKey, user: str, reason: str, *, event_id: str, take: bool
     ) -> Kept:
         """A request about a thread whose state expired: it brings the thread back, to be
-        told (see `expiry`)."""
+        told (see `expiry`). Kept under the request's own `event_id`, as the request itself
+        would have been, so that another delivery of it is a duplicate either way."""
         payload = payload_text(Probe(user=user, reason=reason))
-        event_id = f"probe:{reason}:{user}:{uuid.uuid4().hex}"
         return await self._keep(key, event_id, payload, create=False, user=None, take=take)
 
     async def _expired_for(self, key: ConversationKey, user: str) -> bool:

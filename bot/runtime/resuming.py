@@ -5,6 +5,8 @@ none is free it waits in line, without the lease, its person told it is queued. 
 
 from __future__ import annotations
 
+import uuid
+
 from bot.runtime.admitting import Admitting, Served
 from bot.runtime.keeping import Kept
 from bot.runtime.lease_owner import new_owner
@@ -39,14 +41,22 @@ class Resuming(Admitting):
     """Mixed into `ConversationRuntime`, which owns what `Admitting` names."""
 
     async def resume(
-        self, key: ConversationKey, *, user: str | None = None, reply_to: str | None = None
+        self,
+        key: ConversationKey,
+        *,
+        user: str | None = None,
+        reply_to: str | None = None,
+        event_id: str | None = None,
     ) -> list[Outcome]:
         """`/resume`: continue a paused or interrupted conversation, or say why not. Anyone
         who may not act on it gets the same answer whether or not it exists. `reply_to`:
-        where to tell the person at once that it is queued (the answer comes at the end)."""
+        where to tell the person at once that it is queued (the answer comes at the end).
+        `event_id` names the request (Slack's ids for it; None: one nobody delivers again)."""
         found = await self.io(self.store.get, key)
         if found is None and user is not None and await self._expired_for(key, user):
-            if await self._keep_probe(key, user, "resume", take=True) is Kept.KEPT:
+            probe = event_id or f"probe:resume:{user}:{uuid.uuid4().hex}"
+            kept = await self._keep_probe(key, user, "resume", event_id=probe, take=True)
+            if kept is Kept.KEPT:
                 await self.serve(key)  # the thread is told
             return [StatusReply(key=key, text=EXPIRED_RESUME)]
         if found is None or (user is not None and not self.may_act(found, user)):

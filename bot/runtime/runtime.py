@@ -166,7 +166,9 @@ class ConversationRuntime(Resuming, StopRequests):
         event_id: str | None = None,
     ) -> list[Outcome]:
         """A decision from a button: kept, then served. Late or repeated decisions, and
-        decisions by someone not allowed, change nothing and are answered (`Refused`)."""
+        decisions by someone not allowed, change nothing and are answered (`Refused`).
+        `event_id` names the click (Slack's ids for it, as `keep_decision` is given them by
+        the Slack layer); None: a decision nobody delivers again, given an id of its own."""
         kept = await self.keep_decision(
             key,
             event_id=event_id or f"decision:{new_owner()}",

@@ -1,7 +1,11 @@
-"""Requests to stop a run (the Stop control, or the reply `stop`): kept in the thread's
-inbox, flagged on the record in the same write, for whoever serves the thread to apply
-(`stopping`). Honoured for the person who started the run, approvers and admins; refused
-privately to anyone else. Mixed into `ConversationRuntime`."""
+"""Requests to stop a run (the Stop control, Slack's stop, or the reply `stop`): kept in the
+thread's inbox, flagged on the record in the same write, for whoever serves the thread to
+apply (`stopping`). Honoured for the person who started the run (`run_by`, as the thread's
+holder wrote it: never whoever was kept or took the lease last), approvers and admins;
+refused privately to anyone else. Each is keyed by the id of the request that carried it
+(Slack's), so that a delivery Slack repeats is a duplicate, never a second stop; and none
+is counted against, or refused at, the thread's backlog cap. Mixed into
+`ConversationRuntime`."""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ class Stopping:
     accepted: bool
     text: str
     refused: bool = False  # the person may not stop this run (nothing was asked)
+    duplicate: bool = False  # a delivery of a stop kept before: its first was answered
     serve: bool = False  # the write took the thread: serve it next (`keep_stop`)
 
 
@@ -37,46 +42,59 @@ class StopRequests(Admitting):
         """This process's own serve of the thread, if any, learns of the stop at once."""
 
     async def request_stop(
-        self, key: ConversationKey, user: str, *, reply_to: str | None = None
+        self,
+        key: ConversationKey,
+        user: str,
+        *,
+        event_id: str | None = None,
+        reply_to: str | None = None,
     ) -> Stopping:
         """Ask the run in progress to stop (the Stop control): honoured for the person who
-        started the run, approvers and admins (see `stopping`). `reply_to` answers the
-        person later, when it had already finished."""
-        stopping = await self.keep_stop(key, user, reply_to=reply_to)
+        started the run, approvers and admins (see `stopping`). `event_id` names the
+        request as `keep_stop` says (None: one nobody delivers again, given an id of its
+        own); `reply_to` answers the person later, when it had already finished."""
+        stopping = await self.keep_stop(
+            key, user, event_id=event_id or f"stop:{user}:{uuid.uuid4().hex}", reply_to=reply_to
+        )
         if stopping.serve:
             await self.serve(key)
         return stopping
 
     async def keep_stop(
-        self, key: ConversationKey, user: str, *, reply_to: str | None = None
+        self, key: ConversationKey, user: str, *, event_id: str, reply_to: str | None = None
     ) -> Stopping:
         """`request_stop`'s durable half, for a caller that acknowledges a request in
         between: the stop is kept (or refused) when this returns; `Stopping.serve` says the
         write took the thread (a paused run, or an expired thread to be told), for the caller
-        to `serve` next."""
+        to `serve` next. `event_id` is the request's own (Slack's ids for it): another
+        delivery of it is a duplicate (`Stopping.duplicate`), which stops nothing."""
         record = await self.io(self.store.get, key)
         if record is None:
             if await self._expired_for(key, user):
-                kept = await self._keep_probe(key, user, "stop", take=True)
+                kept = await self._keep_probe(key, user, "stop", event_id=event_id, take=True)
                 return Stopping(False, EXPIRED_STOP, serve=kept is Kept.KEPT)
             return Stopping(False, "There is nothing of yours running there.")
-        stopping = await self._stop(record, user, reply_to=reply_to)
+        stopping = await self._stop(record, user, event_id=event_id, reply_to=reply_to)
         if stopping.accepted and key in self._taken:  # the run was paused: stop it now
             return Stopping(True, stopping.text, serve=True)
         return stopping
 
-    async def _ask_stop(self, key: ConversationKey, user: str) -> Kept | None:
-        """The reply `stop`: a request to the run in progress, refused privately to whoever
-        may not stop it (and then neither kept nor given to the model); None when nothing
-        runs there, and it is an ordinary message."""
+    async def _ask_stop(self, key: ConversationKey, user: str, event_id: str) -> Kept | None:
+        """The reply `stop` (kept under the message's own `event_id`, so that a delivery of
+        it again is a duplicate whether it was kept as a stop or as a message): a request
+        to the run in progress, refused privately to whoever may not stop it (and then
+        neither kept nor given to the model); None when nothing runs there, and it is an
+        ordinary message."""
         record = await self.io(self.store.get, key)
         if record is None:
             if await self._expired_for(key, user):  # the thread is told, not the model
-                return await self._keep_probe(key, user, "stop", take=True)
+                return await self._keep_probe(key, user, "stop", event_id=event_id, take=True)
             return None
-        stopping = await self._stop(record, user)
+        stopping = await self._stop(record, user, event_id=event_id)
         if stopping.accepted:  # served by whoever holds the thread (us, if we took it)
             return Kept.KEPT if key in self._taken else Kept.STOPPING
+        if stopping.duplicate:
+            return Kept.DUPLICATE
         if stopping.refused:
             text = f"{stopping.text} Your `stop` was not passed on to it."
             self._emit_later([Refused(key=key, text=text, user=user)])
@@ -84,7 +102,12 @@ class StopRequests(Admitting):
         return None
 
     async def _stop(
-        self, record: Conversation, user: str, *, reply_to: str | None = None
+        self,
+        record: Conversation,
+        user: str,
+        *,
+        event_id: str,
+        reply_to: str | None = None,
     ) -> Stopping:
         """Keep the request in the thread's inbox, flagged on the record in the same write
         (see `stopping`); this process's own serve of the thread learns it at once, another
@@ -98,11 +121,12 @@ class StopRequests(Admitting):
         if not self.may_stop(record, user):
             return Stopping(False, NOT_YOURS_TO_STOP, refused=True)
         payload = payload_text(StopRequest(user=user, reply_to=reply_to))
-        event_id = f"stop:{user}:{uuid.uuid4().hex}"
         kept = await self._keep(
             key, event_id, payload, create=False, user=None, take=True, stop_by=user
         )
         if kept is Kept.NOT_OURS:
             return Stopping(False, "Nothing is running there right now.")
+        if kept is Kept.DUPLICATE:  # Slack's redelivery: the run it asked for was stopped
+            return Stopping(False, "Your stop was received already.", duplicate=True)
         self._ask_live_to_stop(key, user)  # after the keep: the stop it applies consumes it
         return Stopping(True, "Stopping it now.")

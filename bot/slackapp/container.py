@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +37,7 @@ from bot.suggestions import Suggestions
 from storage import ConversationKey, PersonKey
 
 log = logging.getLogger(__name__)
+EVENT_ID = re.compile(r"Ev[A-Za-z0-9]{2,62}")  # Slack's id of an event delivery
 
 
 class ContainerListeners:
@@ -158,11 +160,13 @@ class ContainerListeners:
         metrics.EVENTS.labels("agent_session_stopped").inc()
         user, channel, thread_ts = event.get("user"), event.get("channel"), event.get("thread_ts")
         team = body.get("team_id") or context.team_id
+        event_id = body.get("event_id")
         if not (
             SLACK_ID.fullmatch(str(user))
             and SLACK_ID.fullmatch(str(team))
             and SLACK_ID.fullmatch(str(channel))
             and SLACK_TS.fullmatch(str(thread_ts))
+            and EVENT_ID.fullmatch(str(event_id))
         ):
             log.warning("ignored an agent_session_stopped event without valid ids")
             return
@@ -170,7 +174,9 @@ class ContainerListeners:
         key = ConversationKey(
             team=str(team), channel=str(channel), thread_ts=str(thread_ts), enterprise=enterprise
         )
-        stopping = await self.runtime.keep_stop(key, str(user))
+        # Keyed by Slack's event id: a delivery Slack repeats (its first ack not seen) is a
+        # duplicate, never a stop of whatever runs in the thread by then.
+        stopping = await self.runtime.keep_stop(key, str(user), event_id=f"event:{event_id}")
         context["stop_key"], context["stop_user"] = str(key), str(user)
         context["stopping"] = dataclasses.asdict(stopping)  # copied for the lazy half
 
@@ -179,6 +185,8 @@ class ContainerListeners:
             return
         stopping = Stopping(**context["stopping"])
         key = ConversationKey.parse(context["stop_key"])
+        if stopping.duplicate:
+            return  # its first delivery was answered
         if stopping.serve:
             await self.runtime.serve(key)  # a paused run: stopped now, the thread told
         elif stopping.refused:

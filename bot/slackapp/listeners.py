@@ -177,10 +177,9 @@ class Listeners:
             context["refusal"] = "That button is not one of mine."
             return
         clicked = f"{container.get('channel_id', key.channel)}:{container.get('message_ts', '')}"
-        click_id = body.get("trigger_id") or action.get("action_ts") or ""
         kept = await self.runtime.keep_decision(
             key,
-            event_id=f"action:{key.team}:{call_id}:{user}:{click_id}",
+            event_id=f"action:{key.team}:{call_id}:{user}:{_click_id(body, action)}",
             call_id=call_id,
             approve=action.get("action_id") == APPROVE,
             user=user,
@@ -260,12 +259,21 @@ class Listeners:
         metrics.EVENTS.labels("stop").inc()
         await ack()  # sent when this returns (`process_before_response`)
         try:
-            key = ConversationKey.parse(str(body["actions"][0]["value"]))
+            action = body["actions"][0]
+            key = ConversationKey.parse(str(action["value"]))
             user = str(body["user"]["id"])
-        except (KeyError, IndexError, ValueError, ValidationError):
+            click = _click_id(body, action)
+        except (KeyError, IndexError, TypeError, ValueError, ValidationError):
+            click = ""
+        if not click:
             await respond(text="That button is not one of mine.", replace_original=False)
             return
-        stopping = await self.runtime.keep_stop(key, user, reply_to=body.get("response_url"))
+        stopping = await self.runtime.keep_stop(
+            key,
+            user,
+            event_id=f"action:{key.team}:stop:{user}:{click}",  # a click sent again: one stop
+            reply_to=body.get("response_url"),
+        )
         if stopping.serve:
             context["stop_serves"] = str(key)
         try:  # the Stop control is this person's alone: the answer replaces it
@@ -302,18 +310,24 @@ class Listeners:
         except PermalinkError as exc:  # its words are plain; the link is not echoed back
             await respond(text=str(exc))
             return
-        await self._resume(key, user, respond, link, body.get("response_url"))
+        trigger = str(body.get("trigger_id") or "")
+        event_id = f"command:{team}:{trigger}" if trigger else None
+        await self._resume(key, user, respond, link, body.get("response_url"), event_id)
 
     async def resume_button(
         self, body: dict[str, Any], respond: Respond, context: AsyncBoltContext
     ) -> None:
         try:
-            key = ConversationKey.parse(str(body["actions"][0]["value"]))
+            action = body["actions"][0]
+            key = ConversationKey.parse(str(action["value"]))
             user = str(body["user"]["id"])
-        except (KeyError, IndexError, ValueError, ValidationError):
+        except (KeyError, IndexError, TypeError, ValueError, ValidationError):
             await respond(text="That button is not one of mine.", replace_original=False)
             return
-        await self._resume(key, user, respond, self._link(context), body.get("response_url"))
+        click = _click_id(body, action)
+        event_id = f"action:{key.team}:resume:{user}:{click}" if click else None
+        link = self._link(context)
+        await self._resume(key, user, respond, link, body.get("response_url"), event_id)
 
     async def _resume(
         self,
@@ -322,11 +336,14 @@ class Listeners:
         respond: Respond,
         link: Callable[[ConversationKey], str],
         response_url: object,
+        event_id: str | None,
     ) -> None:
+        """`event_id`: Slack's ids for the request, which keys what it keeps (a probe of an
+        expired thread), as every kept Slack request is keyed."""
         metrics.RESUMES.labels("command").inc()
         # Told there at once when it must wait for a run slot; answered here at the end.
         reply_to = response_url if isinstance(response_url, str) and response_url else None
-        outcomes = await self.runtime.resume(key, user=user, reply_to=reply_to)
+        outcomes = await self.runtime.resume(key, user=user, reply_to=reply_to, event_id=event_id)
         replies = [o.text for o in outcomes if isinstance(o, StatusReply | Refused)]
         thread = f"<{link(key)}|the thread>"
         text = " ".join(replies) or "Resumed the conversation."
@@ -363,6 +380,12 @@ class Listeners:
 
     def _link(self, context: AsyncBoltContext) -> Callable[[ConversationKey], str]:
         return linker(workspace_url(context, self.workspace_url))
+
+
+def _click_id(body: dict[str, Any], action: dict[str, Any]) -> str:
+    """What tells one click from another (and the same click, delivered again, from none):
+    Slack's trigger id, else the action's time."""
+    return str(body.get("trigger_id") or action.get("action_ts") or "")
 
 
 def _matches(pattern: re.Pattern[str], *values: object) -> bool:

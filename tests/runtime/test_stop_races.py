@@ -146,7 +146,7 @@ async def test_a_stop_kept_as_the_run_finishes_then_discarded_is_told_so(
     a, b, sink = replicas(backend, build_agent(echo_model(), effects))
 
     async def stop_then_discard() -> None:
-        assert (await b.keep_stop(KEY, "U1")).accepted  # A holds the thread: kept for A
+        assert (await b.keep_stop(KEY, "U1", event_id="S1")).accepted  # kept for A, its holder
         assert backend.open().read_inbox(KEY)
         await b.discard(KEY, by="UADMIN")
 
@@ -268,7 +268,7 @@ async def test_a_message_after_a_stop_starts_a_fresh_run_in_the_same_serve(
     a, _, sink = replicas(backend, build_agent(model, effects))
     [request, *_] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
-    stopping = await a.keep_stop(KEY, "U1")
+    stopping = await a.keep_stop(KEY, "U1", event_id="S1")
     assert stopping.accepted and stopping.serve
     kept = await a.keep_message(KEY, event_id="E2", user="U1", text="what else is new?")
     assert kept is Kept.KEPT
@@ -542,7 +542,8 @@ async def test_a_stop_whose_serve_failed_on_storage_is_applied_once_storage_answ
     [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
     with failing_writes(a.store) as fault, healed_as_a_serve_gives_up(fault):
-        stopping = await a.keep_stop(KEY, "U1")  # kept: the Stop control is acked now
+        # Kept: the Stop control is acked now.
+        stopping = await a.keep_stop(KEY, "U1", event_id="S1")
         assert stopping.accepted and stopping.serve and stopping.text == "Stopping it now."
         fault.start()
         await a.serve(KEY)

@@ -126,7 +126,7 @@ class StopRequests(Admitting):
         )
         if kept is Kept.NOT_OURS:
             return Stopping(False, "Nothing is running there right now.")
-        if kept is Kept.DUPLICATE:  # Slack's redelivery: the run it asked for was stopped
+        if kept is Kept.DUPLICATE:  # delivered again: kept before (as a stop, or a message)
             return Stopping(False, "Your stop was received already.", duplicate=True)
         self._ask_live_to_stop(key, user)  # after the keep: the stop it applies consumes it
         return Stopping(True, "Stopping it now.")

@@ -234,8 +234,32 @@ class LocalStore(Store):
     # -- inbox --------------------------------------------------------------------------
 
     @translated
-    def keep(self, key: ConversationKey, event_id: str, payload: str, **options: Any) -> KeepResult:
-        return self.keeps.keep(key, event_id, payload, **options)  # as `Store.keep` says
+    def keep(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool = True,
+        participant: str | None = None,
+        owner: str | None = None,
+        token: str | None = None,
+        stop_by: str | None = None,
+        refusal_text: str = "",
+        capped: bool = True,
+    ) -> KeepResult:
+        return self.keeps.keep(
+            key,
+            event_id,
+            payload,
+            create=create,
+            participant=participant,
+            owner=owner,
+            token=token,
+            stop_by=stop_by,
+            refusal_text=refusal_text,
+            capped=capped,
+        )
 
     @translated
     def read_inbox(

@@ -25,6 +25,7 @@ from storage.factory import open_store
 from storage.installations import Removal
 from storage.lease import LeaseKeeper
 from storage.models import (
+    SUMMARY_LIMIT,
     CheckpointMeta,
     CheckpointPointer,
     Conversation,
@@ -36,6 +37,7 @@ from storage.models import (
     Lease,
     Refusal,
     Status,
+    Summary,
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
@@ -60,6 +62,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CONSUME_LIMIT",
     "KEEP",
+    "SUMMARY_LIMIT",
     "CheckpointConflict",
     "CheckpointCorrupt",
     "CheckpointError",
@@ -96,6 +99,7 @@ __all__ = [
     "StorageSettings",
     "StorageUnavailable",
     "Store",
+    "Summary",
     "ToolCallClaim",
     "ToolCallRecord",
     "ToolCallStatus",

@@ -8,8 +8,8 @@ pointer also records the session watermark (`session_seq`) it was committed with
 
 Records, leases, checkpoints and the session are here; the contract's other parts are in
 modules of their own: `inbox` (keeping messages and stops), `ledger` (events and tool calls),
-`listings` (operational queries and feedback), `installations`, `people`, `content` and
-`replicas`.
+`listings` (operational queries and feedback), `installations`, `people`, `content`,
+`replicas` and `summaries`.
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ from storage.models import (
     Expiry,
     Lease,
     Status,
+    Summary,
     ToolCallRecord,
     utcnow,
 )
 from storage.people import PersonKey, PersonRecords
 from storage.replicas import ReplicaBeats
+from storage.summaries import ConversationSummaries
 from storage.writes import (
     APPEND_ATTEMPTS,
     BACKLOG_LIMIT,
@@ -63,6 +65,7 @@ class Store(
     PersonRecords,
     ContentBlobs,
     ReplicaBeats,
+    ConversationSummaries,
     ABC,
 ):
     """Durable conversation state (and the application's installations, see
@@ -210,9 +213,11 @@ class Store(
         run_by: str | None = None,
         clear_expiry: bool = False,
         clear_stop: bool = False,
+        summary: Summary | None = None,
     ) -> Committed:
         """Write the RunState blob write-once, then commit its pointer together with the
-        staged session items, fenced and expecting `expected_version`.
+        staged session items (and the conversation's new `summary`, if any), fenced and
+        expecting `expected_version`.
         Raises `LeaseLost` or `CheckpointConflict`; an uncommitted blob is a harmless orphan."""
         encoded = encode_state(state)
         version = expected_version + 1
@@ -257,6 +262,7 @@ class Store(
                 run_by=run_by,
                 clear_expiry=clear_expiry,
                 clear_stop=clear_stop,
+                summary=summary,
             )
         )
 

@@ -230,6 +230,11 @@ class Conversation(BaseModel):
     checkpoint: CheckpointPointer | None = None
     next_seq: int = 0
     session_floor: int = 0
+    summary_seq: int = Field(
+        default=0,
+        description="the session items before this sequence number are summed up in the "
+        "conversation's summary (`Store.read_summary`); 0: it has none",
+    )
     generation: int = Field(
         default=0,
         description="scopes the conversation's rows: a record recreated after its TTL starts "
@@ -358,6 +363,30 @@ class DeliveryMark(BaseModel):
     attempts: int = 0
     retry_at: datetime | None = None
     error: str | None = None
+
+
+SUMMARY_LIMIT = 40_000  # characters of a summary: well inside a DynamoDB item with its keys
+
+
+class Summary(BaseModel):
+    """What a model wrote of a conversation's session items before `through` (exclusive):
+    the runtime gives it to the model in their place. Kept beside the history, never in it:
+    the stored items stay exactly as the SDK wrote them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    through: int = Field(gt=0)
+    text: str = Field(max_length=SUMMARY_LIMIT)
+
+    def applies_to(self, record: Conversation) -> bool:
+        """Whether it is the summary `record` names, of items it still has."""
+        return self.through == record.summary_seq and applies(record)
+
+
+def applies(record: Conversation) -> bool:
+    """Whether `record` names a summary of items it still has (a cleared session, or items
+    popped below it, leave it nothing to stand for)."""
+    return record.session_floor < record.summary_seq <= record.next_seq
 
 
 class CheckpointMeta(BaseModel):

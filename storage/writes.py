@@ -15,6 +15,7 @@ from storage.models import (
     DeliveryMark,
     Lease,
     Status,
+    Summary,
     ToolCallRecord,
 )
 from storage.people import PersonKey
@@ -100,6 +101,9 @@ class Commit:
     note: PersonKey | None = None
     clear_expiry: bool = False  # the thread was told its state expired (`expired_from`)
     clear_stop: bool = False  # a stop request was applied (`stop_by` goes)
+    # The conversation's summary from now on (replacing any earlier one, which it folds in):
+    # stored with the checkpoint that first gives it to the model (`Store.read_summary`).
+    summary: Summary | None = None
     # Makes a retried write idempotent (DynamoDB's ClientRequestToken): a retry of a write
     # whose answer was lost is not applied twice, nor refused for its own earlier effect.
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -107,3 +111,14 @@ class Commit:
     def __post_init__(self) -> None:
         if len(self.consume) > CONSUME_LIMIT:
             raise ValueError(f"one commit consumes at most {CONSUME_LIMIT} inbox entries")
+
+
+def summed_up(commit: Commit, floor: int, next_seq: int) -> None:
+    """Raises ValueError when `commit` carries a summary of items the conversation does not
+    have: past the items this very write leaves (or, where the write knows it, below the
+    session's floor)."""
+    summary = commit.summary
+    if summary is not None and not floor < summary.through <= next_seq:
+        raise ValueError(
+            f"{commit.key}: a summary through item {summary.through} of items {floor}-{next_seq}"
+        )

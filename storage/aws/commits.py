@@ -35,6 +35,7 @@ from storage.aws.layout import (
     record_from_item,
 )
 from storage.aws.people import People, Written
+from storage.aws.summaries import summary_actions
 from storage.aws.tables import Tables
 from storage.errors import (
     CheckpointConflict,
@@ -52,6 +53,7 @@ from storage.writes import (
     Commit,
     Committed,
     _Keep,
+    summed_up,
 )
 
 log = logging.getLogger(__name__)
@@ -91,16 +93,19 @@ class Commits:
         now = self.t.clock()
         base_seq, generation = commit.base_seq, commit.lease.generation if commit.lease else None
         writes_items = bool(commit.items) or commit.checkpoint not in (KEEP, None)
+        writes_items = writes_items or commit.summary is not None
         if generation is None or (base_seq is None and writes_items):
             # One read; the runtime passes both (the lease knows the generation).
             record = self.get(commit.key)
             generation = record.generation if record else ms(now)
             if base_seq is None and writes_items:
                 base_seq = record.next_seq if record else 0
+        summed_up(commit, 0, (base_seq or 0) + len(commit.items))
         update = self._record_update(commit, base_seq, len(commit.items), generation, now)
-        extra = counter_actions(self.t, commit, update, now) + ledger_actions(
-            self.t, commit, generation, now, self.put_blob
-        )
+        # The ledger's actions last: a failed one is found by its place from the end.
+        extra = counter_actions(self.t, commit, update, now)
+        extra += summary_actions(self.t, commit, generation, now)
+        extra += ledger_actions(self.t, commit, generation, now, self.put_blob)
         in_rows = [e for e in commit.consume if in_row(e)]
         room = TRANSACTION_ACTIONS_LIMIT - 1 - len(extra) - len(in_rows)
         rows = session_rows.item_rows(
@@ -217,6 +222,8 @@ class Commits:
         self._consume(update, commit.consume)
         if commit.run_by is not None:
             update.set("run_by", s(commit.run_by))
+        if commit.summary is not None:
+            update.set("summary_seq", n(commit.summary.through))
         if commit.clear_expiry:
             update.remove("expired_from")
         if commit.clear_stop and not commit.release:

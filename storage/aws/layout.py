@@ -5,6 +5,8 @@
     pk = CONV#<...>                     sk = TOOL#g<gen>#<call id>      tool-call ledger entry
     pk = CONV#<...>                     sk = INBOX#<entry id>           a queued message too big
                                                                         to live in the record
+    pk = CONV#<...>                     sk = SUMMARY#g<gen>             the conversation's summary
+                                                                        (`summaries`)
     pk = CONV#<...>                     sk = VOTE#<answer>#<user>       a verdict on an answer
     pk = COUNT#<shard:03d>              sk = DAY#<yyyymmdd>             conversations by status
     pk = COUNT#<shard:03d>              sk = FEEDBACK                   verdicts (see `feedback`)
@@ -288,6 +290,7 @@ def record_from_item(item: Item, *, with_inbox: bool = False) -> Conversation:
         checkpoint=CheckpointPointer.model_validate_json(checkpoint) if checkpoint else None,
         next_seq=_number(item, "next_seq"),
         session_floor=_number(item, "session_floor"),
+        summary_seq=_number(item, "summary_seq"),
         generation=_number(item, "generation"),
         participants=frozenset(participants["SS"]) if participants else frozenset(),
         inbox_seq=_number(item, "inbox_seq"),

@@ -33,6 +33,7 @@ from storage.aws.queries import ListingQueries
 from storage.aws.records import Records
 from storage.aws.refusals import refusals_told
 from storage.aws.replicas import Replicas
+from storage.aws.summaries import read_summary
 from storage.aws.tables import Tables
 from storage.base import Store
 from storage.installations import Removal
@@ -44,6 +45,7 @@ from storage.models import (
     InboxEntry,
     Lease,
     Status,
+    Summary,
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
@@ -164,6 +166,10 @@ class AwsStore(Store):
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
         generation = lease.generation if lease else self._generation(key)
         self.history.clear_items(key, lease, generation)
+
+    @translated
+    def read_summary(self, record: Conversation) -> Summary | None:
+        return read_summary(self.tables, record)
 
     # -- inbox --------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from storage.local.ledger import Ledger
 from storage.local.people import People
 from storage.models import DeliveryMark
 from storage.people import noting
-from storage.writes import KEEP, Commit, Committed
+from storage.writes import KEEP, Commit, Committed, summed_up
 
 
 class Commits:
@@ -60,6 +60,14 @@ class Commits:
                 )
                 next_seq += 1
             update: dict[str, Any] = {"updated_at": now, "next_seq": next_seq}
+            if commit.summary is not None:
+                summed_up(commit, record.session_floor, next_seq)
+                db.execute(
+                    "INSERT INTO summaries (key, through, text) VALUES (?, ?, ?)"
+                    " ON CONFLICT(key) DO UPDATE SET through=excluded.through, text=excluded.text",
+                    (str(commit.key), commit.summary.through, commit.summary.text),
+                )
+                update["summary_seq"] = commit.summary.through
             if commit.checkpoint is not KEEP:
                 update["checkpoint"] = (
                     commit.checkpoint.model_copy(update={"session_seq": next_seq})  # type: ignore[union-attr]

@@ -32,7 +32,7 @@ from storage.models import (
 )
 from storage.writes import DROPPED_KEPT
 
-ROW_TABLES = ("items", "tool_calls", "inbox", "votes")
+ROW_TABLES = ("items", "tool_calls", "inbox", "votes", "summaries")
 
 
 class Database:

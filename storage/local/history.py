@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from storage.local.database import Database, fenced, read_record
-from storage.models import ConversationKey, Lease
+from storage.models import Conversation, ConversationKey, Lease, Summary, applies
 from storage.text import decodes
 from storage.writes import SessionPage
 
@@ -66,6 +66,18 @@ class History:
                 return
             self.d.save(db, record.model_copy(update={"session_floor": record.next_seq}))
             db.execute("DELETE FROM items WHERE key = ?", (str(key),))
+
+    def read_summary(self, record: Conversation) -> Summary | None:
+        if not applies(record):
+            return None
+        row = (
+            self.d.connection()
+            .execute("SELECT through, text FROM summaries WHERE key = ?", (str(record.key),))
+            .fetchone()
+        )
+        if row is None or row[0] != record.summary_seq:
+            return None
+        return Summary(through=row[0], text=row[1])
 
 
 def _unreadable(key: ConversationKey, seq: int) -> None:

@@ -17,6 +17,12 @@ CREATE TABLE IF NOT EXISTS items (
     data TEXT NOT NULL,
     PRIMARY KEY (key, seq)
 );
+-- A conversation's summary of its items before `through` (see storage.summaries).
+CREATE TABLE IF NOT EXISTS summaries (
+    key TEXT PRIMARY KEY,
+    through INTEGER NOT NULL,
+    text TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS events (
     event_id TEXT PRIMARY KEY,
     expires_at REAL NOT NULL

@@ -43,6 +43,7 @@ from storage.models import (
     InboxEntry,
     Lease,
     Status,
+    Summary,
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
@@ -230,6 +231,10 @@ class LocalStore(Store):
     @translated
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
         self.history.clear_items(key, lease)
+
+    @translated
+    def read_summary(self, record: Conversation) -> Summary | None:
+        return self.history.read_summary(record)
 
     # -- inbox --------------------------------------------------------------------------
 

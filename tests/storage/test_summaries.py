@@ -1,0 +1,113 @@
+"""The storage contract's summaries (`Commit.summary`, `Store.read_summary`), on both
+backends: stored by the checkpoint commit that carries one, atomically with it, replacing
+the one before; named by the record; never stored by a commit that fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage import (
+    CheckpointConflict,
+    CheckpointMeta,
+    LeaseLost,
+    Status,
+    Store,
+    Summary,
+    ToolCallRecord,
+    ToolCallStatus,
+)
+from testkit.runtime import record_of
+from tests.storage.conftest import KEY
+
+META = CheckpointMeta(schema_version="1.21", agent_fingerprint="fp-1")
+
+
+def items(count: int, tag: str = "m") -> list[str]:
+    return [f'{{"role":"user","content":"{tag}{i}"}}' for i in range(count)]
+
+
+def test_a_summary_is_stored_with_its_checkpoint_and_replaced_by_the_next(store: Store) -> None:
+    lease, record = store.acquire(KEY, "w", status=Status.RUNNING)
+    assert record.summary_seq == 0 and store.read_summary(record) is None
+    store.commit(lease, state={"v": 1}, meta=META, expected_version=0, items=items(6))
+    first = Summary(through=4, text="They spoke of tides.")
+    store.commit(lease, state={"v": 2}, meta=META, expected_version=1, summary=first)
+    record = record_of(store, KEY)
+    assert record.summary_seq == 4 and record.next_seq == 6
+    assert store.read_summary(record) == first
+
+    # A commit without one keeps it; the next one, of later items, replaces it.
+    store.commit(lease, state={"v": 3}, meta=META, expected_version=2, items=items(2, "n"))
+    assert store.read_summary(record_of(store, KEY)) == first
+    second = Summary(through=7, text="They spoke of tides, then of the moon.")
+    store.commit(lease, state={"v": 4}, meta=META, expected_version=3, summary=second)
+    record = record_of(store, KEY)
+    assert (record.summary_seq, store.read_summary(record)) == (7, second)
+    assert store.read_summary(record.model_copy(update={"summary_seq": 4})) is None
+
+
+def test_a_summary_of_items_the_commit_leaves_is_accepted_with_them(store: Store) -> None:
+    """One write: the items, the checkpoint and a summary of some of them (DynamoDB counts
+    the summary's row among its 100 actions: a full batch of items and armed calls)."""
+    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+    armed = [
+        ToolCallRecord(
+            key=KEY,
+            call_id=f"call_{i}",
+            tool_name="t",
+            arguments="{}",
+            status=ToolCallStatus.STARTED,
+            fence=lease.fence,
+            started_at=store.clock(),
+        )
+        for i in range(3)
+    ]
+    summary = Summary(through=80, text="s" * 30_000)
+    store.commit(
+        lease,
+        state={"v": 1},
+        meta=META,
+        expected_version=0,
+        items=items(95),
+        base_seq=0,
+        arm=armed,
+        summary=summary,
+    )
+    record = record_of(store, KEY)
+    assert (record.next_seq, store.read_summary(record)) == (95, summary)
+    assert store.read_items(KEY).items == items(95)
+    assert store.get_tool_call(KEY, "call_2") is not None
+
+
+def test_a_failed_commit_stores_no_summary(store: Store) -> None:
+    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+    store.commit(lease, state={"v": 1}, meta=META, expected_version=0, items=items(4))
+    summary = Summary(through=3, text="never stored")
+    with pytest.raises(CheckpointConflict):
+        store.commit(lease, state={"v": 2}, meta=META, expected_version=0, summary=summary)
+    with pytest.raises(ValueError):  # beyond the items the conversation has
+        too_far = Summary(through=9, text="of items that do not exist")
+        store.commit(lease, state={"v": 2}, meta=META, expected_version=1, summary=too_far)
+    newer, _ = store.acquire(KEY, "other", force=True)
+    with pytest.raises(LeaseLost):
+        store.commit(lease, state={"v": 2}, meta=META, expected_version=1, summary=summary)
+    record = record_of(store, KEY)
+    assert record.summary_seq == 0 and store.read_summary(record) is None
+    assert record.checkpoint_version == 1
+    store.release(newer)
+
+
+def test_a_cleared_history_has_no_summary(store: Store) -> None:
+    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+    store.commit(
+        lease,
+        state={"v": 1},
+        meta=META,
+        expected_version=0,
+        items=items(4),
+        summary=Summary(through=2, text="about to go"),
+    )
+    store.clear_items(KEY, lease)
+    record = record_of(store, KEY)
+    assert record.summary_seq == 2 and record.session_floor == 4
+    assert store.read_summary(record) is None

@@ -6,7 +6,13 @@ request listed in `midway` stops halfway through its text until its event is set
 that is mid-answer when the process dies). With `respond`, requests past the script are
 answered by it, from what they carry; `RespondingResponses` answers every request that way
 (for runs on many threads at once, in an order nobody scripted). A `failures` 429 says
-`Retry-After: 1`, as the service's rate limit does."""
+`Retry-After: 1`, as the service's rate limit does.
+
+It refuses what the real API refuses, with the real API's error bodies (HTTP 400,
+`invalid_request_error`): a `function_call_output` whose `function_call` is not in the same
+input, and, given a `window` (in characters), a request whose input and instructions are
+longer than that (`context_length_exceeded`). A refused request uses up nothing of the
+script; it is kept in `refused`."""
 
 from __future__ import annotations
 
@@ -32,6 +38,38 @@ USAGE = {
     "output_tokens_details": {"reasoning_tokens": 0},
 }
 _ids = itertools.count(1)
+TOO_LARGE = {
+    "message": "Your input exceeds the context window of this model. Please adjust your input "
+    "and try again.",
+    "type": "invalid_request_error",
+    "param": "input",
+    "code": "context_length_exceeded",
+}
+
+
+def request_size(request: dict[str, Any]) -> int:
+    """What a request's window holds, in characters: its input (as compact JSON) and its
+    instructions."""
+    given = json.dumps(request.get("input"), ensure_ascii=False, separators=(",", ":"))
+    return len(given) + len(request.get("instructions") or "")
+
+
+def refusal(request: dict[str, Any], window: int | None) -> dict[str, Any] | None:
+    """The API's error for a request it refuses as it stands, or None."""
+    items = items_of(request)
+    called = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+    for item in items:
+        if item.get("type") == "function_call_output" and item.get("call_id") not in called:
+            return {
+                "message": "No tool call found for function call output with call_id "
+                f"{item.get('call_id')}.",
+                "type": "invalid_request_error",
+                "param": "input",
+                "code": None,
+            }
+    if window is not None and request_size(request) > window:
+        return TOO_LARGE
+    return None
 
 
 def message(text: str) -> dict[str, Any]:
@@ -65,8 +103,11 @@ class ScriptedResponses:
         midway: dict[int, threading.Event] | None = None,
         failures: list[int] | None = None,
         respond: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
+        window: int | None = None,
     ) -> None:
         self.script = list(script)
+        self.window = window  # characters of input and instructions a request may carry
+        self.refused: list[dict[str, Any]] = []  # requests answered 400 (see `refusal`)
         self.respond = respond  # answers each request once the script is used up
         self.failures = list(failures or [])  # HTTP statuses answered first, in order
         self.failed: list[int] = []  # the failures answered
@@ -185,6 +226,12 @@ def _handler(script: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
                 self.send_error(404)
                 return
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            refused = refusal(body, script.window)
+            if refused is not None:  # the service's answer to such a request, every time
+                with script.lock:
+                    script.refused.append(body)
+                self._json(400, {"error": refused})
+                return
             failure = script.failure()
             if failure is not None:  # a transient fault of the service
                 retry_after = {"Retry-After": "1"} if failure == 429 else {}

@@ -48,6 +48,27 @@ DUPLICATES_DELETED = Counter(
 FEEDBACK = Counter(
     "bot_feedback_total", "Verdicts on answers, by verdict", ["verdict"], registry=REGISTRY
 )
+CONTEXT_SUMMARIES = Counter(
+    "bot_context_summaries_total",
+    "Summaries of a thread's earlier messages, by outcome (made; failed: the request went "
+    "with a note of what was left out instead; reused: made before and not yet stored)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+CONTEXT_TRIMMED = Counter(
+    "bot_context_inputs_trimmed_total",
+    "Model requests whose input was trimmed to fit the model's window, by what was done "
+    "(cut: long items cut down; left_out: earlier messages left out)",
+    ["what"],
+    registry=REGISTRY,
+)
+CONTEXT_REFUSALS = Counter(
+    "bot_context_refusals_total",
+    "Requests the model service refused as too large, by what followed (retried: fitted into "
+    "half the budget and sent again; too_large: the thread was told)",
+    ["outcome"],
+    registry=REGISTRY,
+)
 LATENCY = Histogram(
     "bot_operation_seconds",
     "Time to serve an operation, by kind",

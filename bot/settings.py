@@ -39,7 +39,29 @@ class RuntimeSettings(BaseSettings):
     model: str | None = None
     approvers: UserIds = frozenset()
     admins: UserIds = frozenset()
-    history_items: int = Field(default=60, ge=2, description="session items sent to the model")
+    history_items: int = Field(
+        default=60,
+        ge=2,
+        description="session items read for a run at most: what the model is given of the "
+        "history is then chosen by size (`context_tokens`)",
+    )
+    context_tokens: int | None = Field(
+        default=None,
+        ge=1_000,
+        description="the model's context window in tokens (default: the window the Agents SDK "
+        "knows for the model, else 32,000); a third is left for the answer",
+    )
+    summaries: bool = Field(
+        default=True,
+        description="earlier turns that leave the model's window are summed up by the model "
+        "(off: they are left out, with a note saying how many)",
+    )
+    summary_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=300,
+        description="seconds a summary may take before a run goes on without it",
+    )
     max_turns: int = Field(default=20, ge=1)
     recovery_concurrency: int = Field(default=32, ge=1)
     max_runs: int = Field(

@@ -195,7 +195,7 @@ async def _decided(
     # Approved calls, and calls that needed no person and waited with them, run next.
     to_run = [c for c in envelope.awaiting if not c.human or verdicts[c.call_id][0]]
     await serving.commit(approved, consume=consume, outcomes=outcomes, arm=to_run)
-    await serving.drive(state, envelope.started_by, held, [])
+    await serving.drive(state, envelope.started_by, held, [], envelope.window)
 
 
 async def _keep(

@@ -21,23 +21,26 @@ from typing import TYPE_CHECKING, Any
 
 from agents import RunResultStreaming, RunState
 from agents.exceptions import (
-    MaxTurnsExceeded,
     ModelBehaviorError,
     UserError,
 )
 
 from bot.runtime import approvals, state_checks, stopping
-from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage
+from bot.runtime.context_refusals import is_context_refusal
+from bot.runtime.context_window import RunView
+from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage, RunWindow
 from bot.runtime.guardrail_trips import guardrail_name, guardrail_tripped
 from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
 from bot.runtime.mcp_servers import paused_for
-from bot.runtime.model_access import model_access_reason
 from bot.runtime.model_input import render
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
 from bot.runtime.progress import Step, shown
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import request_context, state_document
+from bot.runtime.run_failures import plain_reason, what_to_do
 from bot.runtime.run_options import for_run
+from bot.runtime.summaries import open_window, resumed_view
+from bot.runtime.too_large import too_large
 from bot.runtime.tool_failures import NoAnswer
 from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope, Unanswered
 from bot.runtime.turns import run_turns
@@ -51,13 +54,20 @@ LATE_OUTPUT_CHARACTERS = 500
 
 
 async def drive(
-    serving: ServingView, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
+    serving: ServingView,
+    start: Start,
+    started_by: str,
+    held: list[HeldMessage],
+    consume: list[str],
+    window: RunWindow | None = None,
 ) -> None:
     """Run until it pauses for a person, finishes (then answer held messages), fails, or the
-    process starts shutting down."""
+    process starts shutting down. `window`: what a run continued from its checkpoint was
+    given of the history (`summaries`)."""
     rt = serving.rt
     session = _session(serving)
     from_checkpoint = isinstance(start, RunState)
+    view = await resumed_view(serving, window) if from_checkpoint else RunView()
     scope = _scope(serving)
     await serving.begin_run(started_by)
     await serving.show_work(started_by)
@@ -73,6 +83,10 @@ async def drive(
             if rt.draining:
                 serving.give_back()  # released as `running`: the next process continues
                 return
+            history_items = None
+            if isinstance(start, list):  # a fresh run: what it is given of the history
+                opened = await open_window(serving, session, start, started_by)
+                view, history_items, window = opened.view, opened.history_items, opened.window
             scope.reset()
             seen_down.clear()
             scope.lease = serving.lease
@@ -82,10 +96,17 @@ async def drive(
                 await stopping.stopped(serving, consume)
                 return
             turn = _Turn(serving, session, scope, seen_down, consume)
-            result = await turn.run(start, started_by, held, from_checkpoint=from_checkpoint)
+            result = await turn.run(
+                start,
+                started_by,
+                held,
+                from_checkpoint=from_checkpoint,
+                view=view,
+                history_items=history_items,
+            )
             if result is None or not await turn.may_keep():
                 return
-            kept = _Kept.of(serving, scope, result, started_by, held)
+            kept = _Kept.of(serving, scope, result, started_by, held, window)
             humans = [call for call in kept.awaiting if call.human]
             outcomes = _restart_notices(serving, scope)
             if humans:
@@ -181,7 +202,14 @@ class _Turn:
         self.consume = consume
 
     async def run(
-        self, start: Start, started_by: str, held: list[HeldMessage], *, from_checkpoint: bool
+        self,
+        start: Start,
+        started_by: str,
+        held: list[HeldMessage],
+        *,
+        from_checkpoint: bool,
+        view: RunView,
+        history_items: int | None,
     ) -> RunResultStreaming | None:
         serving, rt, key = self.serving, self.serving.rt, self.serving.key
         progress = rt.progress
@@ -200,7 +228,9 @@ class _Turn:
                 rt.agent,
                 start,
                 session=self.session,
-                run_config=for_run(rt.run_config, key, started_by),
+                run_config=for_run(
+                    rt.run_config, key, started_by, view=view, history_items=history_items
+                ),
                 max_turns=rt.settings.max_turns,
                 time_limit=rt.settings.turn_timeout,
                 on_text=on_text,
@@ -254,6 +284,9 @@ class _Turn:
             return
         if guardrail_name(exc) is not None:
             await guardrail_tripped(serving, exc, started_by, held, self.consume, resumed=resumed)
+            return
+        if is_context_refusal(exc):
+            await too_large(serving, exc, started_by, held, self.consume)
             return
         if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
             log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
@@ -347,6 +380,7 @@ class _Kept:
         result: RunResultStreaming,
         started_by: str,
         held: list[HeldMessage],
+        window: RunWindow | None,
     ) -> _Kept:
         awaiting = [
             AwaitingCall(
@@ -373,6 +407,7 @@ class _Kept:
             held=held,
             finished=finished,
             decided=serving.decided,
+            window=None if finished else window,
         )
         return cls(envelope, awaiting, state)
 
@@ -432,16 +467,7 @@ async def interrupted(serving: ServingView, exc: BaseException) -> None:
         Notice(
             key=serving.key,
             kind=NoticeKind.RUN_FAILED,
-            text=f"The run stopped: {plain_reason(exc)}. Nothing was lost; send a message or "
-            "use /resume to try again.",
+            text=f"The run stopped: {plain_reason(exc)}. {what_to_do(exc)}",
             reference=reference,
         )
     )
-
-
-def plain_reason(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return "a step took too long"
-    if isinstance(exc, MaxTurnsExceeded):
-        return "it took more steps than allowed"
-    return model_access_reason(exc) or "the model service failed"

@@ -54,6 +54,15 @@ class DecisionMade(BaseModel):
     stopped: bool = False  # not decided: the run was stopped (by `user`) before it ran
 
 
+class RunWindow(BaseModel):
+    """What a run's checkpoints say of its view of the history (`summaries`): the summary it
+    was given (by the sequence number it sums up to; 0: none) and how many earlier items
+    were neither summed up nor given to it."""
+
+    summary_through: int = 0
+    left_out: int = 0
+
+
 class Envelope(BaseModel):
     format: int = ENVELOPE_FORMAT
     run_state: dict[str, Any]
@@ -63,6 +72,10 @@ class Envelope(BaseModel):
     finished: bool = False
     decided: dict[str, DecisionMade] = Field(
         default_factory=dict, description="recent decisions, by call id"
+    )
+    window: RunWindow | None = Field(
+        default=None,
+        description="what the run is given in place of its earlier turns (`summaries`)",
     )
     outbox: list[dict[str, Any]] = Field(
         default_factory=list,

@@ -31,6 +31,7 @@ class NoticeKind(StrEnum):
     CONTEXT_UNAVAILABLE = "context_unavailable"  # a thread's earlier messages were not read
     FILES_NOT_READ = "files_not_read"  # shared files the model was not given
     TOOLS_UNAVAILABLE = "tools_unavailable"  # a run waits for MCP servers that are down
+    TOO_LARGE = "too_large"  # a request that does not fit the model's window, even fitted
 
 
 class Outcome(BaseModel):

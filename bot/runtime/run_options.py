@@ -1,27 +1,30 @@
 """How each run is configured for the SDK: one `RunConfig` for the runtime (model, provider,
-tracing on or off, model-call retries, putting shared files back into model requests), and
-per run the conversation as the trace group and its Slack ids as trace metadata, so that
-every turn of a thread (each is its own `Runner` call, and so its own trace) is found
-together in whatever receives the traces (see `bot.tracing`)."""
+tracing on or off, model-call retries, what model requests are given: shared files put back
+in, fitted into the model's window), and per run the conversation as the trace group and its
+Slack ids as trace metadata, so that every turn of a thread (each is its own `Runner` call,
+and so its own trace) is found together in whatever receives the traces (see `bot.tracing`),
+with the run's view of the history (`summaries`)."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from agents import ModelRetrySettings, ModelSettings, RunConfig, retry_policies
+from agents.memory import SessionSettings
 from agents.models.interface import ModelProvider
 from agents.models.openai_provider import OpenAIProvider
 from agents.retry import ModelRetryBackoffSettings
-from agents.run_config import CallModelData, ModelInputData
 
 from bot.runtime.attachments import SharedFiles
+from bot.runtime.context_refusals import FittingProvider
+from bot.runtime.context_window import ContextWindow, ModelInputFilter, RunView
 from bot.runtime.model_access import offline
 from bot.runtime.rate_gate import GatedProvider, RateGate
 from bot.settings import RuntimeSettings
 from storage import ConversationKey
 
 WORKFLOW = "Slack thread"
+SUMMARY_WORKFLOW = "Slack thread summary"
 RETRY_STATUSES = (408, 409, 429, 500, 502, 503, 504)
 MAX_RETRY_DELAY = 15.0
 
@@ -52,15 +55,24 @@ def model_retry(settings: RuntimeSettings, gate: RateGate | None = None) -> Mode
 
 
 def base_run_config(
-    settings: RuntimeSettings, files: SharedFiles, gate: RateGate | None = None
+    settings: RuntimeSettings,
+    files: SharedFiles,
+    gate: RateGate | None = None,
+    window: ContextWindow | None = None,
 ) -> RunConfig:
+    """Every model request waits while the replica backs off a 429 (`rate_gate`), gets the
+    shared files' bytes back, and is fitted into the model's window (`context_window`),
+    whose refusal as too large gets one more try, smaller (`context_refusals`)."""
+    provider = model_provider(settings, gate)
+    if window is not None:
+        provider = FittingProvider(provider, window.budget_for)
     return RunConfig(
         model=None if offline(settings) else settings.model,
-        model_provider=model_provider(settings, gate),
+        model_provider=provider,
         model_settings=model_retry(settings, gate),
         tracing_disabled=not settings.tracing,
         workflow_name=WORKFLOW,
-        call_model_input_filter=files.resolve if gate is None else _gated(gate, files),
+        call_model_input_filter=ModelInputFilter(files, gate, window),
     )
 
 
@@ -74,16 +86,6 @@ def model_provider(settings: RuntimeSettings, gate: RateGate | None) -> ModelPro
     return OpenAIProvider() if gate is None else GatedProvider(gate)
 
 
-def _gated(gate: RateGate, files: SharedFiles) -> Any:
-    """Each model request first waits while the replica backs off a 429 (`rate_gate`)."""
-
-    async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
-        await gate.wait()
-        return await files.resolve(data)
-
-    return call_model_input_filter
-
-
 def trace_metadata(key: ConversationKey, started_by: str) -> dict[str, str]:
     return {
         "slack_team": key.team,
@@ -93,11 +95,30 @@ def trace_metadata(key: ConversationKey, started_by: str) -> dict[str, str]:
     }
 
 
-def for_run(base: RunConfig, key: ConversationKey, started_by: str) -> RunConfig:
-    """The runtime's config, with this conversation as the trace group. A shallow copy:
-    `dataclasses.replace` would run the config's validation again (type hints resolved on
-    every call, a third of a millisecond per turn)."""
+def for_run(
+    base: RunConfig,
+    key: ConversationKey,
+    started_by: str,
+    *,
+    view: RunView | None = None,
+    history_items: int | None = None,
+    summarizing: bool = False,
+) -> RunConfig:
+    """The runtime's config, with this conversation as the trace group; `view` and
+    `history_items` are what a run is given of the history (`summaries`); `summarizing`: a
+    summary's request, fitted by its maker. A shallow copy: `dataclasses.replace` would run
+    the config's validation again (type hints resolved on every call, a third of a
+    millisecond per turn)."""
     config = copy.copy(base)
     config.group_id = str(key)
     config.trace_metadata = trace_metadata(key, started_by)
+    given = config.call_model_input_filter
+    if isinstance(given, ModelInputFilter):
+        if summarizing:
+            config.call_model_input_filter = given.unfitted()
+            config.workflow_name = SUMMARY_WORKFLOW
+        elif view is not None:
+            config.call_model_input_filter = given.with_view(view)
+    if history_items is not None:
+        config.session_settings = SessionSettings(limit=history_items)
     return config

@@ -29,6 +29,7 @@ from bot.runtime.admitting import Served
 from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource
+from bot.runtime.context_window import ContextWindow
 from bot.runtime.delivery import OutcomeSink
 from bot.runtime.discarding import Listed, StaleFilter, discard_conversation
 from bot.runtime.expiry import EXPIRED
@@ -130,7 +131,8 @@ class ConversationRuntime(Resuming, StopRequests):
         self.admission = Admission(self.settings.max_runs)
         self.rate_gate = RateGate()  # a 429 from the model service holds every run back
         self._requesters: dict[ConversationKey, str] = {}  # whose slot a serve takes
-        self.run_config = base_run_config(self.settings, self.files, self.rate_gate)
+        self.window = ContextWindow(self.settings)  # the model's view: budgets, summaries
+        self.run_config = base_run_config(self.settings, self.files, self.rate_gate, self.window)
         self.session_settings = SessionSettings(limit=self.settings.history_items)
 
     # -- keeping and serving (the rest in `keeping`, `admitting`) -----------------------

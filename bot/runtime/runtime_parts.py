@@ -16,6 +16,7 @@ from bot.runtime.admission import Admission
 from bot.runtime.admitting import Served
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource
+from bot.runtime.context_window import ContextWindow
 from bot.runtime.delivery import OutcomeSink
 from bot.runtime.history_cache import HistoryCache
 from bot.runtime.mcp_servers import McpServers
@@ -50,6 +51,8 @@ class RuntimeParts(Protocol):
     def session_settings(self) -> SessionSettings: ...
     @property
     def history(self) -> HistoryCache: ...
+    @property
+    def window(self) -> ContextWindow: ...
     @property
     def files(self) -> SharedFiles: ...
     @property

@@ -25,6 +25,7 @@ from bot.runtime.envelope import (
     DecisionRequest,
     Envelope,
     HeldMessage,
+    RunWindow,
 )
 from bot.runtime.holding import Holding
 from bot.runtime.inbox_entries import Entries
@@ -43,6 +44,7 @@ from storage import (
     Lease,
     PersonKey,
     Status,
+    Summary,
     ToolCallRecord,
     ToolCallStatus,
 )
@@ -86,6 +88,7 @@ class Serving(Holding):
         self.showing = False  # progress was shown for this thread: end it when done
         self.notes: list[Outcome] = []  # for the thread, with the next commit (`model_input`)
         self.stopped_by = ""  # who stopped a run of this serve (a later stop is told so)
+        self.pending_summary: Summary | None = None  # stored by the next commit
 
     # -- what is shown while it runs --------------------------------------------------------------
 
@@ -181,7 +184,8 @@ class Serving(Holding):
         if runnable is not None:  # a run to continue (after a restart, or `/resume`)
             state = await state_checks.load_state(self, runnable)
             if state is not None:
-                await self.drive(state, runnable.started_by, runnable.held + arrived, entries.ids)
+                held = runnable.held + arrived
+                await self.drive(state, runnable.started_by, held, entries.ids, runnable.window)
                 return
             if self.paused:  # its MCP servers are down: it waits
                 return
@@ -211,9 +215,14 @@ class Serving(Holding):
         self.give_back()
 
     async def drive(
-        self, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
+        self,
+        start: Start,
+        started_by: str,
+        held: list[HeldMessage],
+        consume: list[str],
+        window: RunWindow | None = None,
     ) -> None:
-        await drive(self, start, started_by, held, consume)
+        await drive(self, start, started_by, held, consume, window)
 
     async def _finished_envelope(self) -> Envelope | None:
         """A finished checkpoint's envelope, read only to say who decided what."""
@@ -288,12 +297,18 @@ class Serving(Holding):
             run_by=envelope.started_by or None,
             clear_expiry=clear_expiry,
             clear_stop=clear_stop,
+            summary=self.pending_summary,
         )
         assert done.checkpoint is not None
+        if self.pending_summary is not None:
+            update_summary = {"summary_seq": self.pending_summary.through}
+            self.pending_summary = None
+        else:
+            update_summary = {}
         self.armed |= set(done.armed)
         self.outbox.committed()
         self.version = done.checkpoint.version
-        update: dict[str, Any] = {"checkpoint": done.checkpoint, "status": status}
+        update: dict[str, Any] = {"checkpoint": done.checkpoint, "status": status, **update_summary}
         if done.next_seq is not None:  # a later pass of this serve builds on these items
             update["next_seq"] = done.next_seq
         if clear_expiry:

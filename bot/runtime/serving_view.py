@@ -12,10 +12,17 @@ from typing import Any, Protocol
 
 from agents import RunState, TResponseInputItem
 
-from bot.runtime.envelope import AwaitingCall, DecisionMade, DecisionRequest, Envelope, HeldMessage
+from bot.runtime.envelope import (
+    AwaitingCall,
+    DecisionMade,
+    DecisionRequest,
+    Envelope,
+    HeldMessage,
+    RunWindow,
+)
 from bot.runtime.outcomes import Notice, Outcome
 from bot.runtime.runtime_parts import RuntimeParts
-from storage import Conversation, ConversationKey, Lease, LeaseKeeper, Status, Store
+from storage import Conversation, ConversationKey, Lease, LeaseKeeper, Status, Store, Summary
 from storage.calls import StorageCalls
 
 # What a run starts from: a new input, or a saved run state to continue.
@@ -24,6 +31,9 @@ Start = str | list[TResponseInputItem] | RunState[Any]
 
 class ServingView(Protocol):
     """What a pass's collaborators use of `Serving`."""
+
+    # A summary made for a run of this serve, for its next checkpoint commit to store.
+    pending_summary: Summary | None
 
     @property
     def rt(self) -> RuntimeParts: ...
@@ -75,7 +85,12 @@ class ServingView(Protocol):
     async def begin_run(self, started_by: str) -> None: ...
 
     async def drive(
-        self, start: Start, started_by: str, held: list[HeldMessage], consume: list[str]
+        self,
+        start: Start,
+        started_by: str,
+        held: list[HeldMessage],
+        consume: list[str],
+        window: RunWindow | None = None,
     ) -> None: ...
 
     async def commit(

@@ -77,6 +77,7 @@ NOTICE_ICONS = {
     NoticeKind.NOT_TAKEN: ":warning:",
     NoticeKind.GUARDRAIL: ":shield:",
     NoticeKind.TOOLS_UNAVAILABLE: ":electric_plug:",
+    NoticeKind.TOO_LARGE: ":straight_ruler:",
 }
 # Errors that retrying cannot fix (https://api.slack.com/methods/chat.postMessage#errors).
 PERMANENT_ERRORS = frozenset(

@@ -72,7 +72,7 @@ class Budget:
 
 def model_name(agent: Agent[Any], configured: str | None) -> str | None:
     """The model a run of `agent` uses: `BOT_MODEL`, else the agent's own (a name, or a
-    model object's `model` attribute), else the SDK's default."""
+    model object's `model` attribute; "" for one without a name), else the SDK's default."""
     if configured:
         return configured
     model = agent.model
@@ -80,7 +80,7 @@ def model_name(agent: Agent[Any], configured: str | None) -> str | None:
         return model
     if model is not None:
         named = getattr(model, "model", None)
-        return named if isinstance(named, str) else None
+        return named if isinstance(named, str) else ""
     from agents.models import get_default_model
 
     return get_default_model()

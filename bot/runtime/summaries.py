@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from agents import Agent, Runner
 
 from bot import metrics
-from bot.runtime.context_budget import agent_tools_size, item_size, text_size
+from bot.runtime.context_budget import ITEM_OVERHEAD, agent_tools_size, item_size, text_size
 from bot.runtime.context_window import MadeSummary, RunView
 from bot.runtime.envelope import RunWindow
 from bot.runtime.fitting import SMALLEST, cut_text, groups, left_out_note, summary_note
@@ -82,15 +82,19 @@ def plan_history(
     limit: int,
     summarize: bool,
 ) -> HistoryPlan:
-    """`items` are the session's latest (oldest first, the last one `next_seq - 1`); `fixed`
-    what the run is given besides its history (its messages, the notes), `room` what its
-    input may weigh. A pure function: the same history, summary and budget, the same plan."""
+    """`items` are the session's latest (oldest first, the last one `next_seq - 1`), as
+    stored (JSON text) or parsed; `fixed` what the run is given besides its history (its
+    messages, the notes), `room` what its input may weigh. A pure function: the same
+    history, summary and budget, the same plan. Items are parsed only when not all fit."""
     uncovered = max(summary_through, floor)
     first = next_seq - len(items)
-    candidates = list(items[max(uncovered - first, 0) :])
-    offset = next_seq - len(candidates)
+    given = items[max(uncovered - first, 0) :]
+    offset = next_seq - len(given)
+    sizes = [_weight(item) for item in given]
+    if first <= uncovered and sum(sizes) <= room - fixed:  # the common case: all of it
+        return HistoryPlan(start=uncovered)
+    candidates = [json.loads(item) if isinstance(item, str) else item for item in given]
     spans = groups(candidates)
-    sizes = [item_size(item) for item in candidates]
     fits_from = offset + _newest_within(spans, sizes, room - fixed, len(candidates))
     if fits_from <= uncovered:
         return HistoryPlan(start=uncovered)
@@ -99,6 +103,11 @@ def plan_history(
     keep = _newest_within(spans, sizes, (room - fixed) // KEEP_SHARE, limit // KEEP_SHARE)
     start = max(offset + keep, fits_from)
     return HistoryPlan(start=start, fold=(uncovered, start))
+
+
+def _weight(item: Any) -> int:
+    """An item's estimated bytes; a stored item's are those of its text (compact JSON)."""
+    return text_size(item) + ITEM_OVERHEAD if isinstance(item, str) else item_size(item)
 
 
 def _newest_within(spans: list[tuple[int, int]], sizes: list[int], room: int, most: int) -> int:
@@ -139,7 +148,7 @@ async def open_window(
     rt, record = serving.rt, serving.record
     window = rt.window
     limit = rt.settings.history_items
-    read = await session.get_items(limit)
+    read, next_seq = await _latest(session, limit, record.next_seq)
     known = await window.summary_of(serving.io, record)
     through = known.through if known is not None else 0
     room = window.budget_of(rt.agent).room(_instructions(rt.agent), agent_tools_size(rt.agent))
@@ -150,7 +159,7 @@ async def open_window(
     fixed = sum(item_size(item) for item in given) + notes
     plan = plan_history(
         read,
-        next_seq=record.next_seq,
+        next_seq=next_seq,
         floor=record.session_floor,
         summary_through=through,
         fixed=fixed,
@@ -161,14 +170,14 @@ async def open_window(
     summary: Summary | None = known
     left_out, start = plan.left_out, plan.start
     if plan.fold is not None:
-        made = await _summary_for(serving, session, read, known, plan.fold, cap, started_by)
+        made = await _summary_for(serving, (read, next_seq), known, plan.fold, cap, started_by)
         if made is not None:
             summary = made
             serving.pending_summary = made
         else:  # the run goes on without it: what fits is given, the rest counted
             unfolded = plan_history(
                 read,
-                next_seq=record.next_seq,
+                next_seq=next_seq,
                 floor=record.session_floor,
                 summary_through=through,
                 fixed=fixed,
@@ -179,7 +188,20 @@ async def open_window(
             start, left_out = unfolded.start, unfolded.left_out
     view = RunView(summary=summary.text if summary else None, left_out=left_out)
     recorded = RunWindow(summary_through=summary.through if summary else 0, left_out=left_out)
-    return Opened(view, record.next_seq - start, recorded)
+    return Opened(view, next_seq - start, recorded)
+
+
+async def _latest(session: ConversationSession, limit: int, next_seq: int) -> tuple[list[Any], int]:
+    """The session's latest `limit` items as stored (JSON text, parsed only when needed),
+    read now if the serve does not know them (then the run's own read of them is free),
+    and the sequence number after them."""
+    known = session.known
+    if known is None or not known.covers(limit):
+        items = await session.get_items(limit)
+        known = session.known
+        if known is None or not known.covers(limit):
+            return items, next_seq
+    return (known.items[-limit:] if limit else []), known.next_seq
 
 
 async def resumed_view(serving: ServingView, window: RunWindow | None) -> RunView:
@@ -204,8 +226,7 @@ def _instructions(agent: Agent[Any]) -> str:
 
 async def _summary_for(
     serving: ServingView,
-    session: ConversationSession,
-    read: list[Any],
+    latest: tuple[list[Any], int],
     known: Summary | None,
     fold: tuple[int, int],
     cap: int,
@@ -219,12 +240,15 @@ async def _summary_for(
     if made is not None and made.summary.through == end and made.base == begin:
         metrics.CONTEXT_SUMMARIES.labels(outcome="reused").inc()
         return made.summary
-    first = record.next_seq - len(read)
+    read, next_seq = latest
+    first = next_seq - len(read)
     unread = 0
     if begin >= first:
-        items = read[begin - first : end - first]
+        items = [
+            json.loads(i) if isinstance(i, str) else i for i in read[begin - first : end - first]
+        ]
     else:  # some lie beyond the items read for the run: read them now
-        wanted = min(record.next_seq - begin, rt.settings.history_items * READ_FACTOR)
+        wanted = min(next_seq - begin, rt.settings.history_items * READ_FACTOR)
         older = await serving.io(serving.store.read_items, serving.key, wanted)
         start = older.next_seq - len(older.items)
         unread = max(start - begin, 0)

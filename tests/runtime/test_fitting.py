@@ -12,12 +12,17 @@ from typing import Any
 import httpx2
 import openai
 import pytest
+from agents import Agent
+from agents.models import get_default_model
+from agents.testing import ScriptedModel
 
 from bot.runtime.context_budget import Budget, item_size, known_window
 from bot.runtime.context_refusals import is_context_refusal, is_permanent_refusal
+from bot.runtime.context_window import ContextWindow
 from bot.runtime.fitting import TooLarge, fit, groups, run_start
 from bot.runtime.run_failures import what_to_do
 from bot.runtime.summaries import plan_history, transcript
+from bot.settings import RuntimeSettings
 
 
 def user(text: str) -> dict[str, Any]:
@@ -261,6 +266,14 @@ def test_budgets_come_from_the_setting_then_the_sdks_table_then_a_careful_defaul
     assert budget.input_bytes == 20_000 * 3  # a third left for the answer
     assert budget.room("i" * 1_000, 500) == 60_000 - 1_500
     assert budget.halved().window == 15_000
+    # A run's model: BOT_MODEL, else the agent's (a name; a model object without one is
+    # of unknown window), else the SDK's default.
+    window = ContextWindow(RuntimeSettings())
+    assert window.budget_of(Agent(name="a", model="gpt-4o")).window == 128_000
+    assert window.budget_of(Agent(name="a", model=ScriptedModel([]))).window == 32_000
+    assert window.budget_of(Agent(name="a")).window == known_window(get_default_model())
+    configured = ContextWindow(RuntimeSettings(model="gpt-4o-mini", context_tokens=9_000))
+    assert configured.budget_of(Agent(name="a", model="gpt-4.1")).window == 9_000
 
 
 # -- refusals -----------------------------------------------------------------------------

@@ -40,6 +40,7 @@ class RunView:
 
     summary: str | None = None
     left_out: int = 0
+    reads: int | None = None  # session items the run reads when it starts (None: its limit)
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,8 @@ from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_input import render
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
 from bot.runtime.progress import Step, shown
-from bot.runtime.references import new_reference
 from bot.runtime.request_context import request_context, state_document
-from bot.runtime.run_failures import plain_reason, what_to_do
+from bot.runtime.run_failures import interrupted
 from bot.runtime.run_options import for_run
 from bot.runtime.summaries import open_window, resumed_view
 from bot.runtime.too_large import too_large
@@ -83,10 +82,8 @@ async def drive(
             if rt.draining:
                 serving.give_back()  # released as `running`: the next process continues
                 return
-            history_items = None
             if isinstance(start, list):  # a fresh run: what it is given of the history
-                opened = await open_window(serving, session, start, started_by)
-                view, history_items, window = opened.view, opened.history_items, opened.window
+                view, window = await open_window(serving, session, start, started_by)
             scope.reset()
             seen_down.clear()
             scope.lease = serving.lease
@@ -96,14 +93,7 @@ async def drive(
                 await stopping.stopped(serving, consume)
                 return
             turn = _Turn(serving, session, scope, seen_down, consume)
-            result = await turn.run(
-                start,
-                started_by,
-                held,
-                from_checkpoint=from_checkpoint,
-                view=view,
-                history_items=history_items,
-            )
+            result = await turn.run(start, started_by, held, view, from_checkpoint=from_checkpoint)
             if result is None or not await turn.may_keep():
                 return
             kept = _Kept.of(serving, scope, result, started_by, held, window)
@@ -206,10 +196,9 @@ class _Turn:
         start: Start,
         started_by: str,
         held: list[HeldMessage],
+        view: RunView,
         *,
         from_checkpoint: bool,
-        view: RunView,
-        history_items: int | None,
     ) -> RunResultStreaming | None:
         serving, rt, key = self.serving, self.serving.rt, self.serving.key
         progress = rt.progress
@@ -228,9 +217,7 @@ class _Turn:
                 rt.agent,
                 start,
                 session=self.session,
-                run_config=for_run(
-                    rt.run_config, key, started_by, view=view, history_items=history_items
-                ),
+                run_config=for_run(rt.run_config, key, started_by, view=view),
                 max_turns=rt.settings.max_turns,
                 time_limit=rt.settings.turn_timeout,
                 on_text=on_text,
@@ -286,7 +273,7 @@ class _Turn:
             await guardrail_tripped(serving, exc, started_by, held, self.consume, resumed=resumed)
             return
         if is_context_refusal(exc):
-            await too_large(serving, exc, started_by, held, self.consume)
+            await too_large(serving, exc, started_by, held, self.consume, resumed=resumed)
             return
         if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
             log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
@@ -454,20 +441,3 @@ async def _tell_late(serving: ServingView, scope: TurnScope) -> None:
             )
         )
     scope.late.clear()
-
-
-async def interrupted(serving: ServingView, exc: BaseException) -> None:
-    """The run failed (model or API error, too many turns, a turn that took too long). The
-    last checkpoint stays; a new message or `/resume` continues from it. Messages not yet
-    consumed stay queued."""
-    reference = new_reference()
-    log.error("%s [%s]: run failed", serving.key, reference, exc_info=exc)
-    serving.release_as(Status.INTERRUPTED)
-    await serving.emit_now(
-        Notice(
-            key=serving.key,
-            kind=NoticeKind.RUN_FAILED,
-            text=f"The run stopped: {plain_reason(exc)}. {what_to_do(exc)}",
-            reference=reference,
-        )
-    )

@@ -6,11 +6,21 @@ itself (HTTP 400) will not."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from typing import TYPE_CHECKING
 
 from agents.exceptions import MaxTurnsExceeded
 
 from bot.runtime.context_refusals import is_permanent_refusal
 from bot.runtime.model_access import model_access_reason
+from bot.runtime.outcomes import Notice, NoticeKind
+from bot.runtime.references import new_reference
+from storage import Status
+
+if TYPE_CHECKING:
+    from bot.runtime.serving_view import ServingView
+
+log = logging.getLogger("bot.runtime.driver")  # these were the driver's own lines
 
 
 def plain_reason(exc: BaseException) -> str:
@@ -32,3 +42,20 @@ def what_to_do(exc: BaseException) -> str:
             "look into it with the reference below, or start a new thread to go on."
         )
     return "Nothing was lost; send a message or use /resume to try again."
+
+
+async def interrupted(serving: ServingView, exc: BaseException) -> None:
+    """The run failed (model or API error, too many turns, a turn that took too long). The
+    last checkpoint stays; a new message or `/resume` continues from it. Messages not yet
+    consumed stay queued."""
+    reference = new_reference()
+    log.error("%s [%s]: run failed", serving.key, reference, exc_info=exc)
+    serving.release_as(Status.INTERRUPTED)
+    await serving.emit_now(
+        Notice(
+            key=serving.key,
+            kind=NoticeKind.RUN_FAILED,
+            text=f"The run stopped: {plain_reason(exc)}. {what_to_do(exc)}",
+            reference=reference,
+        )
+    )

@@ -101,12 +101,11 @@ def for_run(
     started_by: str,
     *,
     view: RunView | None = None,
-    history_items: int | None = None,
     summarizing: bool = False,
 ) -> RunConfig:
-    """The runtime's config, with this conversation as the trace group; `view` and
-    `history_items` are what a run is given of the history (`summaries`); `summarizing`: a
-    summary's request, fitted by its maker. A shallow copy: `dataclasses.replace` would run
+    """The runtime's config, with this conversation as the trace group; `view` is what a
+    run is given of the history (`summaries`); `summarizing`: a summary's request, fitted by
+    its maker. A shallow copy: `dataclasses.replace` would run
     the config's validation again (type hints resolved on every call, a third of a
     millisecond per turn)."""
     config = copy.copy(base)
@@ -119,6 +118,6 @@ def for_run(
             config.workflow_name = SUMMARY_WORKFLOW
         elif view is not None:
             config.call_model_input_filter = given.with_view(view)
-    if history_items is not None:
-        config.session_settings = SessionSettings(limit=history_items)
+    if view is not None and view.reads is not None:
+        config.session_settings = SessionSettings(limit=view.reads)
     return config

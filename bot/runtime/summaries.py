@@ -130,21 +130,12 @@ def summary_room(room: int) -> int:
 # -- opening a run's window ------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Opened:
-    """A fresh run's view: what stands for the earlier turns, how many session items it
-    reads, and what its checkpoints say of it."""
-
-    view: RunView
-    history_items: int
-    window: RunWindow
-
-
 async def open_window(
     serving: ServingView, session: ConversationSession, given: list[Any], started_by: str
-) -> Opened:
-    """Decide what a fresh run starting with `given` is given of the history (see the
-    module's docstring); makes the summary it needs, kept on the serve for its next commit."""
+) -> tuple[RunView, RunWindow]:
+    """What a fresh run starting with `given` is given of the history (see the module's
+    docstring: the summary or note, the session items it reads), and what its checkpoints
+    say of it; makes the summary it needs, kept on the serve for its next commit."""
     rt, record = serving.rt, serving.record
     window = rt.window
     limit = rt.settings.history_items
@@ -186,9 +177,9 @@ async def open_window(
                 summarize=False,
             )
             start, left_out = unfolded.start, unfolded.left_out
-    view = RunView(summary=summary.text if summary else None, left_out=left_out)
-    recorded = RunWindow(summary_through=summary.through if summary else 0, left_out=left_out)
-    return Opened(view, next_seq - start, recorded)
+    text = summary.text if summary else None
+    view = RunView(summary=text, left_out=left_out, reads=next_seq - start)
+    return view, RunWindow(summary_through=summary.through if summary else 0, left_out=left_out)
 
 
 async def _latest(session: ConversationSession, limit: int, next_seq: int) -> tuple[list[Any], int]:

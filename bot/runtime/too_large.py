@@ -44,20 +44,31 @@ async def too_large(
     started_by: str,
     held: list[HeldMessage],
     consume: list[str],
+    *,
+    resumed: bool,
 ) -> None:
+    """As a guardrail's trip (`guardrail_trips`): the calls of the request are told as the
+    ledger says (those of its earlier turns too, when the run was `resumed` from a
+    checkpoint), decided approval requests keep who decided."""
     reference = new_reference()
     log.warning(
         "%s [%s]: the request does not fit the model's window", serving.key, reference, exc_info=exc
     )
-    closed = await state_checks.close_calls(serving)
+    closed = await state_checks.close_calls(serving, answered=resumed)
+    text = (
+        "I can't answer this request: even with earlier messages summed up or left out and "
+        f"long texts cut short, it does not fit the model's context window ({why(exc)}). "
+        "Please ask for less at once, or send a shorter message; this thread goes on."
+    )
+    if closed.acted:
+        text += f" What was done before it stands. {closed.describe()}"
+    elif closed.all:
+        text += f" {closed.describe()}"
     notice = Notice(
         key=serving.key,
         kind=NoticeKind.TOO_LARGE,
-        text="I can't answer this request: even with earlier messages summed up or left out "
-        f"and long texts cut short, it does not fit the model's context window ({why(exc)}). "
-        "Please ask for less at once, or send a shorter message; this thread goes on."
-        + (f" {closed.describe()}" if closed.all else ""),
-        settles=closed.all,
+        text=text,
+        settles=closed.undecided,
         reference=reference,
     )
     finished = Envelope(

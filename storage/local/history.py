@@ -1,11 +1,14 @@
 """Session items on sqlite: a row each, above the record's floor (`session_floor`). A row
-that is not JSON is a gap in the history (logged): reads leave it out, a pop drops it."""
+that is not JSON is a gap in the history (logged): reads leave it out, a pop drops it. And
+the conversation's summary of them (`storage.summaries`): one row in `summaries`, written
+(replaced) by the commit that carries one (`commits`), deleted with the other rows."""
 
 from __future__ import annotations
 
 import logging
 
 from storage.local.database import Database, fenced, read_record
+from storage.local.errors import translated
 from storage.models import Conversation, ConversationKey, Lease, Summary, applies
 from storage.text import decodes
 from storage.writes import SessionPage
@@ -67,11 +70,18 @@ class History:
             self.d.save(db, record.model_copy(update={"session_floor": record.next_seq}))
             db.execute("DELETE FROM items WHERE key = ?", (str(key),))
 
+
+class Summaries:
+    """`Store.read_summary` for `LocalStore`."""
+
+    database: Database
+
+    @translated
     def read_summary(self, record: Conversation) -> Summary | None:
         if not applies(record):
             return None
         row = (
-            self.d.connection()
+            self.database.connection()
             .execute("SELECT through, text FROM summaries WHERE key = ?", (str(record.key),))
             .fetchone()
         )

@@ -26,7 +26,7 @@ from storage.local.commits import Commits
 from storage.local.database import Database
 from storage.local.errors import translated
 from storage.local.feedback import Feedback
-from storage.local.history import History
+from storage.local.history import History, Summaries
 from storage.local.housekeeping import Housekeeping
 from storage.local.installations import Installations
 from storage.local.keeps import Keeps
@@ -43,7 +43,6 @@ from storage.models import (
     InboxEntry,
     Lease,
     Status,
-    Summary,
     ToolCallClaim,
     ToolCallRecord,
     ToolCallStatus,
@@ -81,7 +80,7 @@ QUICK_CALLS = frozenset(
 )
 
 
-class LocalStore(Store):
+class LocalStore(Summaries, Store):
     def __init__(self, data_dir: Path, **options: Any) -> None:
         super().__init__(**options)
         self.database = Database(
@@ -231,10 +230,6 @@ class LocalStore(Store):
     @translated
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
         self.history.clear_items(key, lease)
-
-    @translated
-    def read_summary(self, record: Conversation) -> Summary | None:
-        return self.history.read_summary(record)
 
     # -- inbox --------------------------------------------------------------------------
 

@@ -16,7 +16,16 @@ import boto3
 import pytest
 from cfnlint.decode import cfn_yaml
 
-from storage import CheckpointMeta, ConversationKey, PersonKey, Removal, Status, Store, Verdict
+from storage import (
+    CheckpointMeta,
+    ConversationKey,
+    PersonKey,
+    Removal,
+    Status,
+    Store,
+    Summary,
+    Verdict,
+)
 from storage.aws import AwsStore
 from storage.aws.provision import TABLE_DEFINITION, TTL_ATTRIBUTE, create_resources
 from storage.writes import Commit
@@ -161,6 +170,15 @@ def workload(store: Store) -> set[str]:
     )
     assert done.checkpoint is not None
     store.load_checkpoint(done.checkpoint)
+    store.commit(  # a summary of the history, in its own row, with the checkpoint
+        lease,
+        state={"s": 2},
+        meta=meta,
+        expected_version=done.checkpoint.version,
+        summary=Summary(through=1, text="they said x"),
+    )
+    summed = store.get(KEY)
+    assert summed is not None and store.read_summary(summed) is not None
     store.append_items(KEY, ['"a"'] * 120, lease)  # a batch beyond one transaction
     store.pop_item(KEY, lease)
     store.begin_tool_call(lease, "c1", "send", "{}")
@@ -230,6 +248,7 @@ def workload(store: Store) -> set[str]:
         "read_items",
         "commit",
         "load_checkpoint",
+        "read_summary",
         "append_items",
         "pop_item",
         "begin_tool_call",

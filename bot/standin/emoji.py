@@ -24,6 +24,7 @@ SHORTCODES = {
     "raised_hand": "✋",
     "repeat": "🔁",
     "shield": "🛡️",
+    "straight_ruler": "📏",
     "thumbsdown": "👎",
     "thumbsup": "👍",
     "warning": "⚠️",

@@ -15,6 +15,14 @@ CODE = re.compile(r"(?<![\w:/]):([a-z][a-z0-9_+-]*):(?![\w/])")
 REACTIONS = ("reactions_add", "reactions_remove")
 
 
+def fstring_text(node: ast.JoinedStr) -> str:
+    """An f-string's text with a word in place of each value: `f"a:{team}:stop:{user}"` (an
+    id, not an emoji) is not taken for `:stop:`."""
+    return "".join(
+        str(part.value) if isinstance(part, ast.Constant) else "x" for part in node.values
+    )
+
+
 def bot_shortcodes() -> set[str]:
     """The codes in the string literals of the bot (not of local mode's stand-in), and the
     names it reacts with."""
@@ -22,9 +30,19 @@ def bot_shortcodes() -> set[str]:
     for path in sorted((ROOT / "bot").rglob("*.py")):
         if "standin" in path.parts:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                found.update(CODE.findall(node.value))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        in_fstrings = {
+            id(part)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.JoinedStr)
+            for part in node.values
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                found.update(CODE.findall(fstring_text(node)))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if id(node) not in in_fstrings:
+                    found.update(CODE.findall(node.value))
             elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") in REACTIONS:
                 found.update(
                     str(k.value.value)

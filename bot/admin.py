@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from bot.admin_usage import COMMANDS, USAGE
 from bot.permalink import PermalinkError, parse_permalink
-from bot.runtime import PAUSED, ConversationRuntime, Discarded, Refused, StaleFilter
+from bot.runtime import PAUSED, ConversationRuntime, Discarded, Refused, StaleFilter, status_name
 from storage import Conversation, ConversationKey, FeedbackTally, Status
 from storage.durations import format_duration, parse_duration
 
@@ -117,13 +117,11 @@ class AdminCommands:
     async def status(self) -> str:
         counts = await self.runtime.counts()
         lines = ["*Conversations by status*"]
-        lines += [
-            f"• {status.value.replace('_', ' ')}: {count}" for status, count in counts.items()
-        ]
+        lines += [f"• {status_name(status)}: {count}" for status, count in counts.items()]
         for status in (Status.AWAITING_APPROVAL, Status.INTERRUPTED):
             oldest = await self.runtime.oldest(status)
             if oldest:
-                lines.append(f"Oldest {status.value.replace('_', ' ')}: {self._line(oldest)}")
+                lines.append(f"Oldest {status_name(status)}: {self._line(oldest)}")
         lines.append(_feedback_line(await self.runtime.feedback_totals()))
         return "\n".join(lines)
 
@@ -178,7 +176,7 @@ class AdminCommands:
 
     def _line(self, record: Conversation) -> str:
         return (
-            f"• <{self.link(record.key)}|{record.key}> · {record.status.value.replace('_', ' ')}"
+            f"• <{self.link(record.key)}|{record.key}> · {status_name(record.status)}"
             f" · last activity {record.last_activity_at:%Y-%m-%d %H:%M} UTC"
         )
 
@@ -205,7 +203,7 @@ def _summary(result: Discarded, link: str) -> str:
     return (
         f"• <{link}|{result.key}>: removed {checkpoint}; pending calls dropped: "
         f"{names(list(result.pending_calls))}{ran}{unknown}; queued messages dropped: "
-        f"{result.dropped_messages} (was {result.previous_status})"
+        f"{result.dropped_messages} (was {status_name(result.previous_status)})"
     )
 
 

@@ -10,7 +10,10 @@ COMMANDS: dict[str, tuple[tuple[str, ...], str]] = {
         ("status [<thread link>]",),
         "counts by status, the oldest paused, feedback; or one conversation's deliveries",
     ),
-    "list": (("list [stale] [--older-than 1d]",), "paused / interrupted conversations"),
+    "list": (
+        ("list [stale] [--older-than 1d]",),
+        "conversations awaiting approval, interrupted or set aside",
+    ),
     "discard": (
         (
             "discard <thread link | [enterprise:]team:channel:ts>",

@@ -21,13 +21,16 @@ def utcnow() -> datetime:
 
 
 class Status(StrEnum):
-    """Where a conversation stands. `running` with an expired lease means a process died."""
+    """Where a conversation stands. `running` with an expired lease means a process died.
+    The values are durable: records, the status index's keys and the counters hold them."""
 
     IDLE = "idle"
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting_approval"
     INTERRUPTED = "interrupted"
-    NEEDS_RESTART = "needs_restart"
+    # Its saved state could not be trusted and was set aside (the next message starts a
+    # fresh run). Stored under its first name, which people never see (`status_name`).
+    SET_ASIDE = "needs_restart"
     DISCARDED = "discarded"
 
 

@@ -5,6 +5,7 @@ token), or for many (installed through the OAuth flow; `oauth_bot`, `Harness.ins
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import re
 import uuid
@@ -313,19 +314,27 @@ class Harness:
 
 @asynccontextmanager
 async def slack_bot(
-    store: Store, make_runtime: MakeRuntime, *, admins: frozenset[str] = frozenset()
+    store: Store,
+    make_runtime: MakeRuntime,
+    *,
+    admins: frozenset[str] = frozenset(),
+    api: SlackWebApi | None = None,
 ) -> AsyncIterator[Harness]:
     """The bot for one workspace in front of a fresh Web API stand-in; `make_runtime` (e.g.
     `runtime_of`) builds its runtime on the Slack layer's ports, as `python -m bot serve`
-    does. The harness's `runtime` is the one built."""
-    api = SlackWebApi(team=TEAM)
-    async with running_api(api) as api_url:
-        port = free_port()
+    does. The harness's `runtime` is the one built. `api`: a stand-in already served
+    (`running_api`), whose threads another bot on the same storage posted in: this bot is
+    that one started again, or another replica beside it."""
+    async with contextlib.AsyncExitStack() as stack:
+        if api is None:
+            api = SlackWebApi(team=TEAM)
+            await stack.enter_async_context(running_api(api))
+        api_url = api.base_url
         settings = SlackSettings(
             SLACK_BOT_TOKEN="xoxb-test",
             SLACK_SIGNING_SECRET=SECRET,
             SLACK_API_URL=f"{api_url}/api/",
-            PORT=port,
+            PORT=free_port(),
         )
         async with _serving(settings, api, api_url, store, make_runtime, admins) as harness:
             yield harness

@@ -52,6 +52,7 @@ from bot.runtime.runtime import (
     StaleFilter,
     Stopping,
 )
+from bot.runtime.status_names import status_name
 from bot.runtime.stopping import nothing_to_stop
 from bot.runtime.tagged_unions import validating_by_tag
 from bot.runtime.text import quote
@@ -119,6 +120,7 @@ __all__ = [
     "retry_safe",
     "run_turns",
     "split_author",
+    "status_name",
     "stop_overtaken",
     "validating_by_tag",
     "warm_up",

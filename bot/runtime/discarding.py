@@ -44,7 +44,7 @@ UNFINISHED = (
     Status.RUNNING,
     Status.AWAITING_APPROVAL,
     Status.INTERRUPTED,
-    Status.NEEDS_RESTART,
+    Status.SET_ASIDE,
 )
 TEAM_SWEEP_CONCURRENCY = 8
 QUOTED = 10  # dropped messages the notice names
@@ -222,7 +222,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
             ran_calls=closed.ran,
             unknown_calls=closed.unknown,
             dropped_messages=dropped,
-            previous_status=previous.value,
+            previous_status=previous,
         ),
     )
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
-from storage import ConversationKey
+from storage import ConversationKey, Status
 
 
 class NoticeKind(StrEnum):
@@ -127,7 +127,7 @@ class Discarded(Outcome):
     ran_calls: list[PendingCall] = []
     unknown_calls: list[PendingCall] = []
     dropped_messages: int
-    previous_status: str
+    previous_status: Status
 
 
 RECORDED = (Answer, ApprovalRequest, Decided, Notice, StatusReply)

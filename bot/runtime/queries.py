@@ -12,7 +12,7 @@ from storage import Conversation, ConversationKey, FeedbackTally, Status, Store,
 from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
-PAUSED = (Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.NEEDS_RESTART)
+PAUSED = (Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.SET_ASIDE)
 LISTED = 20  # paused threads `/resume` lists (the most recently active)
 PROBE = ConversationKey(team="healthz", channel="healthz", thread_ts="0")  # never stored
 

@@ -24,7 +24,7 @@ EXPIRED_RESUME = (
 # Why a conversation that was found has nothing to resume, by its status.
 NOTHING_TO_RESUME = {
     Status.IDLE: "There is nothing to resume: the last run finished.",
-    Status.NEEDS_RESTART: "The saved state was not trustworthy and was set aside; "
+    Status.SET_ASIDE: "The saved state was not trustworthy and was set aside; "
     "send a new message to start over.",
     Status.DISCARDED: "An admin discarded this conversation's state; "
     "send a new message to start over.",

@@ -201,7 +201,7 @@ class Serving(Holding):
         if entries.ids:
             await self._consume_only(entries.ids)
         # Nothing ran: a thread set aside (or interrupted) stays so until a message comes.
-        set_aside = (Status.NEEDS_RESTART, Status.DISCARDED, Status.INTERRUPTED)
+        set_aside = (Status.SET_ASIDE, Status.DISCARDED, Status.INTERRUPTED)
         self.release_as(self.record.status if self.record.status in set_aside else Status.IDLE)
 
     def _leave_for_newer(self, what: str) -> None:

@@ -208,8 +208,8 @@ async def fail_closed(
         notice=notice,
         items=closed.items,
         consume=[],
-        status=Status.NEEDS_RESTART,
-        release_as=Status.NEEDS_RESTART,
+        status=Status.SET_ASIDE,
+        release_as=Status.SET_ASIDE,
         orphan_ok=True,  # the run's state is set aside already: an orphan blob harms none
     )
     serving.failed_closed(tombstone)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bot.runtime import ApprovalRequest, Decided, PendingCall
+from bot.runtime import ApprovalRequest, Decided, PendingCall, status_name
 from bot.slackapp.text import code_block, escape, truncate
 from storage import Conversation, ConversationKey
 
@@ -169,7 +169,7 @@ def paused_list_blocks(
                 "text": {
                     "type": "mrkdwn",
                     "text": f"<{link(record.key)}|Thread {record.key.thread_ts}> · "
-                    f"{record.status.value.replace('_', ' ')} · since "
+                    f"{status_name(record.status)} · since "
                     f"{record.last_activity_at:%Y-%m-%d %H:%M} UTC",
                 },
                 "accessory": {

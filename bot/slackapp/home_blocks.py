@@ -14,7 +14,7 @@ from typing import Any
 
 from slack_sdk.models.blocks import ConfirmObject
 
-from bot.runtime import Listed, Waiting
+from bot.runtime import Listed, Waiting, status_name
 from bot.slackapp.blocks import decision_buttons, readable_arguments
 from bot.slackapp.text import escape, truncate
 from storage import Conversation, ConversationKey, Status
@@ -28,7 +28,7 @@ STATES = {
     Status.RUNNING: "working",
     Status.AWAITING_APPROVAL: "waiting for approval",
     Status.INTERRUPTED: "interrupted (use `/resume`)",
-    Status.NEEDS_RESTART: "set aside: send a new message to start over",
+    Status.SET_ASIDE: f"{status_name(Status.SET_ASIDE)} (send a new message to start over)",
     Status.DISCARDED: "discarded by an admin",
 }
 Link = Callable[[ConversationKey], str]
@@ -92,9 +92,7 @@ def _recent(recent: list[Conversation], link: Link) -> list[dict[str, Any]]:
 
 
 def _admin(admin: AdminPart, link: Link) -> list[dict[str, Any]]:
-    counts = " · ".join(
-        f"{status.value.replace('_', ' ')}: {count}" for status, count in admin.counts.items()
-    )
+    counts = " · ".join(f"{status_name(status)}: {count}" for status, count in admin.counts.items())
     blocks = [
         {"type": "divider"},
         _header("Admin"),

@@ -116,7 +116,7 @@ async def test_an_mcp_servers_tools_are_guarded_and_in_the_fingerprint(
     [notice] = [o for o in outcomes if isinstance(o, Notice)]
     assert notice.kind is NoticeKind.STATE_INCOMPATIBLE and "agent changed" in notice.text
     assert [e.get("amount") for e in effects.calls("pay")] == [5]  # 7 never ran
-    assert record_of(store, OTHER).status is Status.NEEDS_RESTART
+    assert record_of(store, OTHER).status is Status.SET_ASIDE
 
 
 @contextmanager

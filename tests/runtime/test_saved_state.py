@@ -64,7 +64,7 @@ async def assert_failed_closed(
     assert effects.calls() == []
     record = store.get(KEY)
     assert record is not None
-    assert (record.status, record.lease_owner) == (Status.NEEDS_RESTART, None)
+    assert (record.status, record.lease_owner) == (Status.SET_ASIDE, None)
     # The checkpoint that could not be trusted is replaced by a finished one (it carries
     # the notice until it is delivered): nothing in it can run.
     assert record.checkpoint is not None and record.checkpoint.finished

@@ -17,7 +17,7 @@ from storage.aws.layout import meta_key
 KEYS = {
     status: ConversationKey(team="T1", channel="C1", thread_ts=f"1700000000.00000{n}")
     for n, status in enumerate(
-        (Status.INTERRUPTED, Status.AWAITING_APPROVAL, Status.IDLE, Status.NEEDS_RESTART)
+        (Status.INTERRUPTED, Status.AWAITING_APPROVAL, Status.IDLE, Status.SET_ASIDE)
     )
 }
 

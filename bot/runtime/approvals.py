@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from agents import RunState
+from agents import Agent, RunState, ToolApprovalItem
 
 from bot.runtime import state_checks, stopping
 from bot.runtime.envelope import DecisionMade, DecisionRequest, Envelope, HeldMessage
@@ -66,6 +66,13 @@ def already(made: DecisionMade) -> str:
         return f"That call was stopped by <@{made.user}> before it ran."
     verdict = "approved" if made.approved else "rejected"
     return f"That call was already {verdict} by <@{made.user}>."
+
+
+def asking_agent(item: ToolApprovalItem, own: Agent[Any]) -> str | None:
+    """The agent that asks for a call, when it is not the bot's own (`own`): a handoff's
+    target, or an agent used as a tool (the SDK names the nested agent whose tool it is)."""
+    name = getattr(item.agent, "name", None)
+    return name if isinstance(name, str) and name != own.name else None
 
 
 def approval_request(serving: ServingView, envelope: Envelope) -> ApprovalRequest:
@@ -158,6 +165,7 @@ async def _decided(
             call_id=call.call_id,
             tool_name=call.tool_name,
             arguments=call.arguments,
+            agent=call.agent,
             request_message=clicked.get(call.call_id),
             approved=verdicts[call.call_id][0],
             user=verdicts[call.call_id][1],

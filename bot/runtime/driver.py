@@ -374,6 +374,7 @@ class _Kept:
                 call_id=item.call_id or "",
                 tool_name=item.name or "",
                 arguments=item.arguments or "",
+                agent=approvals.asking_agent(item, serving.rt.agent),
                 human=scope.human_approval.get(item.call_id or "", True),
                 asked_at=serving.store.clock(),
             )

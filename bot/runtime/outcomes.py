@@ -45,9 +45,14 @@ class Answer(Outcome):
 
 
 class PendingCall(BaseModel):
+    """A call waiting for a decision. `agent`: the agent that asks for it when it is not the
+    bot's own agent (a handoff's target, an agent used as a tool), for the request to say
+    so; None when the bot's own agent asks."""
+
     call_id: str
     tool_name: str
     arguments: str
+    agent: str | None = None
 
 
 class ApprovalRequest(Outcome):
@@ -78,6 +83,7 @@ class Decided(Outcome):
     call_id: str
     tool_name: str
     arguments: str = ""
+    agent: str | None = None  # as the request named it (`PendingCall.agent`)
     approved: bool
     user: str
     reason: str | None = None

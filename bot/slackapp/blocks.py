@@ -48,6 +48,13 @@ def mentions(users: list[str]) -> str:
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
+def asked(tool_name: str, agent: str | None) -> str:
+    """The call a request is about, and the agent asking for it when it is not the bot's
+    own (a handoff's target, an agent used as a tool)."""
+    call = f"`{escape(tool_name)}`"
+    return f"{call}, asked by the `{escape(agent)}` agent" if agent else call
+
+
 def approval_blocks(request: ApprovalRequest, call: PendingCall) -> list[dict[str, Any]]:
     deciders = mentions([request.requested_by, *request.approvers])
     return [
@@ -56,7 +63,7 @@ def approval_blocks(request: ApprovalRequest, call: PendingCall) -> list[dict[st
             "text": {
                 "type": "mrkdwn",
                 "text": truncate(
-                    f":raised_hand: *Approval needed*: `{escape(call.tool_name)}`", 300
+                    f":raised_hand: *Approval needed*: {asked(call.tool_name, call.agent)}", 300
                 ),
             },
         },
@@ -101,12 +108,17 @@ def decision_buttons(key: ConversationKey, call_id: str, version: int) -> dict[s
     }
 
 
-def closed_blocks(tool_name: str, arguments: str, verdict: str) -> list[dict[str, Any]]:
+def closed_blocks(
+    tool_name: str, arguments: str, verdict: str, agent: str | None = None
+) -> list[dict[str, Any]]:
     """An approval request whose buttons are replaced by what became of it."""
     return [
         {
             "type": "section",
-            "text": {"type": "mrkdwn", "text": truncate(f"*Approval*: `{escape(tool_name)}`", 300)},
+            "text": {
+                "type": "mrkdwn",
+                "text": truncate(f"*Approval*: {asked(tool_name, agent)}", 300),
+            },
         },
         {"type": "section", "text": {"type": "mrkdwn", "text": readable_arguments(arguments)}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(verdict, 2000)}]},
@@ -136,6 +148,11 @@ def decided_blocks(decided: Decided) -> list[dict[str, Any]]:
                 "text": {"type": "mrkdwn", "text": readable_arguments(decided.arguments)},
             }
         )
+    if decided.agent:
+        who = f"Asked by the `{escape(decided.agent)}` agent."
+        blocks.append(
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(who, 300)}]}
+        )
     return blocks
 
 
@@ -153,7 +170,7 @@ def _decision_section(decided: Decided) -> str:
 
 
 def set_aside_blocks(call: PendingCall, why: str) -> list[dict[str, Any]]:
-    return closed_blocks(call.tool_name, call.arguments, f":heavy_minus_sign: {why}")
+    return closed_blocks(call.tool_name, call.arguments, f":heavy_minus_sign: {why}", call.agent)
 
 
 def paused_list_blocks(

@@ -15,8 +15,8 @@ from typing import Any
 from slack_sdk.models.blocks import ConfirmObject
 
 from bot.runtime import Listed, Waiting, status_name
-from bot.slackapp.blocks import decision_buttons, readable_arguments
-from bot.slackapp.text import escape, truncate
+from bot.slackapp.blocks import asked, decision_buttons, readable_arguments
+from bot.slackapp.text import truncate
 from storage import Conversation, ConversationKey, Status
 
 DISCARD = "home_discard"
@@ -68,7 +68,9 @@ def _waiting(waiting: list[Waiting], link: Link) -> list[dict[str, Any]]:
             shown += 1
             blocks += [
                 _section(
-                    truncate(f":raised_hand: *Approval needed*: `{escape(call.tool_name)}`", 300)
+                    truncate(
+                        f":raised_hand: *Approval needed*: {asked(call.tool_name, call.agent)}", 300
+                    )
                 ),
                 _section(readable_arguments(call.arguments, ARGUMENTS_SHOWN)),
                 _context(

@@ -159,3 +159,17 @@ def test_an_agent_that_needs_a_key_says_so_at_start(tmp_path: Path) -> None:
     assert lines[0].startswith("local mode: open http://127.0.0.1:")
     assert lines[1].startswith("local mode: OPENAI_API_KEY is not set, and agent 'assistant'")
     assert "BOT_MODEL=offline" in lines[1]
+
+
+def test_the_page_shows_which_agent_asks_for_an_approval(tmp_path: Path) -> None:
+    """examples.support_desk offline: `triage` hands a large refund off to `billing`, whose
+    refund waits for a person; the card on the page names `billing`."""
+    with local_mode(tmp_path, "examples.support_desk:build_agent") as page:
+        page.call(
+            "/ui/post",
+            {"user": "alice", "text": "@agent refund 80 EUR on order 1042, it arrived broken"},
+        )
+        wait_until(lambda: approve_button(page.thread()), seconds=30)
+        [card] = [reply for reply in page.thread()["replies"] if reply.get("blocks")]
+    heading = card["blocks"][0]["text"]["text"]
+    assert heading == ":raised_hand: *Approval needed*: `refund`, asked by the `billing` agent"

@@ -72,6 +72,10 @@ class Admitting(Keeping, People):
     def _emit_later(self, outcomes: Sequence[Outcome]) -> None:
         """Deliver outcomes after the request that caused them is acknowledged."""
 
+    @abstractmethod
+    async def emit(self, outcomes: Sequence[Outcome]) -> None:
+        """Deliver outcomes that are not recorded anywhere (best effort)."""
+
     async def serve(self, key: ConversationKey, *, note: PersonKey | None = None) -> list[Outcome]:
         """Serve the thread if it is free (or taken for us when its message was kept); if
         another holder has it, that holder reads the inbox before it lets go (and a dead

@@ -121,10 +121,13 @@ class Duplicate(Outcome):
 
 
 class StatusReply(Outcome):
-    """A plain statement in answer to a request (e.g. `/resume` on an idle thread)."""
+    """A plain statement in answer to a request (e.g. `/resume` on an idle thread).
+    `replaces`: through `reply_to`, it takes the place of the message the request came
+    from (a list whose button was clicked), which would otherwise stay as it was."""
 
     text: str
     reply_to: str | None = None
+    replaces: bool = False
 
 
 class Discarded(Outcome):

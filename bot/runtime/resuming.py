@@ -46,11 +46,13 @@ class Resuming(Admitting):
         *,
         user: str | None = None,
         reply_to: str | None = None,
+        replace: bool = False,
         event_id: str | None = None,
     ) -> list[Outcome]:
         """`/resume`: continue a paused or interrupted conversation, or say why not. Anyone
         who may not act on it gets the same answer whether or not it exists. `reply_to`:
-        where to tell the person at once that it is queued (the answer comes at the end).
+        where to tell the person at once that it is queued (the answer comes at the end,
+        after it); with `replace`, that replaces the message the request came from.
         `event_id` names the request (Slack's ids for it; None: one nobody delivers again)."""
         found = await self.io(self.store.get, key)
         if found is None and user is not None and await self._expired_for(key, user):
@@ -70,7 +72,10 @@ class Resuming(Admitting):
                 return [StatusReply(key=key, text=RESTARTING)]
             if self.admission.waits(key):  # its messages wait already: that waiter serves it
                 return [StatusReply(key=key, text=ALREADY_QUEUED)]
-            self._emit_later([StatusReply(key=key, text=QUEUED_RESUME, reply_to=reply_to)])
+            # Told before it waits (the request is acknowledged already): the answer at the
+            # end comes after this, never before, when both replace the same message.
+            queued = StatusReply(key=key, text=QUEUED_RESUME, reply_to=reply_to, replaces=replace)
+            await self.emit([queued])
             slot = await self.admission.take(key, person)
             if slot is None:  # the replica began stopping meanwhile
                 return [StatusReply(key=key, text=RESTARTING)]

@@ -9,7 +9,7 @@ from typing import Any
 
 from bot.runtime import ApprovalRequest, Decided, PendingCall, status_name
 from bot.slackapp.text import code_block, escape, truncate
-from storage import Conversation, ConversationKey
+from storage import Conversation, ConversationKey, Status
 
 APPROVE = "approval_approve"
 REJECT = "approval_reject"
@@ -174,21 +174,34 @@ def set_aside_blocks(call: PendingCall, why: str) -> list[dict[str, Any]]:
 
 
 def paused_list_blocks(
-    conversations: list[Conversation], link: Callable[[ConversationKey], str]
+    conversations: list[Conversation],
+    link: Callable[[ConversationKey], str],
+    *,
+    said: str | None = None,
 ) -> list[dict[str, Any]]:
-    if not conversations:
-        return [{"type": "section", "text": {"type": "mrkdwn", "text": "Nothing is paused here."}}]
+    """`/resume`'s list of a channel's paused threads, each with what can be done there: an
+    interrupted one gets Resume; one awaiting approval, a link to its request (a decision
+    continues it, not `/resume`). `said`: an answer shown above the list (the list as it
+    stands after a Resume, which replaces the one clicked)."""
     blocks: list[dict[str, Any]] = []
+    if said:
+        blocks.append(_mrkdwn_section(truncate(said, SECTION_LIMIT)))
+    if not conversations:
+        return [*blocks, _mrkdwn_section("Nothing is paused here.")]
     for record in conversations[:20]:
+        thread = link(record.key)
+        line = (
+            f"<{thread}|Thread {record.key.thread_ts}> · {status_name(record.status)} · since "
+            f"{record.last_activity_at:%Y-%m-%d %H:%M} UTC"
+        )
+        if record.status is Status.AWAITING_APPROVAL:
+            blocks.append(
+                _mrkdwn_section(f"{line}\nIt waits for a decision: <{thread}|see its request>.")
+            )
+            continue
         blocks.append(
             {
-                "type": "section",
-                "text": {
-                    "type": "mrkdwn",
-                    "text": f"<{link(record.key)}|Thread {record.key.thread_ts}> · "
-                    f"{status_name(record.status)} · since "
-                    f"{record.last_activity_at:%Y-%m-%d %H:%M} UTC",
-                },
+                **_mrkdwn_section(line),
                 "accessory": {
                     "type": "button",
                     "action_id": RESUME,
@@ -198,3 +211,7 @@ def paused_list_blocks(
             }
         )
     return blocks
+
+
+def _mrkdwn_section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}

@@ -312,11 +312,17 @@ class Listeners:
             return
         trigger = str(body.get("trigger_id") or "")
         event_id = f"command:{team}:{trigger}" if trigger else None
-        await self._resume(key, user, respond, link, body.get("response_url"), event_id)
+        text = await self._resume(key, user, link, body.get("response_url"), event_id)
+        await respond(text=text, response_type="ephemeral", replace_original=False)
 
     async def resume_button(
         self, body: dict[str, Any], respond: Respond, context: AsyncBoltContext
     ) -> None:
+        """Resume, clicked in `/resume`'s list: the answer replaces that list, with the list
+        as it stands now under it (the thread resumed, or whatever the click found, is
+        listed as it is now), so that no list stays offering what has become stale. Slack
+        takes a response_url's answer for 30 minutes, 5 times: this uses it at most twice
+        (queued, then the answer)."""
         try:
             action = body["actions"][0]
             key = ConversationKey.parse(str(action["value"]))
@@ -327,23 +333,45 @@ class Listeners:
         click = _click_id(body, action)
         event_id = f"action:{key.team}:resume:{user}:{click}" if click else None
         link = self._link(context)
-        await self._resume(key, user, respond, link, body.get("response_url"), event_id)
+        text = await self._resume(key, user, link, body.get("response_url"), event_id, replace=True)
+        try:
+            paused = await self.runtime.paused_in(
+                key.team, key.channel, user, enterprise=key.enterprise
+            )
+        except Exception:  # the answer is what matters; the list can be asked for again
+            log.warning("%s: listing the channel's paused conversations failed", key, exc_info=True)
+            paused = None
+        blocks = (
+            paused_list_blocks(paused, link, said=text)
+            if paused is not None
+            else [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+        )
+        response = await respond(
+            text=text, blocks=blocks, response_type="ephemeral", replace_original=True
+        )
+        status = getattr(response, "status_code", 200)
+        if status >= 400:  # e.g. past Slack's 30 minutes: the thread shows what happened
+            log.info("%s: the list clicked could not be replaced (HTTP %s)", key, status)
 
     async def _resume(
         self,
         key: ConversationKey,
         user: str,
-        respond: Respond,
         link: Callable[[ConversationKey], str],
         response_url: object,
         event_id: str | None,
-    ) -> None:
-        """`event_id`: Slack's ids for the request, which keys what it keeps (a probe of an
-        expired thread), as every kept Slack request is keyed."""
+        *,
+        replace: bool = False,
+    ) -> str:
+        """What to answer `/resume` of `key`. `event_id`: Slack's ids for the request, which
+        keys what it keeps (a probe of an expired thread), as every kept Slack request is
+        keyed. `replace`: a queued notice replaces the message the request came from."""
         metrics.RESUMES.labels("command").inc()
-        # Told there at once when it must wait for a run slot; answered here at the end.
+        # Told there at once when it must wait for a run slot; answered by the caller.
         reply_to = response_url if isinstance(response_url, str) and response_url else None
-        outcomes = await self.runtime.resume(key, user=user, reply_to=reply_to, event_id=event_id)
+        outcomes = await self.runtime.resume(
+            key, user=user, reply_to=reply_to, replace=replace, event_id=event_id
+        )
         replies = [o.text for o in outcomes if isinstance(o, StatusReply | Refused)]
         thread = f"<{link(key)}|the thread>"
         text = " ".join(replies) or "Resumed the conversation."
@@ -351,7 +379,7 @@ class Listeners:
             text += f" Go to {thread}."
         elif not replies:
             text = f"Resumed {thread}."
-        await respond(text=text, response_type="ephemeral", replace_original=False)
+        return text
 
     # -- /agent-admin -------------------------------------------------------------------
 

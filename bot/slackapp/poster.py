@@ -392,8 +392,9 @@ class SlackPoster:
                 self.on_home(outcome)
             return
         if outcome.reply_to:
+            replace = isinstance(outcome, StatusReply) and outcome.replaces
             response = await AsyncWebhookClient(outcome.reply_to).send(
-                text=outcome.text, response_type="ephemeral", replace_original=False
+                text=outcome.text, response_type="ephemeral", replace_original=replace
             )
             if response.status_code >= 400:
                 log.warning("%s: response_url answered %s", outcome.key, response.status_code)

@@ -65,7 +65,7 @@ class Admitting(Keeping, People):
         """This process serves the thread now."""
 
     @abstractmethod
-    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run `work` in a task that `drain` waits for."""
 
     @abstractmethod

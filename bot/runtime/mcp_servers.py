@@ -268,6 +268,7 @@ class McpServers:
             found += [s for s in agent.mcp_servers if all(s is not o for o in found)]
         self.check_interval = check_interval
         self._wake = asyncio.Event()
+        self._listed = asyncio.Event()  # every server listed its tools once
         self.servers = [ManagedServer(server, self) for server in found]
         self._by_agent = {
             agent.name: [m for m in self.servers if any(m.server is s for s in agent.mcp_servers)]
@@ -289,6 +290,15 @@ class McpServers:
 
     def down(self) -> list[str]:
         return [m.label for m in self.servers if not m.up]
+
+    def all_listed(self) -> bool:
+        """Every server listed its tools once: the agent fingerprint is final."""
+        return all(m.listing is not None for m in self.servers)
+
+    async def until_listed(self) -> None:
+        """Until every server has listed its tools once (`all_listed`)."""
+        if not self.all_listed():
+            await self._listed.wait()
 
     def wake(self) -> None:
         self._wake.set()
@@ -352,6 +362,8 @@ class McpServers:
                     managed.label,
                 )
             self.on_change()
+        if self.all_listed():  # (after `on_change`: the fingerprint is the final one)
+            self._listed.set()
         self._continue_waiting()
 
     async def close(self) -> None:

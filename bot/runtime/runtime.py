@@ -26,6 +26,7 @@ from agents.run_state import CURRENT_SCHEMA_VERSION
 from bot import metrics
 from bot.runtime.admission import Admission
 from bot.runtime.admitting import Served
+from bot.runtime.agent_changed import set_aside_changed
 from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
 from bot.runtime.context_source import ContextSource, NoSource
@@ -124,6 +125,7 @@ class ConversationRuntime(Resuming, StopRequests):
         self.not_taken = NotTaken(lambda: self.sink, self.store, self.io)
         self._emitting: set[asyncio.Task[None]] = set()  # outcomes sent after an ack
         self._removing: set[str] = set()  # the removals this process is finishing
+        self.changed_agent: asyncio.Task[None] | None = None  # `set_aside_changed_soon`
         # Threads taken by the write that kept their message, for `serve` to use at once.
         self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
         self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
@@ -193,6 +195,18 @@ class ConversationRuntime(Resuming, StopRequests):
     ) -> list[Outcome]:
         """Admin: set the conversation's saved state aside (see `discarding`)."""
         return await discard_conversation(self, key, by=by, only_if=only_if)
+
+    def set_aside_changed_soon(self) -> None:
+        """In a task of its own (which `drain` waits for; `changed_agent` is it): set aside
+        the conversations another agent paused for approval, their threads told and their
+        cards closed (see `agent_changed`). A failure is logged."""
+        self.changed_agent = self._in_background(self._set_aside_changed())
+
+    async def _set_aside_changed(self) -> None:
+        try:
+            await set_aside_changed(self)
+        except Exception:
+            log.exception("setting aside what another agent paused failed")
 
     async def recover(self, *, limit: int = 1000) -> list[Outcome]:
         """Resume conversations whose holder died (see `recovery`), and finish the removals
@@ -342,10 +356,11 @@ class ConversationRuntime(Resuming, StopRequests):
         except Exception:
             log.exception("%s: serving it failed", key)
 
-    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
         self._emitting.add(task)
         task.add_done_callback(self._emitting.discard)
+        return task
 
     def _emit_later(self, outcomes: Sequence[Outcome]) -> None:
         """Deliver outcomes after the request that caused them is acknowledged."""

@@ -167,6 +167,9 @@ async def run(
             loop.add_signal_handler(sig, stop.set)
     # A third of the lease: a dead replica's threads resume about a lease after it died.
     sweep = asyncio.create_task(recovery_sweep(runtime, runtime.lease_seconds / 3))
+    # What another agent paused for approval is set aside, its threads told (in the
+    # background, once the MCP servers listed their tools: the fingerprint is final then).
+    runtime.set_aside_changed_soon()
     # Another replica's threads are taken over seconds after it stops beating (`heartbeat`).
     beating = asyncio.create_task(keep_beating(runtime))
     socket_handler = None

@@ -1,15 +1,13 @@
-"""The storage contract, shared by the `local` and `aws` backends.
+"""The storage contract, shared by the `local` and `aws` backends. `Store` hands each call
+to a backend's part, written once for both (each part typed by a small protocol, `...Part`),
+so that a backend gives its parts, its error translation (`translating`) and only what is
+truly its own: construction, `close`, and making calls on the caller's thread.
 
 Consistency between the Session and checkpoints: session items are committed in the SAME
 atomic write as the checkpoint pointer (one DynamoDB transaction; one sqlite transaction).
 The runtime's session stages what the SDK appends during a turn and hands it to `commit`,
 so a crash can never leave a turn's items without its checkpoint, or the reverse. Each
 pointer also records the session watermark (`session_seq`) it was committed with.
-
-Records, leases, checkpoints and the session are here; the contract's other parts are in
-modules of their own: `inbox` (keeping messages and stops), `ledger` (events and tool calls),
-`listings` (operational queries and feedback), `installations`, `people`, `content`,
-`replicas` and `summaries`.
 """
 
 from __future__ import annotations
@@ -18,8 +16,9 @@ import base64
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from storage.codec import decode_state, encode_state
 from storage.content import ContentBlobs
@@ -43,7 +42,6 @@ from storage.models import (
 )
 from storage.people import PersonKey, PersonRecords
 from storage.replicas import ReplicaBeats
-from storage.summaries import ConversationSummaries
 from storage.writes import (
     APPEND_ATTEMPTS,
     BACKLOG_LIMIT,
@@ -57,6 +55,63 @@ from storage.writes import (
 R = TypeVar("R")
 
 
+class RecordsPart(Protocol):
+    """A backend's conversation records and their leases."""
+
+    def get(self, key: ConversationKey) -> Conversation | None: ...
+
+    def expired_record(self, key: ConversationKey) -> Conversation | None: ...
+
+    def acquire(
+        self,
+        key: ConversationKey,
+        owner: str,
+        *,
+        status: Status | None,
+        force: bool,
+        create: bool,
+        takeover_from: str | None,
+    ) -> tuple[Lease, Conversation]: ...
+
+    def renew(self, lease: Lease, *, working: bool) -> Lease: ...
+
+    def stop_requested(self, key: ConversationKey) -> str | None: ...
+
+
+class CommitsPart(Protocol):
+    """A backend's one atomic write."""
+
+    def apply(self, commit: Commit) -> Committed: ...
+
+
+class HistoryPart(Protocol):
+    """A backend's session items."""
+
+    def read_items(self, key: ConversationKey, limit: int | None) -> SessionPage: ...
+
+    def pop_item(self, key: ConversationKey, lease: Lease | None) -> str | None: ...
+
+    def clear_items(self, key: ConversationKey, lease: Lease | None) -> None: ...
+
+
+class SummariesPart(Protocol):
+    """A backend's conversation summaries (kept beside the history)."""
+
+    def read_summary(self, record: Conversation) -> Summary | None: ...
+
+
+class BlobsPart(Protocol):
+    """A backend's objects: checkpoints, offloaded items and outputs, shared files."""
+
+    def put_new(self, object_key: str, data: bytes) -> None: ...
+
+    def refresh(self, object_key: str, data: bytes) -> None: ...
+
+    def get(self, object_key: str) -> bytes: ...
+
+    def delete(self, object_key: str) -> None: ...
+
+
 class Store(
     ConversationInbox,
     ToolLedger,
@@ -65,14 +120,24 @@ class Store(
     PersonRecords,
     ContentBlobs,
     ReplicaBeats,
-    ConversationSummaries,
     ABC,
 ):
     """Durable conversation state (and the application's installations, see
     `installations`; what it keeps of people, see `people`). Blocking calls: async code
     makes them through `StorageCalls`, off the event loop unless `run_here` makes one at
     once. Bytes referred to by digest (files people shared) are kept by `put_content` /
-    `get_content`."""
+    `get_content`.
+
+    A backend gives a part for each attribute typed by a `...Part` protocol, here and in the
+    faces this class is made of, and `translating`, the context each call of a part is made
+    in, so that the backend's own failures leave it as the contract's errors."""
+
+    records: RecordsPart
+    commits: CommitsPart
+    history: HistoryPart
+    summaries: SummariesPart
+    blobs: BlobsPart
+    translating: AbstractContextManager[None]
 
     def __init__(
         self,
@@ -99,18 +164,19 @@ class Store(
 
     # -- records and leases -------------------------------------------------------------
 
-    @abstractmethod
     def get(self, key: ConversationKey) -> Conversation | None:
         """The conversation's record, or None (also when its state expired)."""
+        with self.translating:
+            return self.records.get(key)
 
-    @abstractmethod
     def expired_record(self, key: ConversationKey) -> Conversation | None:
         """The record of a conversation whose state expired, as it was (its status,
         participants, last activity), while its tombstone lasts (`tombstone_ttl` past the
         expiry); None when the conversation is live, never existed, or is long gone. The
         next `keep` in the thread brings it back (see `keep`)."""
+        with self.translating:
+            return self.records.expired_record(key)
 
-    @abstractmethod
     def acquire(
         self,
         key: ConversationKey,
@@ -130,13 +196,18 @@ class Store(
         that holder only, live or not (its process is known to be dead). Owners should be
         unique per acquisition: a retry that finds the lease held by this very `owner`
         (its first attempt landed, the answer was lost) gets that lease."""
+        with self.translating:
+            return self.records.acquire(
+                key, owner, status=status, force=force, create=create, takeover_from=takeover_from
+            )
 
-    @abstractmethod
     def renew(self, lease: Lease, *, working: bool = False) -> Lease:
         """Extend a held lease. Raises `LeaseLost`. The lease it returns carries `stop_by`
         when someone asked the run to stop. `working`: a run is in progress, which is
         activity: the state's expiry moves as a commit's does (its last activity stays at
         the last commit); a state that expired already is lost (`LeaseLost`)."""
+        with self.translating:
+            return self.records.renew(lease, working=working)
 
     def run_here(self, call: Callable[[], R]) -> R:
         """`call()` on the calling thread (the event loop's), when it is one of this store's
@@ -156,8 +227,8 @@ class Store(
     def stop_requested(self, key: ConversationKey) -> str | None:
         """Who asked the run holding the thread to stop (`keep` with `stop_by`), if anyone:
         a cheap read that a holder polls while a run goes on."""
-        record = self.get(key)
-        return record.stop_by if record else None
+        with self.translating:
+            return self.records.stop_requested(key)
 
     def release(
         self,
@@ -299,9 +370,10 @@ class Store(
 
     # -- session ------------------------------------------------------------------------
 
-    @abstractmethod
     def read_items(self, key: ConversationKey, limit: int | None = None) -> SessionPage:
         """The latest `limit` items (all when None), oldest first, as stored JSON strings."""
+        with self.translating:
+            return self.history.read_items(key, limit)
 
     def append_items(
         self, key: ConversationKey, items: Sequence[str], lease: Lease | None = None
@@ -315,40 +387,63 @@ class Store(
                 continue
         return self.apply(Commit(key=key, lease=lease, items=items))
 
-    @abstractmethod
     def pop_item(self, key: ConversationKey, lease: Lease | None = None) -> str | None:
         """Remove and return the newest item."""
+        with self.translating:
+            return self.history.pop_item(key, lease)
 
-    @abstractmethod
     def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
         """Hide every item at once (a floor moves up), then delete the rows."""
+        with self.translating:
+            self.history.clear_items(key, lease)
+
+    def read_summary(self, record: Conversation) -> Summary | None:
+        """The summary `record` names, or None: it names none, it stands for items that
+        are gone (a cleared session), or it expired with the conversation's other rows.
+        A summary is what a model wrote of a long conversation's earlier items, kept beside
+        the history (never in it) and given to the model in their place. The checkpoint
+        commit that first gives it to the model writes it (`Commit.summary`), in the same
+        atomic write, replacing the one before; the record names it
+        (`Conversation.summary_seq`), so a conversation that has none costs no read."""
+        with self.translating:
+            return self.summaries.read_summary(record)
 
     # -- the atomic write every mutation goes through -----------------------------------
 
-    @abstractmethod
     def apply(self, commit: Commit) -> Committed:
         """Apply `commit` atomically. Raises `LeaseLost`, `CheckpointConflict`,
         `SessionConflict` (items staged against a stale `base_seq`) or `InboxChanged`."""
+        with self.translating:
+            return self.commits.apply(commit)
 
     # -- blobs --------------------------------------------------------------------------
     # The object primitives each backend implements under checkpoints, history and the
     # ledger; public because they are part of what a backend is, and what a crash test wraps.
 
-    @abstractmethod
     def put_blob(self, object_key: str, data: bytes) -> None:
         """Create-only write; raises `BlobExists` if the object is there."""
+        with self.translating:
+            self.blobs.put_new(object_key, data)
 
     def put_blob_once(self, object_key: str, data: bytes) -> None:
         """Write a content-addressed blob; one already there holds these very bytes."""
         with contextlib.suppress(BlobExists):
             self.put_blob(object_key, data)
 
-    @abstractmethod
+    def refresh_blob(self, object_key: str, data: bytes) -> None:
+        """Write the content-addressed object, or, when it is there already (the same
+        bytes, by its name), make it count as written now."""
+        with self.translating:
+            self.blobs.refresh(object_key, data)
+
     def get_blob(self, object_key: str) -> bytes:
         """Raises `CheckpointMissing`."""
+        with self.translating:
+            return self.blobs.get(object_key)
 
-    @abstractmethod
-    def delete_blob(self, object_key: str) -> None: ...
+    def delete_blob(self, object_key: str) -> None:
+        with self.translating:
+            self.blobs.delete(object_key)
 
     @abstractmethod
     def close(self) -> None: ...

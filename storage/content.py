@@ -46,11 +46,10 @@ class ContentBlobs(ABC):
             raise ContentMissing(digest, "its bytes fail their sha256")
         return data
 
-    @abstractmethod
-    def refresh_blob(self, object_key: str, data: bytes) -> None:
-        """Write the content-addressed object, or, when it is there already (the same
-        bytes, by its name), make it count as written now."""
+    # The store's blob primitives (see `Store`), which a crash test may wrap.
 
     @abstractmethod
-    def get_blob(self, object_key: str) -> bytes:
-        """Raises `CheckpointMissing`."""
+    def refresh_blob(self, object_key: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def get_blob(self, object_key: str) -> bytes: ...

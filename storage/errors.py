@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from types import TracebackType
 
 
 class StorageError(Exception):
@@ -98,3 +100,25 @@ class ContentMissing(StorageError):
         super().__init__(f"content {digest[:16]}: {detail}")
         self.digest = digest
         self.detail = detail
+
+
+class Translating:
+    """Around each call a store makes of its backend: a failure of the backend's own (a
+    botocore or sqlite3 error) that `translate` tells in the contract's terms leaves as that
+    error; any other passes through as it is. One instance serves every call (it keeps no
+    state), so that the calls of every turn pay for no new object."""
+
+    def __init__(self, translate: Callable[[BaseException], StorageError | None]) -> None:
+        self.translate = translate
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is not None and (error := self.translate(exc)) is not None:
+            raise error from exc

@@ -4,17 +4,47 @@ and consumed by the commit of the turn that served it (`Commit.consume`, see `ba
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from storage.models import ConversationKey, InboxEntry
 from storage.writes import KeepResult
 
 
-class ConversationInbox(ABC):
+class InboxPart(Protocol):
+    """A backend's inbox: what `ConversationInbox` hands each call to, with every argument."""
+
+    def keep(
+        self,
+        key: ConversationKey,
+        event_id: str,
+        payload: str,
+        *,
+        create: bool,
+        participant: str | None,
+        owner: str | None,
+        token: str | None,
+        stop_by: str | None,
+        refusal_text: str,
+        capped: bool,
+    ) -> KeepResult: ...
+
+    def read(
+        self, key: ConversationKey, generation: int | None, limit: int | None
+    ) -> list[InboxEntry]: ...
+
+    def refusals_told(
+        self, key: ConversationKey, event_ids: Sequence[str], counted: int
+    ) -> None: ...
+
+
+class ConversationInbox:
     """Keeping messages and stop requests, telling refusals, reading the backlog."""
 
-    @abstractmethod
+    keeps: InboxPart
+    translating: AbstractContextManager[None]
+
     def keep(
         self,
         key: ConversationKey,
@@ -55,14 +85,28 @@ class ConversationInbox(ABC):
         the first `REFUSAL_TEXT` characters of `refusal_text`, for the first
         `REFUSALS_NAMED` untold; later ones only counted, `KeepResult.named` False), and bumps
         `inbox_seq`, so that a holder's release sees it, until `refusals_told`."""
+        with self.translating:
+            return self.keeps.keep(
+                key,
+                event_id,
+                payload,
+                create=create,
+                participant=participant,
+                owner=owner,
+                token=token,
+                stop_by=stop_by,
+                refusal_text=refusal_text,
+                capped=capped,
+            )
 
-    @abstractmethod
     def refusals_told(
         self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
     ) -> None:
         """The thread was told of these refusals: the named ones (by event id) and `counted`
         of those only counted are no longer untold; a count below `counted` (told twice) is
         left as it is. No lease needed."""
+        with self.translating:
+            self.keeps.refusals_told(key, event_ids, counted)
 
     def enqueue(
         self,
@@ -79,7 +123,6 @@ class ConversationInbox(ABC):
             key, event_id, payload, create=create, participant=participant, token=token
         ).kept
 
-    @abstractmethod
     def read_inbox(
         self, key: ConversationKey, generation: int | None = None, limit: int | None = None
     ) -> list[InboxEntry]:
@@ -87,3 +130,5 @@ class ConversationInbox(ABC):
         no more than that however long the backlog). Commits consume them
         (`Commit.consume`). With `generation`, entries left by an earlier, expired record
         are left out."""
+        with self.translating:
+            return self.keeps.read(key, generation, limit)

@@ -7,8 +7,9 @@ the table's encryption covers them)."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -30,48 +31,83 @@ class Removal(BaseModel):
     at: datetime
 
 
-class InstallationRecords(ABC):
-    @abstractmethod
+class InstallationsPart(Protocol):
+    """A backend's installations, one-time states and removals: what `InstallationRecords`
+    hands each call to."""
+
+    def save(self, install_id: str, document: str) -> None: ...
+
+    def find(self, install_id: str) -> str | None: ...
+
+    def delete(self, install_id: str, *, only: str | None) -> bool: ...
+
+    def issue_state(self, state: str, ttl: timedelta) -> bool: ...
+
+    def consume_state(self, state: str) -> bool: ...
+
+    def record_removal(self, removal: Removal) -> bool: ...
+
+    def find_removal(self, removal_id: str) -> Removal | None: ...
+
+    def pending_removals(self) -> list[Removal]: ...
+
+    def finish_removal(self, removal_id: str) -> None: ...
+
+
+class InstallationRecords:
+    installations: InstallationsPart
+    translating: AbstractContextManager[None]
+
     def save_installation(self, install_id: str, document: str) -> None:
         """Keep `document` under `install_id`, replacing what was there (the latest wins).
         Kept until deleted: no TTL applies."""
+        with self.translating:
+            self.installations.save(install_id, document)
 
-    @abstractmethod
     def find_installation(self, install_id: str) -> str | None:
         """The document kept under `install_id`, or None."""
+        with self.translating:
+            return self.installations.find(install_id)
 
-    @abstractmethod
     def delete_installation(self, install_id: str, *, only: str | None = None) -> bool:
         """Forget `install_id`; True when there was a document. With `only`, only when the
         document kept is that one (one saved since it was read, a re-install, stays)."""
+        with self.translating:
+            return self.installations.delete(install_id, only=only)
 
-    @abstractmethod
     def issue_state(self, state: str, ttl: timedelta) -> bool:
         """Remember `state` (a random value) for `ttl`, to be consumed once. False, and
         nothing changes, when `state` is remembered already and has not expired: of two
         callers issuing one value, one wins (so a state may also record a value as used)."""
+        with self.translating:
+            return self.installations.issue_state(state, ttl)
 
-    @abstractmethod
     def consume_state(self, state: str) -> bool:
         """True once for a state that was issued and has not expired; it is gone after."""
+        with self.translating:
+            return self.installations.consume_state(state)
 
-    @abstractmethod
     def record_removal(self, removal: Removal) -> bool:
         """Remember `removal` as pending until `finish_removal`: True. False, and nothing
         changes, when its id is remembered already (pending, or finished less than
         `event_ttl` ago): the same removal told again."""
+        with self.translating:
+            return self.installations.record_removal(removal)
 
-    @abstractmethod
     def find_removal(self, removal_id: str) -> Removal | None:
         """The removal remembered under `removal_id` (pending or finished), or None."""
+        with self.translating:
+            return self.installations.find_removal(removal_id)
 
-    @abstractmethod
     def pending_removals(self) -> list[Removal]:
         """The removals recorded and not finished, oldest first (one per uninstall: few)."""
+        with self.translating:
+            return self.installations.pending_removals()
 
-    @abstractmethod
     def finish_removal(self, removal_id: str) -> None:
         """The removal is done: no longer pending; its id is remembered for `event_ttl`."""
+        with self.translating:
+            self.installations.finish_removal(removal_id)
 
 
 def check_id(value: str, what: str = "installation id") -> str:

@@ -4,7 +4,8 @@ effect never run twice."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from storage.models import (
     ConversationKey,
@@ -15,18 +16,42 @@ from storage.models import (
 )
 
 
-class ToolLedger(ABC):
-    @abstractmethod
+class LedgerPart(Protocol):
+    """A backend's ledgers: what `ToolLedger` hands each call to, with every argument."""
+
+    def claim_event(self, event_id: str) -> bool: ...
+
+    def begin(
+        self, lease: Lease, call_id: str, tool_name: str, arguments: str
+    ) -> ToolCallClaim: ...
+
+    def complete(
+        self, lease: Lease, call_id: str, output: str, *, status: ToolCallStatus
+    ) -> bool: ...
+
+    def retry(self, lease: Lease, call_id: str, *, max_attempts: int) -> ToolCallRecord | None: ...
+
+    def get(
+        self, key: ConversationKey, call_id: str, generation: int | None
+    ) -> ToolCallRecord | None: ...
+
+
+class ToolLedger:
+    ledger: LedgerPart
+    translating: AbstractContextManager[None]
+
     def claim_event(self, event_id: str) -> bool:
         """True for the first claim of a Slack event id (until `event_ttl`), False after."""
+        with self.translating:
+            return self.ledger.claim_event(event_id)
 
-    @abstractmethod
     def begin_tool_call(
         self, lease: Lease, call_id: str, tool_name: str, arguments: str
     ) -> ToolCallClaim:
         """Record that a tool call starts, once per call id (fenced)."""
+        with self.translating:
+            return self.ledger.begin(lease, call_id, tool_name, arguments)
 
-    @abstractmethod
     def complete_tool_call(
         self,
         lease: Lease,
@@ -40,8 +65,9 @@ class ToolLedger(ABC):
         was started under (False): only that writer ran it, so only it knows the result.
         Raises `LeaseLost` when neither holds. With status `CANCELLED`: it was recorded as
         started but never ran (a stop came first)."""
+        with self.translating:
+            return self.ledger.complete(lease, call_id, output, status=status)
 
-    @abstractmethod
     def retry_tool_call(
         self, lease: Lease, call_id: str, *, max_attempts: int
     ) -> ToolCallRecord | None:
@@ -50,10 +76,13 @@ class ToolLedger(ABC):
         `started` after fewer than `max_attempts` attempts; the call is then this lease's
         (its fence) and its attempts grow by one. None when it is not `started` any more
         or its attempts are spent: it is not run again."""
+        with self.translating:
+            return self.ledger.retry(lease, call_id, max_attempts=max_attempts)
 
-    @abstractmethod
     def get_tool_call(
         self, key: ConversationKey, call_id: str, generation: int | None = None
     ) -> ToolCallRecord | None:
         """The ledger entry of `call_id` in the conversation's current generation (read from
         the record unless given)."""
+        with self.translating:
+            return self.ledger.get(key, call_id, generation)

@@ -4,9 +4,10 @@ verdicts people give answers."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
+from typing import Protocol
 
 from storage.models import Conversation, ConversationKey, FeedbackTally, Status, Verdict
 
@@ -18,18 +19,71 @@ PAUSED_PAGES = 4  # `list_paused_in` examines at most this many times its `limit
 WAITING_PAGES = 4  # `list_waiting_in` examines at most this many times its `limit`
 
 
-class ConversationListings(ABC):
-    @abstractmethod
+class ListingsPart(Protocol):
+    """A backend's operational queries: what `ConversationListings` hands each listing to,
+    with every argument."""
+
+    def list_by_status(
+        self, status: Status, *, idle_for: timedelta | None, limit: int
+    ) -> list[Conversation]: ...
+
+    def count_by_status(self) -> dict[Status, int]: ...
+
+    def list_by_team(
+        self,
+        team: str | None,
+        *,
+        enterprise: str | None,
+        statuses: Sequence[Status],
+        limit: int,
+    ) -> list[Conversation]: ...
+
+    def list_paused_in(
+        self,
+        team: str,
+        channel: str,
+        *,
+        enterprise: str | None,
+        participant: str | None,
+        limit: int,
+    ) -> list[Conversation]: ...
+
+    def list_waiting_on(
+        self, team: str, user: str, *, enterprise: str | None, limit: int
+    ) -> list[Conversation]: ...
+
+    def list_waiting_in(
+        self, team: str, *, enterprise: str | None, limit: int
+    ) -> list[Conversation]: ...
+
+
+class FeedbackPart(Protocol):
+    """A backend's verdicts on answers, as `ConversationListings` records and counts them."""
+
+    def record(
+        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
+    ) -> FeedbackTally | None: ...
+
+    def count(self) -> FeedbackTally: ...
+
+
+class ConversationListings:
+    queries: ListingsPart
+    feedback: FeedbackPart
+    translating: AbstractContextManager[None]
+
     def list_by_status(
         self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
     ) -> list[Conversation]:
         """Conversations in `status`, least recently active first, through an index.
         Idle conversations are not indexed: listing them finds nothing."""
+        with self.translating:
+            return self.queries.list_by_status(status, idle_for=idle_for, limit=limit)
 
-    @abstractmethod
-    def count_by_status(self) -> dict[Status, int]: ...
+    def count_by_status(self) -> dict[Status, int]:
+        with self.translating:
+            return self.queries.count_by_status()
 
-    @abstractmethod
     def list_by_team(
         self,
         team: str | None,
@@ -42,8 +96,11 @@ class ConversationListings(ABC):
         `enterprise` (None: a key without one); with `team` None, those of every team of
         `enterprise`. Least recently active first. A rare operator query (a workspace that
         uninstalled the app): it may read every conversation in those statuses."""
+        with self.translating:
+            return self.queries.list_by_team(
+                team, enterprise=enterprise, statuses=statuses, limit=limit
+            )
 
-    @abstractmethod
     def list_paused_in(
         self,
         team: str,
@@ -63,8 +120,11 @@ class ConversationListings(ABC):
         most `PAUSED_PAGES` queries of `limit` index entries each). So with `participant`,
         a thread of theirs behind that many newer paused threads of others in the channel
         is not listed."""
+        with self.translating:
+            return self.queries.list_paused_in(
+                team, channel, enterprise=enterprise, participant=participant, limit=limit
+            )
 
-    @abstractmethod
     def list_waiting_on(
         self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
     ) -> list[Conversation]:
@@ -74,8 +134,9 @@ class ConversationListings(ABC):
         conversation out). The most recently waiting first, at most `limit`; never expired
         ones, nor values that could not be parts of a key. Bounded cost: one query of that
         person's entries in an index of waiting conversations, whatever the store holds."""
+        with self.translating:
+            return self.queries.list_waiting_on(team, user, enterprise=enterprise, limit=limit)
 
-    @abstractmethod
     def list_waiting_in(
         self, team: str, *, enterprise: str | None = None, limit: int = 50
     ) -> list[Conversation]:
@@ -84,10 +145,11 @@ class ConversationListings(ABC):
         most recently waiting first among those examined: at most `limit * WAITING_PAGES`
         index entries of that workspace (aws: at most `WAITING_PAGES` queries), so in a
         workspace with more waiting than that, some are not listed."""
+        with self.translating:
+            return self.queries.list_waiting_in(team, enterprise=enterprise, limit=limit)
 
     # -- feedback on answers ------------------------------------------------------------
 
-    @abstractmethod
     def record_feedback(
         self, key: ConversationKey, answer: str, user: str, verdict: Verdict
     ) -> FeedbackTally | None:
@@ -95,7 +157,10 @@ class ConversationListings(ABC):
         verdict per person and answer: clicking again changes it, and the conversation's
         tally (returned) and the overall one move with it. None when the conversation is
         gone (expired or never existed): nothing is recorded."""
+        with self.translating:
+            return self.feedback.record(key, answer, user, verdict)
 
-    @abstractmethod
     def count_feedback(self) -> FeedbackTally:
         """Verdicts over all conversations, since the store was created."""
+        with self.translating:
+            return self.feedback.count()

@@ -9,9 +9,10 @@ written for `PERSON_TTL` is forgotten (and its person greeted again)."""
 from __future__ import annotations
 
 import json
-from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,19 +64,31 @@ class Person(BaseModel):
 Change = Callable[[Person], Person | None]
 
 
-class PersonRecords(ABC):
+class PeoplePart(Protocol):
+    """A backend's person records: what `PersonRecords` hands its reads and changes to."""
+
+    def get(self, key: PersonKey) -> Person | None: ...
+
+    def change(self, key: PersonKey, change: Change) -> Person | None: ...
+
+
+class PersonRecords:
+    people: PeoplePart
+    translating: AbstractContextManager[None]
     clock: Callable[[], datetime]
 
-    @abstractmethod
     def get_person(self, key: PersonKey) -> Person | None:
         """The person's record, or None (never written, or forgotten)."""
+        with self.translating:
+            return self.people.get(key)
 
-    @abstractmethod
     def _change_person(self, key: PersonKey, change: Change) -> Person | None:
         """Read the record (a blank one when there is none), apply `change` and write what
         it returns, on the condition that nobody wrote meanwhile; on a conflict, again from
         a fresh read (`CHANGE_ATTEMPTS` in all). `change` returning None writes nothing.
         Returns what was written (None: nothing)."""
+        with self.translating:
+            return self.people.change(key, change)
 
     def mark_greeted(self, key: PersonKey) -> bool:
         """True for the one call that marks the person greeted; False once they are."""

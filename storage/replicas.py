@@ -11,8 +11,9 @@ version) is left to its leases' expiry. Records of replicas gone for good expire
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from storage.installations import check_id
 
@@ -20,14 +21,27 @@ BEAT_TTL = timedelta(hours=1)  # a replica's record outlives its last beat this 
 SEPARATOR = "|"  # an owner is `replica|suffix` (see `bot.runtime.lease_owner.new_owner`)
 
 
-class ReplicaBeats(ABC):
-    @abstractmethod
+class ReplicasPart(Protocol):
+    """A backend's heartbeats: what `ReplicaBeats` hands each call to."""
+
+    def beat(self, replica: str) -> None: ...
+
+    def beats(self) -> dict[str, datetime]: ...
+
+
+class ReplicaBeats:
+    replicas: ReplicasPart
+    translating: AbstractContextManager[None]
+
     def beat(self, replica: str) -> None:
         """Record that `replica` is alive now (replacing its earlier beat): one write."""
+        with self.translating:
+            self.replicas.beat(replica)
 
-    @abstractmethod
     def beats(self) -> dict[str, datetime]:
         """Each replica's latest beat (replicas that beat within `BEAT_TTL`): one read."""
+        with self.translating:
+            return self.replicas.beats()
 
 
 def replica_of(owner: str) -> str:

@@ -21,7 +21,7 @@ class Blobs:
                 raise BlobExists(object_key) from exc
             raise
 
-    def put(self, object_key: str, data: bytes) -> None:
+    def refresh(self, object_key: str, data: bytes) -> None:
         """Unconditional: for content-addressed objects, whose name fixes their bytes; a
         write over the same bytes restarts the object's lifecycle clock."""
         self.t.s3.put_object(Bucket=self.t.bucket, Key=object_key, Body=data)

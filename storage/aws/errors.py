@@ -3,9 +3,7 @@ become `StorageUnavailable` once boto3's own retries are spent; callers never se
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -14,10 +12,7 @@ from botocore.exceptions import (
     HTTPClientError,
 )
 
-from storage.errors import StorageUnavailable
-
-P = ParamSpec("P")
-R = TypeVar("R")
+from storage.errors import StorageError, StorageUnavailable
 
 TRANSIENT_CODES = frozenset(
     {
@@ -69,16 +64,8 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def translated(method: Callable[P, R]) -> Callable[P, R]:
-    """Run `method`; a transient AWS failure leaves it as `StorageUnavailable`."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            if is_transient(exc):
-                raise StorageUnavailable(f"{type(exc).__name__}: {exc}") from exc
-            raise
-
-    return wrapper
+def unavailable(exc: BaseException) -> StorageError | None:
+    """A transient AWS failure, once boto3's own retries are spent: `StorageUnavailable`."""
+    if isinstance(exc, ClientError | BotoCoreError) and is_transient(exc):
+        return StorageUnavailable(f"{type(exc).__name__}: {exc}")
+    return None

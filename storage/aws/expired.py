@@ -1,25 +1,24 @@
-"""Records whose state expired, on aws: read as such, deleted once past their TTL (what
-DynamoDB's TTL would do, late), and replaced by the record that brings the thread back
-(`Store.revived`), naming the messages that were never answered."""
+"""Records whose state expired, on aws: deleted once past their TTL (what DynamoDB's TTL
+would do, late), and replaced by the record that brings the thread back (`Store.revived`),
+naming the messages that were never answered."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from storage.aws.errors import code
 from storage.aws.expressions import Item, n, s, ss
+from storage.aws.inbox import generation_cutoff, row_count, row_entries
 from storage.aws.layout import (
     CLAIM_SETS,
     LEGACY_CLAIM,
     REFUSED_ATTRIBUTE,
     STATE_EXPIRES,
     epoch_seconds,
-    expired,
-    gone,
     inline_entries,
     meta_key,
     ms,
@@ -28,18 +27,11 @@ from storage.aws.layout import (
 from storage.aws.tables import Tables
 from storage.base import revived
 from storage.models import (
-    Conversation,
     ConversationKey,
     Status,
     stamp_ms,
 )
 from storage.writes import DROPPED_KEPT
-
-if TYPE_CHECKING:
-    pass
-
-
-from storage.aws.inbox import generation_cutoff, row_count, row_entries
 
 
 def forget_expired(t: Tables, key: ConversationKey, old: Item) -> bool:
@@ -91,15 +83,6 @@ def revive(t: Tables, key: ConversationKey, old: Item, now: datetime) -> bool:
         if name.startswith(REFUSED_ATTRIBUTE) or name == "refused_more":
             item[name] = value
     return _if_unchanged(t.dynamodb.put_item, old, TableName=t.table, Item=item)
-
-
-def expired_record(t: Tables, key: ConversationKey) -> Conversation | None:
-    found = t.dynamodb.get_item(TableName=t.table, Key=meta_key(key), ConsistentRead=True)
-    item: Item | None = found.get("Item")
-    now = t.clock()
-    if item is None or not expired(item, now) or gone(item, now):
-        return None
-    return record_from_item(item)
 
 
 def _if_unchanged(write: Callable[..., object], old: Item, **request: Any) -> bool:

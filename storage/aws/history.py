@@ -36,9 +36,15 @@ POP_ATTEMPTS = 10  # tries of a pop that loses to concurrent writers
 
 
 class History:
-    def __init__(self, tables: Tables, get_blob: Callable[[str], bytes]) -> None:
+    def __init__(
+        self,
+        tables: Tables,
+        get_blob: Callable[[str], bytes],
+        generation_of: Callable[[ConversationKey], int],
+    ) -> None:
         self.t = tables
         self.get_blob = get_blob
+        self.generation_of = generation_of
 
     def _rows_newest_first(self, key: ConversationKey, page_size: int | None) -> Iterator[Item]:
         """META first (it sorts after every ITEM#), then item rows, newest first."""
@@ -160,7 +166,8 @@ class History:
             }
         }
 
-    def clear_items(self, key: ConversationKey, lease: Lease | None, generation: int) -> None:
+    def clear_items(self, key: ConversationKey, lease: Lease | None) -> None:
+        generation = lease.generation if lease else self.generation_of(key)
         update = Update()
         update.sets.append("#session_floor = #next_seq")
         update.names |= {"#session_floor": "session_floor", "#next_seq": "next_seq"}

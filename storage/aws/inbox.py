@@ -1,45 +1,26 @@
-"""Reading a thread's queued messages on aws: those kept in the record and, for a busy
-thread, those in rows of their own; entries an earlier, expired generation left behind are
-not seen."""
+"""A busy thread's queued messages on aws, in rows of their own beside the record (which
+holds the first few): read and counted; entries an earlier, expired generation left
+behind are not seen."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from storage.aws.expressions import Item, s
+from storage.aws.expressions import s
 from storage.aws.layout import (
     INBOX_PREFIX,
     conv_pk,
     from_ms,
-    inline_entries,
-    meta_key,
 )
 from storage.aws.tables import Tables
 from storage.models import (
     ConversationKey,
     InboxEntry,
     inbox_stamp,
-    stamp_ms,
 )
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
-
-
-def read_inbox(
-    t: Tables, key: ConversationKey, generation: int | None, limit: int | None
-) -> list[InboxEntry]:
-    found = t.dynamodb.get_item(TableName=t.table, Key=meta_key(key), ConsistentRead=True)
-    item: Item | None = found.get("Item")
-    if item is None:
-        return []
-    cutoff = generation_cutoff(t, generation)
-    entries, in_rows = inline_entries(item)
-    if in_rows:  # the oldest `limit` rows are all the merge below can need
-        entries = sorted(entries + row_entries(t, key, cutoff, limit), key=lambda e: e.entry_id)
-    if cutoff:
-        entries = [e for e in entries if stamp_ms(e.entry_id) >= cutoff]
-    return entries if limit is None else entries[:limit]
 
 
 def generation_cutoff(t: Tables, generation: int | None) -> int:

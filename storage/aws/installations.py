@@ -36,7 +36,7 @@ class Installations:
         item = found.get("Item")
         return item["doc"]["S"] if item is not None else None
 
-    def delete(self, install_id: str, only: str | None = None) -> bool:
+    def delete(self, install_id: str, *, only: str | None) -> bool:
         if only is None:
             gone = self.t.dynamodb.delete_item(
                 TableName=self.t.table, Key=install_key(install_id), ReturnValues="ALL_OLD"

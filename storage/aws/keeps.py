@@ -1,25 +1,31 @@
-"""Keeping a message on aws. Keeping a message, claiming its event id and (when free)
-taking the thread is ONE conditional write that returns the whole record, inbox included,
-while the thread's backlog is small; a busy thread's further messages go to rows (one
-transaction each), so that the record, and the cost of each keep, stays flat however long
-the backlog (see `layout`). A record whose state expired is brought back by the next keep
-(`expired.revive`)."""
+"""The inbox on aws. Keeping a message, claiming its event id and (when free) taking the
+thread is ONE conditional write that returns the whole record, inbox included, while the
+thread's backlog is small; a busy thread's further messages go to rows (one transaction
+each), so that the record, and the cost of each keep, stays flat however long the backlog
+(see `layout`). A record whose state expired is brought back by the next keep
+(`expired.revive`). Messages refused at the backlog cap stay on the record until the thread
+has been told: the first few named in `rf:<event id>` attributes (each a `Refusal`'s JSON),
+the rest counted in `refused_more`."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from storage.aws.errors import code
+from storage.aws.expired import forget_expired, revive
 from storage.aws.expressions import Item, Update, n, s, ss
+from storage.aws.inbox import generation_cutoff, row_entries
 from storage.aws.layout import (
     CLAIM_PREFIX,
     INLINE_INBOX,
     LEGACY_CLAIM,
     META,
+    REFUSED_ATTRIBUTE,
     SPILL_SUFFIX,
     claim_digest,
     claim_sets,
@@ -37,25 +43,23 @@ from storage.aws.layout import (
     ms,
     record_from_item,
 )
-from storage.aws.refusals import record_refusal
+from storage.aws.records import Records, lease_of
 from storage.aws.tables import Tables
 from storage.errors import NotFound, StorageError
 from storage.models import (
     REFUSAL_TEXT,
+    REFUSALS_NAMED,
     ConversationKey,
     InboxEntry,
     Refusal,
     Status,
     inbox_entry_id,
+    stamp_ms,
 )
 from storage.writes import KeepResult
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
-
-
-from storage.aws.expired import forget_expired, revive
-from storage.aws.records import Records, lease_of
 
 CONDITION_FAILED = ("ConditionalCheckFailedException", "TransactionCanceledException")
 INLINE_ENTRY_LIMIT = 4_000  # bytes of one queued message kept in the record itself
@@ -81,9 +85,9 @@ class Keeps:
         participant: str | None,
         owner: str | None,
         token: str | None,
-        stop_by: str | None = None,
-        refusal_text: str = "",
-        capped: bool = True,
+        stop_by: str | None,
+        refusal_text: str,
+        capped: bool,
     ) -> KeepResult:
         token = token or uuid.uuid4().hex
         now = self.t.clock()
@@ -287,7 +291,7 @@ class Keeps:
         that another delivery of it (a mention's `message` and `app_mention` events) is a
         duplicate, not kept after the thread was told it was not taken. A claim row already
         there: a duplicate (or this keep's own earlier refusal, whose answer was lost). The
-        same write records the refusal (see `refusals`) until the thread is told."""
+        same write records the refusal (`record_refusal`) until the thread is told."""
         now = entry.received_at
         update = Update()
         until = now + self.t.claim_ttl + self.t.lease_skew
@@ -324,6 +328,49 @@ class Keeps:
             if claim is not None and claim.get("token") != mine:
                 return KeepResult(kept=False)  # a duplicate: its first delivery decided
         return KeepResult(kept=False, refused=True, named=named)
+
+    def read(
+        self, key: ConversationKey, generation: int | None, limit: int | None
+    ) -> list[InboxEntry]:
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table, Key=meta_key(key), ConsistentRead=True
+        )
+        item: Item | None = found.get("Item")
+        if item is None:
+            return []
+        cutoff = generation_cutoff(self.t, generation)
+        entries, in_rows = inline_entries(item)
+        if in_rows:  # the oldest `limit` rows are all the merge below can need
+            rows = row_entries(self.t, key, cutoff, limit)
+            entries = sorted(entries + rows, key=lambda e: e.entry_id)
+        if cutoff:
+            entries = [e for e in entries if stamp_ms(e.entry_id) >= cutoff]
+        return entries if limit is None else entries[:limit]
+
+    def refusals_told(self, key: ConversationKey, event_ids: Sequence[str], counted: int) -> None:
+        """Remove the refusals named by `event_ids`, and lower the count by `counted`: one
+        write that no concurrent refusal makes fail (an ADD), unless the count is below
+        `counted` (told twice): then only the names go. A record that is gone has nothing
+        left to tell."""
+        for lower in (counted > 0, False):
+            update = Update()
+            update.require(f"attribute_exists({update.name('pk')})")
+            for event_id in dict.fromkeys(event_ids):
+                update.remove(REFUSED_ATTRIBUTE + event_id)
+            if lower:
+                count = update.name("refused_more")
+                update.require(f"{count} >= {update.value('told', n(counted))}")
+                update.add_to_set("refused_more", n(-counted))
+            if not update.removes and not update.adds:
+                return
+            try:
+                self.t.dynamodb.update_item(
+                    TableName=self.t.table, Key=meta_key(key), **update.expression()
+                )
+                return
+            except ClientError as exc:
+                if code(exc) != "ConditionalCheckFailedException":
+                    raise
 
 
 class Hints:
@@ -366,6 +413,20 @@ class Hints:
         if len(hints) >= self.LIMIT:
             hints.clear()
         hints[key] = until
+
+
+def record_refusal(update: Update, refusal: Refusal, old: Item) -> bool:
+    """Add `refusal` to the write that refuses its message; True when it is named (the
+    record, as `old` shows it, names fewer than `REFUSALS_NAMED`), False when only counted.
+    `inbox_seq` moves, so that the holder's release sees it."""
+    named = sum(1 for name in old if name.startswith(REFUSED_ATTRIBUTE)) < REFUSALS_NAMED
+    if named:
+        attribute = update.name(REFUSED_ATTRIBUTE + refusal.event_id)
+        update.sets.append(f"{attribute} = {update.value('refusal', s(refusal.model_dump_json()))}")
+    else:
+        update.add_to_set("refused_more", n(1))
+    update.increment("inbox_seq")
+    return named
 
 
 def _failed_item(exc: ClientError) -> Item | None:

@@ -92,7 +92,7 @@ class Ledger:
             return ToolCallClaim(record=existing, created=False)
         return ToolCallClaim(record=record, created=True)
 
-    def complete(self, lease: Lease, call_id: str, output: str, status: ToolCallStatus) -> bool:
+    def complete(self, lease: Lease, call_id: str, output: str, *, status: ToolCallStatus) -> bool:
         """One write (fenced, conditional on the call being started); no read. True when
         recorded under the lease; False when recorded after the lease was taken from us,
         under the fence the call was started with (see `Store.complete_tool_call`)."""
@@ -137,7 +137,7 @@ class Ledger:
             return False
         return True
 
-    def retry(self, lease: Lease, call_id: str, max_attempts: int) -> ToolCallRecord | None:
+    def retry(self, lease: Lease, call_id: str, *, max_attempts: int) -> ToolCallRecord | None:
         """One transaction: the lease's check and the call's conditional update."""
         update = ledger_rows.retry(lease.fence, self.t.clock(), max_attempts)
         key = {"pk": s(conv_pk(lease.key)), "sk": s(tool_sk(lease.generation, call_id))}

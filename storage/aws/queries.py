@@ -93,6 +93,7 @@ class ListingQueries:
     def list_by_team(
         self,
         team: str | None,
+        *,
         enterprise: str | None,
         statuses: Sequence[Status],
         limit: int,
@@ -137,6 +138,7 @@ class ListingQueries:
         self,
         team: str,
         channel: str,
+        *,
         enterprise: str | None,
         participant: str | None,
         limit: int,
@@ -177,7 +179,7 @@ class ListingQueries:
         return found[:limit]
 
     def list_waiting_on(
-        self, team: str, user: str, enterprise: str | None, limit: int
+        self, team: str, user: str, *, enterprise: str | None, limit: int
     ) -> list[Conversation]:
         """One query of the person's entries in the approval index, newest first."""
         workspace = workspace_of(team, enterprise)
@@ -188,7 +190,9 @@ class ListingQueries:
         page = self.t.dynamodb.query(**query)
         return [self._listed(item) for item in page["Items"] if self._waits(item)]
 
-    def list_waiting_in(self, team: str, enterprise: str | None, limit: int) -> list[Conversation]:
+    def list_waiting_in(
+        self, team: str, *, enterprise: str | None, limit: int
+    ) -> list[Conversation]:
         """The workspace's partition of the approval index, a page of `limit` entries at a
         time, at most `WAITING_PAGES` pages; the most recently waiting of them first."""
         workspace = workspace_of(team, enterprise)

@@ -1,25 +1,31 @@
 """The conversation record on aws: reading it, and taking and renewing its lease (a
-record whose state expired is brought back by the take that finds it, see `expired`).
-Keeping messages in it is `keeps`'."""
+record whose state expired is brought back by the take that finds it, see `expired`); and
+the replicas' heartbeats (`storage.replicas`), which tell whether a lease's holder still
+lives: rows of one partition of the table, a beat one put of a small item (1 write unit),
+listing them one query of that partition (a handful of replicas); DynamoDB's TTL removes
+replicas gone for good. Keeping messages in the record is `keeps`'."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from storage.aws.errors import code
+from storage.aws.expired import forget_expired, revive
 from storage.aws.expressions import Item, Update, n, s
 from storage.aws.layout import (
+    REPLICAS,
     STATE_EXPIRES,
     epoch_seconds,
     expired,
     expired_claims,
+    from_ms,
     gone,
     meta_key,
     ms,
     record_from_item,
+    replica_key,
 )
 from storage.aws.tables import Tables
 from storage.errors import LeaseBusy, LeaseLost, NotFound, StorageError
@@ -29,12 +35,7 @@ from storage.models import (
     Lease,
     Status,
 )
-
-if TYPE_CHECKING:
-    pass
-
-
-from storage.aws.expired import forget_expired, revive
+from storage.replicas import BEAT_TTL, check_replica
 
 
 class Records:
@@ -49,6 +50,16 @@ class Records:
         if item is None or expired(item, self.t.clock()):
             return None
         return record_from_item(item, with_inbox=True)
+
+    def expired_record(self, key: ConversationKey) -> Conversation | None:
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table, Key=meta_key(key), ConsistentRead=True
+        )
+        item: Item | None = found.get("Item")
+        now = self.t.clock()
+        if item is None or not expired(item, now) or gone(item, now):
+            return None
+        return record_from_item(item)
 
     # -- leases -------------------------------------------------------------------------
 
@@ -124,7 +135,7 @@ class Records:
         update.set("lease_owner", s(owner))
         update.set("lease_expires_ms", n(ms(now + self.t.lease_duration)))
 
-    def renew(self, lease: Lease, *, working: bool = False) -> Lease:
+    def renew(self, lease: Lease, *, working: bool) -> Lease:
         now = self.t.clock()
         expires = now + self.t.lease_duration
         update = Update()
@@ -171,3 +182,30 @@ def lease_of(record: Conversation, expired: tuple[str, ...] = ()) -> Lease:
         counted=record.counted,
         housekeeping=expired,
     )
+
+
+class Replicas:
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+
+    def beat(self, replica: str) -> None:
+        now = self.t.clock()
+        item = replica_key(check_replica(replica)) | {
+            "beat_ms": n(ms(now)),
+            "expires_at": n(epoch_seconds(now + BEAT_TTL)),
+        }
+        self.t.dynamodb.put_item(TableName=self.t.table, Item=item)
+
+    def beats(self) -> dict[str, datetime]:
+        found: dict[str, datetime] = {}
+        paginator = self.t.dynamodb.get_paginator("query")
+        pages = paginator.paginate(
+            TableName=self.t.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": s(REPLICAS)},
+            ConsistentRead=True,
+        )
+        for page in pages:
+            for item in page.get("Items", []):
+                found[item["sk"]["S"]] = from_ms(item["beat_ms"]["N"])
+        return found

@@ -1,4 +1,4 @@
-"""A conversation's summary (`storage.summaries`) on DynamoDB: a row of its own beside the
+"""A conversation's summary (`Store.read_summary`) on DynamoDB: a row of its own beside the
 record, `SUMMARY#g<gen>`, written (replaced) by the commit's transaction that stores it, so
 that the record (read and written on every turn) stays small. The record names it
 (`summary_seq`); reading it is one GetItem, made only when the record names one."""
@@ -35,15 +35,19 @@ def summary_actions(
     return [{"Put": {"TableName": tables.table, "Item": item}}]
 
 
-def read_summary(tables: Tables, record: Conversation) -> Summary | None:
-    if not applies(record):
-        return None
-    found = tables.dynamodb.get_item(
-        TableName=tables.table,
-        Key={"pk": s(conv_pk(record.key)), "sk": s(summary_sk(record.generation))},
-        ConsistentRead=True,
-    )
-    item: Item | None = found.get("Item")
-    if item is None or int(item["through"]["N"]) != record.summary_seq:
-        return None  # expired with the conversation's older rows, or another's
-    return Summary(through=record.summary_seq, text=item["text"]["S"])
+class Summaries:
+    def __init__(self, tables: Tables) -> None:
+        self.t = tables
+
+    def read_summary(self, record: Conversation) -> Summary | None:
+        if not applies(record):
+            return None
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table,
+            Key={"pk": s(conv_pk(record.key)), "sk": s(summary_sk(record.generation))},
+            ConsistentRead=True,
+        )
+        item: Item | None = found.get("Item")
+        if item is None or int(item["through"]["N"]) != record.summary_seq:
+            return None  # expired with the conversation's older rows, or another's
+        return Summary(through=record.summary_seq, text=item["text"]["S"])

@@ -1,6 +1,6 @@
 """Session items on sqlite: a row each, above the record's floor (`session_floor`). A row
 that is not JSON is a gap in the history (logged): reads leave it out, a pop drops it. And
-the conversation's summary of them (`storage.summaries`): one row in `summaries`, written
+the conversation's summary of them (`Store.read_summary`): one row in `summaries`, written
 (replaced) by the commit that carries one (`commits`), deleted with the other rows."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 
 from storage.local.database import Database, fenced, read_record
-from storage.local.errors import translated
 from storage.models import Conversation, ConversationKey, Lease, Summary, applies
 from storage.text import decodes
 from storage.writes import SessionPage
@@ -72,16 +71,14 @@ class History:
 
 
 class Summaries:
-    """`Store.read_summary` for `LocalStore`."""
+    def __init__(self, database: Database) -> None:
+        self.d = database
 
-    database: Database
-
-    @translated
     def read_summary(self, record: Conversation) -> Summary | None:
         if not applies(record):
             return None
         row = (
-            self.database.connection()
+            self.d.connection()
             .execute("SELECT through, text FROM summaries WHERE key = ?", (str(record.key),))
             .fetchone()
         )

@@ -29,7 +29,7 @@ class Installations:
         )
         return str(row[0]) if row else None
 
-    def delete(self, install_id: str, only: str | None = None) -> bool:
+    def delete(self, install_id: str, *, only: str | None) -> bool:
         with self.d.write() as db:
             if only is None:
                 gone = db.execute("DELETE FROM installations WHERE install_id = ?", (install_id,))

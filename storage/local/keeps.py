@@ -40,13 +40,13 @@ class Keeps:
         event_id: str,
         payload: str,
         *,
-        create: bool = True,
-        participant: str | None = None,
-        owner: str | None = None,
-        token: str | None = None,
-        stop_by: str | None = None,
-        refusal_text: str = "",
-        capped: bool = True,
+        create: bool,
+        participant: str | None,
+        owner: str | None,
+        token: str | None,
+        stop_by: str | None,
+        refusal_text: str,
+        capped: bool,
     ) -> KeepResult:
         now = self.d.clock()
         with self.d.write() as db:
@@ -131,13 +131,11 @@ class Keeps:
         return KeepResult(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))
 
     def read(
-        self, key: ConversationKey, generation: int | None = None, limit: int | None = None
+        self, key: ConversationKey, generation: int | None, limit: int | None
     ) -> list[InboxEntry]:
         return read_inbox(self.d.connection(), key, limit)
 
-    def refusals_told(
-        self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
-    ) -> None:
+    def refusals_told(self, key: ConversationKey, event_ids: Sequence[str], counted: int) -> None:
         with self.d.write() as db:
             record = read_record(db, key)
             if record is not None and record.refusals_untold:

@@ -66,14 +66,7 @@ class Ledger:
             self.save_tool(db, record)
         return ToolCallClaim(record=record, created=True)
 
-    def complete(
-        self,
-        lease: Lease,
-        call_id: str,
-        output: str,
-        *,
-        status: ToolCallStatus = ToolCallStatus.COMPLETED,
-    ) -> bool:
+    def complete(self, lease: Lease, call_id: str, output: str, *, status: ToolCallStatus) -> bool:
         now = self.d.clock()
         with self.d.write() as db:
             try:
@@ -112,7 +105,7 @@ class Ledger:
         return record
 
     def get(
-        self, key: ConversationKey, call_id: str, generation: int | None = None
+        self, key: ConversationKey, call_id: str, generation: int | None
     ) -> ToolCallRecord | None:
         # Rows of an expired record are deleted with it, so there is one generation here.
         return read_tool(self.d.connection(), key, call_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from storage.listings import INDEXED, PAUSED_IN_CHANNEL, PAUSED_PAGES, WAITING_PAGES
+from storage.listings import PAUSED_IN_CHANNEL, PAUSED_PAGES, WAITING_PAGES
 from storage.local.database import Database
 from storage.models import (
     Conversation,
@@ -27,7 +27,7 @@ class ListingQueries:
         self.d = database
 
     def list_by_status(
-        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
+        self, status: Status, *, idle_for: timedelta | None, limit: int
     ) -> list[Conversation]:
         if status is Status.IDLE:
             return []  # as with the aws backend's index: idle conversations are not listed
@@ -53,9 +53,9 @@ class ListingQueries:
         self,
         team: str | None,
         *,
-        enterprise: str | None = None,
-        statuses: Sequence[Status] = INDEXED,
-        limit: int = 1000,
+        enterprise: str | None,
+        statuses: Sequence[Status],
+        limit: int,
     ) -> list[Conversation]:
         if team is None and enterprise is None:
             raise ValueError("list_by_team needs a team or an enterprise")
@@ -74,9 +74,9 @@ class ListingQueries:
         team: str,
         channel: str,
         *,
-        enterprise: str | None = None,
-        participant: str | None = None,
-        limit: int = 50,
+        enterprise: str | None,
+        participant: str | None,
+        limit: int,
     ) -> list[Conversation]:
         """Through the partial index `conversations_by_place`, newest first: reads at most
         `limit * PAUSED_PAGES` rows of that channel's paused threads."""
@@ -103,7 +103,7 @@ class ListingQueries:
         ][:limit]
 
     def list_waiting_on(
-        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
+        self, team: str, user: str, *, enterprise: str | None, limit: int
     ) -> list[Conversation]:
         """Through the partial index `conversations_waiting`: that person's entries only."""
         workspace = workspace_of(team, enterprise)
@@ -118,7 +118,7 @@ class ListingQueries:
         return [Conversation.model_validate_json(text) for (text,) in rows]
 
     def list_waiting_in(
-        self, team: str, *, enterprise: str | None = None, limit: int = 50
+        self, team: str, *, enterprise: str | None, limit: int
     ) -> list[Conversation]:
         """That workspace's entries of `conversations_waiting`: at most `limit *
         WAITING_PAGES` rows examined (the most recently waiting of them listed), as the aws

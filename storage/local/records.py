@@ -1,12 +1,16 @@
 """The conversation record on sqlite: reading it, and taking and renewing its lease (a
 record whose state expired is brought back by the take that finds it, see
-`Database.fresh`). Keeping messages in it is `keeps`'."""
+`Database.fresh`); and the replicas' heartbeats (`storage.replicas`), which tell whether a
+lease's holder still lives: one row per replica. Keeping messages in it is `keeps`'."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from storage.errors import LeaseBusy, LeaseLost, NotFound
 from storage.local.database import Database, fenced, read_inbox, read_record, status_change
 from storage.models import Conversation, ConversationKey, Lease, Status
+from storage.replicas import BEAT_TTL, check_replica
 
 
 class Records:
@@ -24,15 +28,19 @@ class Records:
             return None
         return record if now <= self.d.tombstone_until(record) else None
 
+    def stop_requested(self, key: ConversationKey) -> str | None:
+        record = self.get(key)
+        return record.stop_by if record else None
+
     def acquire(
         self,
         key: ConversationKey,
         owner: str,
         *,
-        status: Status | None = None,
-        force: bool = False,
-        create: bool = True,
-        takeover_from: str | None = None,
+        status: Status | None,
+        force: bool,
+        create: bool,
+        takeover_from: str | None,
     ) -> tuple[Lease, Conversation]:
         now = self.d.clock()
         with self.d.write() as db:
@@ -69,7 +77,7 @@ class Records:
         )
         return lease, record.model_copy(update={"inbox": inbox})
 
-    def renew(self, lease: Lease, *, working: bool = False) -> Lease:
+    def renew(self, lease: Lease, *, working: bool) -> Lease:
         now = self.d.clock()
         with self.d.write() as db:
             record = fenced(db, lease)
@@ -81,3 +89,22 @@ class Records:
                 update["expires_at"] = now + self.d.state_ttl
             self.d.save(db, record.model_copy(update=update))
         return lease.model_copy(update={"expires_at": expires, "stop_by": record.stop_by})
+
+
+class Replicas:
+    def __init__(self, database: Database) -> None:
+        self.d = database
+
+    def beat(self, replica: str) -> None:
+        now = self.d.clock().timestamp()
+        with self.d.write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO replicas (replica, beat_at) VALUES (?, ?)",
+                (check_replica(replica), now),
+            )
+            # sqlite has no TTL: replicas gone for good are forgotten as others beat.
+            db.execute("DELETE FROM replicas WHERE beat_at < ?", (now - BEAT_TTL.total_seconds(),))
+
+    def beats(self) -> dict[str, datetime]:
+        rows = self.d.connection().execute("SELECT replica, beat_at FROM replicas").fetchall()
+        return {str(name): datetime.fromtimestamp(at, tz=UTC) for name, at in rows}

@@ -1,30 +1,20 @@
 """sqlite3 backend (the default): stdlib sqlite3 for records and a directory of write-once
-blobs.
-
-The store only wires its parts and translates errors (`errors.translated`), as the aws
-backend's does; every part takes the one `Database` (connections, write transaction, clock,
-policies), where the record's rows are read and saved: the record and its lease (`records`),
-keeping and reading messages (`keeps`), the atomic write (`commits`), session items
-(`history`), ledgers (`ledger`), operational queries (`queries`), verdicts on answers
-(`feedback`), installations, one-time states and removals (`installations`), people
-(`people`), replicas' heartbeats (`replicas`), blobs (`blobs`), `admin gc` (`housekeeping`)."""
+blobs. Every part takes the one `Database` (connections, write transaction, clock,
+policies): the quick calls of a turn can then share one transaction (`run_together`)."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from storage.base import Store
-from storage.errors import StorageUnavailable, WouldWait
-from storage.installations import Removal
-from storage.listings import INDEXED
+from storage.errors import StorageError, StorageUnavailable, Translating, WouldWait
 from storage.local.blobs import BlobDir
 from storage.local.commits import Commits
 from storage.local.database import Database
-from storage.local.errors import translated
 from storage.local.feedback import Feedback
 from storage.local.history import History, Summaries
 from storage.local.housekeeping import Housekeeping
@@ -34,22 +24,7 @@ from storage.local.ledger import Ledger
 from storage.local.loop_time import BLOCKED, LoopTime
 from storage.local.people import People
 from storage.local.queries import ListingQueries
-from storage.local.records import Records
-from storage.local.replicas import Replicas
-from storage.models import (
-    Conversation,
-    ConversationKey,
-    FeedbackTally,
-    InboxEntry,
-    Lease,
-    Status,
-    ToolCallClaim,
-    ToolCallRecord,
-    ToolCallStatus,
-    Verdict,
-)
-from storage.people import Change, Person, PersonKey
-from storage.writes import Commit, Committed, KeepResult, SessionPage
+from storage.local.records import Records, Replicas
 
 R = TypeVar("R")
 
@@ -80,7 +55,21 @@ QUICK_CALLS = frozenset(
 )
 
 
-class LocalStore(Summaries, Store):
+def unavailable(exc: BaseException) -> StorageError | None:
+    """sqlite's transient failures (a locked or read-only database, an I/O error) and the
+    blob directory's (read-only, full, an I/O error): callers never see sqlite3 or the file
+    system."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return StorageUnavailable(f"sqlite: {exc}")
+    if isinstance(exc, OSError):
+        return StorageUnavailable(f"blobs: {exc}")
+    return None
+
+
+class LocalStore(Store):
+    blobs: BlobDir
+    translating = Translating(unavailable)
+
     def __init__(self, data_dir: Path, **options: Any) -> None:
         super().__init__(**options)
         self.database = Database(
@@ -103,6 +92,7 @@ class LocalStore(Summaries, Store):
         self.people = People(self.database)
         self.commits = Commits(self.database, self.ledger, self.people)
         self.history = History(self.database)
+        self.summaries = Summaries(self.database)
         self.queries = ListingQueries(self.database)
         self.feedback = Feedback(self.database)
         self.installations = Installations(self.database)
@@ -181,271 +171,6 @@ class LocalStore(Summaries, Store):
         """Delete expired rows, orphan checkpoint blobs older than `orphan_age` and content
         no longer kept (see `Housekeeping.collect`). Returns how many blobs were removed."""
         return self.housekeeping.collect(orphan_age=orphan_age)
-
-    # -- records and leases -------------------------------------------------------------
-
-    @translated
-    def get(self, key: ConversationKey) -> Conversation | None:
-        return self.records.get(key)
-
-    @translated
-    def expired_record(self, key: ConversationKey) -> Conversation | None:
-        return self.records.expired_record(key)
-
-    @translated
-    def acquire(
-        self,
-        key: ConversationKey,
-        owner: str,
-        *,
-        status: Status | None = None,
-        force: bool = False,
-        create: bool = True,
-        takeover_from: str | None = None,
-    ) -> tuple[Lease, Conversation]:
-        return self.records.acquire(
-            key, owner, status=status, force=force, create=create, takeover_from=takeover_from
-        )
-
-    @translated
-    def renew(self, lease: Lease, *, working: bool = False) -> Lease:
-        return self.records.renew(lease, working=working)
-
-    # -- the atomic write ---------------------------------------------------------------
-
-    @translated
-    def apply(self, commit: Commit) -> Committed:
-        return self.commits.apply(commit)
-
-    # -- session ------------------------------------------------------------------------
-
-    @translated
-    def read_items(self, key: ConversationKey, limit: int | None = None) -> SessionPage:
-        return self.history.read_items(key, limit)
-
-    @translated
-    def pop_item(self, key: ConversationKey, lease: Lease | None = None) -> str | None:
-        return self.history.pop_item(key, lease)
-
-    @translated
-    def clear_items(self, key: ConversationKey, lease: Lease | None = None) -> None:
-        self.history.clear_items(key, lease)
-
-    # -- inbox --------------------------------------------------------------------------
-
-    @translated
-    def keep(
-        self,
-        key: ConversationKey,
-        event_id: str,
-        payload: str,
-        *,
-        create: bool = True,
-        participant: str | None = None,
-        owner: str | None = None,
-        token: str | None = None,
-        stop_by: str | None = None,
-        refusal_text: str = "",
-        capped: bool = True,
-    ) -> KeepResult:
-        return self.keeps.keep(
-            key,
-            event_id,
-            payload,
-            create=create,
-            participant=participant,
-            owner=owner,
-            token=token,
-            stop_by=stop_by,
-            refusal_text=refusal_text,
-            capped=capped,
-        )
-
-    @translated
-    def read_inbox(
-        self, key: ConversationKey, generation: int | None = None, limit: int | None = None
-    ) -> list[InboxEntry]:
-        return self.keeps.read(key, generation, limit)
-
-    @translated
-    def refusals_told(
-        self, key: ConversationKey, event_ids: Sequence[str], counted: int = 0
-    ) -> None:
-        self.keeps.refusals_told(key, event_ids, counted)
-
-    # -- ledgers ------------------------------------------------------------------------
-
-    @translated
-    def claim_event(self, event_id: str) -> bool:
-        return self.ledger.claim_event(event_id)
-
-    @translated
-    def begin_tool_call(
-        self, lease: Lease, call_id: str, tool_name: str, arguments: str
-    ) -> ToolCallClaim:
-        return self.ledger.begin(lease, call_id, tool_name, arguments)
-
-    @translated
-    def complete_tool_call(
-        self,
-        lease: Lease,
-        call_id: str,
-        output: str,
-        *,
-        status: ToolCallStatus = ToolCallStatus.COMPLETED,
-    ) -> bool:
-        return self.ledger.complete(lease, call_id, output, status=status)
-
-    @translated
-    def retry_tool_call(
-        self, lease: Lease, call_id: str, *, max_attempts: int
-    ) -> ToolCallRecord | None:
-        return self.ledger.retry(lease, call_id, max_attempts=max_attempts)
-
-    @translated
-    def get_tool_call(
-        self, key: ConversationKey, call_id: str, generation: int | None = None
-    ) -> ToolCallRecord | None:
-        return self.ledger.get(key, call_id, generation)
-
-    # -- operational queries ------------------------------------------------------------
-
-    @translated
-    def list_by_status(
-        self, status: Status, *, idle_for: timedelta | None = None, limit: int = 100
-    ) -> list[Conversation]:
-        return self.queries.list_by_status(status, idle_for=idle_for, limit=limit)
-
-    @translated
-    def count_by_status(self) -> dict[Status, int]:
-        return self.queries.count_by_status()
-
-    @translated
-    def list_by_team(
-        self,
-        team: str | None,
-        *,
-        enterprise: str | None = None,
-        statuses: Sequence[Status] = INDEXED,
-        limit: int = 1000,
-    ) -> list[Conversation]:
-        return self.queries.list_by_team(
-            team, enterprise=enterprise, statuses=statuses, limit=limit
-        )
-
-    @translated
-    def list_paused_in(
-        self,
-        team: str,
-        channel: str,
-        *,
-        enterprise: str | None = None,
-        participant: str | None = None,
-        limit: int = 50,
-    ) -> list[Conversation]:
-        return self.queries.list_paused_in(
-            team, channel, enterprise=enterprise, participant=participant, limit=limit
-        )
-
-    @translated
-    def list_waiting_on(
-        self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
-    ) -> list[Conversation]:
-        return self.queries.list_waiting_on(team, user, enterprise=enterprise, limit=limit)
-
-    @translated
-    def list_waiting_in(
-        self, team: str, *, enterprise: str | None = None, limit: int = 50
-    ) -> list[Conversation]:
-        return self.queries.list_waiting_in(team, enterprise=enterprise, limit=limit)
-
-    # -- people -------------------------------------------------------------------------
-
-    @translated
-    def get_person(self, key: PersonKey) -> Person | None:
-        return self.people.get(key)
-
-    @translated
-    def _change_person(self, key: PersonKey, change: Change) -> Person | None:
-        return self.people.change(key, change)
-
-    # -- replicas -----------------------------------------------------------------------
-
-    @translated
-    def beat(self, replica: str) -> None:
-        self.replicas.beat(replica)
-
-    @translated
-    def beats(self) -> dict[str, datetime]:
-        return self.replicas.beats()
-
-    # -- installations ------------------------------------------------------------------
-
-    @translated
-    def save_installation(self, install_id: str, document: str) -> None:
-        self.installations.save(install_id, document)
-
-    @translated
-    def find_installation(self, install_id: str) -> str | None:
-        return self.installations.find(install_id)
-
-    @translated
-    def delete_installation(self, install_id: str, *, only: str | None = None) -> bool:
-        return self.installations.delete(install_id, only)
-
-    @translated
-    def issue_state(self, state: str, ttl: timedelta) -> bool:
-        return self.installations.issue_state(state, ttl)
-
-    @translated
-    def consume_state(self, state: str) -> bool:
-        return self.installations.consume_state(state)
-
-    @translated
-    def record_removal(self, removal: Removal) -> bool:
-        return self.installations.record_removal(removal)
-
-    @translated
-    def find_removal(self, removal_id: str) -> Removal | None:
-        return self.installations.find_removal(removal_id)
-
-    @translated
-    def pending_removals(self) -> list[Removal]:
-        return self.installations.pending_removals()
-
-    @translated
-    def finish_removal(self, removal_id: str) -> None:
-        self.installations.finish_removal(removal_id)
-
-    # -- feedback -----------------------------------------------------------------------
-
-    @translated
-    def record_feedback(
-        self, key: ConversationKey, answer: str, user: str, verdict: Verdict
-    ) -> FeedbackTally | None:
-        return self.feedback.record(key, answer, user, verdict)
-
-    @translated
-    def count_feedback(self) -> FeedbackTally:
-        return self.feedback.count()
-
-    # -- blobs --------------------------------------------------------------------------
-
-    @translated
-    def put_blob(self, object_key: str, data: bytes) -> None:
-        self.blobs.put_new(object_key, data)
-
-    @translated
-    def refresh_blob(self, object_key: str, data: bytes) -> None:
-        self.blobs.refresh(object_key, data)
-
-    @translated
-    def get_blob(self, object_key: str) -> bytes:
-        return self.blobs.get(object_key)
-
-    @translated
-    def delete_blob(self, object_key: str) -> None:
-        self.blobs.delete(object_key)
 
 
 __all__ = ["LocalStore"]

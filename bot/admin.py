@@ -13,7 +13,7 @@ from bot.admin_usage import COMMANDS, USAGE
 from bot.permalink import PermalinkError, parse_permalink
 from bot.runtime import PAUSED, ConversationRuntime, Discarded, Refused, StaleFilter, status_name
 from storage import Conversation, ConversationKey, FeedbackTally, Status
-from storage.durations import format_duration, parse_duration
+from storage.config import format_duration, parse_duration
 
 DEFAULT_STALE = timedelta(days=1)
 MAX_AGE = timedelta(days=3650)

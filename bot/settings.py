@@ -10,7 +10,7 @@ from pydantic.functional_validators import BeforeValidator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bot.capacity import default_max_runs
-from storage.durations import parse_duration
+from storage.config import parse_duration
 
 
 def _split_ids(value: object) -> object:

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 from storage.base import Store
 from storage.calls import StorageCalls
-from storage.config import StorageSettings
+from storage.config import StorageSettings, open_store
 from storage.errors import (
     CheckpointConflict,
     CheckpointCorrupt,
@@ -21,7 +21,6 @@ from storage.errors import (
     StorageError,
     StorageUnavailable,
 )
-from storage.factory import open_store
 from storage.installations import Removal
 from storage.lease import LeaseKeeper
 from storage.models import (

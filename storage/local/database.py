@@ -1,9 +1,7 @@
 """The sqlite3 database under the local backend, shared by its parts: one connection per
 thread, every mutation in `BEGIN IMMEDIATE` (the database's write lock, so a
 read-check-write is atomic across threads and processes), the clock and the policies
-(TTLs, leases, the backlog cap), and the conversation record's rows. The parts (`records`,
-`keeps`, `commits`, `history`, `ledger`, `queries`, `installations`, `people`, `feedback`,
-`replicas`, `housekeeping`) each take it."""
+(TTLs, leases, the backlog cap), and the conversation record's rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Durations written like `30s`, `15m`, `12h`, `7d` (`storage.durations`)."""
+"""Durations written like `30s`, `15m`, `12h`, `7d` (`storage.config`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from storage.durations import format_duration, parse_duration
+from storage.config import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -352,6 +352,11 @@ class Lease(BaseModel):
     stop_by: str | None = Field(
         default=None, description="set by a renewal when someone asked the run to stop"
     )
+    summary_due: bool = Field(
+        default=False,
+        description="the conversation's summary would expire before its state: a turn's "
+        "commit under this lease keeps it (where summaries expire, aws)",
+    )
 
 
 class DeliveryMark(BaseModel):

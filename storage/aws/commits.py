@@ -104,7 +104,7 @@ class Commits:
         update = self._record_update(commit, base_seq, len(commit.items), generation, now)
         # The ledger's actions last: a failed one is found by its place from the end.
         extra = counter_actions(self.t, commit, update, now)
-        extra += summary_actions(self.t, commit, generation, now)
+        extra += summary_actions(self.t, commit, update, generation, now)
         extra += ledger_actions(self.t, commit, generation, now, self.put_blob)
         in_rows = [e for e in commit.consume if in_row(e)]
         room = TRANSACTION_ACTIONS_LIMIT - 1 - len(extra) - len(in_rows)

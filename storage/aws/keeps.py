@@ -44,6 +44,7 @@ from storage.aws.layout import (
     record_from_item,
 )
 from storage.aws.records import Records, lease_of
+from storage.aws.summaries import renewal_due
 from storage.aws.tables import Tables
 from storage.errors import NotFound, StorageError
 from storage.models import (
@@ -171,9 +172,9 @@ class Keeps:
                     return KeepResult(kept=True, lease=lease_of(record), record=record)
                 return KeepResult(kept=True)
             record = record_from_item(item, with_inbox=True)
-            return KeepResult(
-                kept=True, lease=lease_of(record, expired_claims(item, now)), record=record
-            )
+            due = renewal_due(self.t, item, now)
+            lease = lease_of(record, expired_claims(item, now), summary_due=due)
+            return KeepResult(kept=True, lease=lease, record=record)
         raise StorageError(f"{key}: keeping a message kept losing to concurrent writers")
 
     def _keep_update(

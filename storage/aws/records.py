@@ -27,6 +27,7 @@ from storage.aws.layout import (
     record_from_item,
     replica_key,
 )
+from storage.aws.summaries import renewal_due
 from storage.aws.tables import Tables
 from storage.errors import LeaseBusy, LeaseLost, NotFound, StorageError
 from storage.models import (
@@ -118,7 +119,8 @@ class Records:
                 raise LeaseBusy(str(key), holder.lease_owner, holder.lease_expires_at) from exc
             item = result["Attributes"]
             record = record_from_item(item, with_inbox=True)
-            return lease_of(record, expired_claims(item, now)), record
+            due = renewal_due(self.t, item, now)
+            return lease_of(record, expired_claims(item, now), summary_due=due), record
         raise StorageError(f"{key}: its expired record could not be replaced")
 
     def take(
@@ -171,7 +173,9 @@ class Records:
         return value
 
 
-def lease_of(record: Conversation, expired: tuple[str, ...] = ()) -> Lease:
+def lease_of(
+    record: Conversation, expired: tuple[str, ...] = (), *, summary_due: bool = False
+) -> Lease:
     assert record.lease_owner is not None and record.lease_expires_at is not None
     return Lease(
         key=record.key,
@@ -181,6 +185,7 @@ def lease_of(record: Conversation, expired: tuple[str, ...] = ()) -> Lease:
         generation=record.generation,
         counted=record.counted,
         housekeeping=expired,
+        summary_due=summary_due,
     )
 
 

@@ -4,6 +4,10 @@ the one before; named by the record; never stored by a commit that fails."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
 import pytest
 
 from storage import (
@@ -16,6 +20,9 @@ from storage import (
     ToolCallRecord,
     ToolCallStatus,
 )
+from storage.aws import AwsStore, create_resources
+from storage.aws.summaries import summary_sk
+from storage.local import LocalStore
 from testkit.runtime import record_of
 from tests.storage.conftest import KEY
 
@@ -111,3 +118,90 @@ def test_a_cleared_history_has_no_summary(store: Store) -> None:
     record = record_of(store, KEY)
     assert record.summary_seq == 2 and record.session_floor == 4
     assert store.read_summary(record) is None
+
+
+def expire_rows(store: Store) -> None:
+    """What each backend's expiry deletes by now (the store's clock): DynamoDB's TTL deletes
+    every row past its `expires_at` (DynamoDB Local keeps them: the sweep is made here);
+    the local store's garbage collection deletes what expired with its conversation."""
+    if isinstance(store, LocalStore):
+        store.collect_garbage()
+        return
+    assert isinstance(store, AwsStore)
+    now = int(store.clock().timestamp())
+    for page in store.dynamodb.get_paginator("scan").paginate(TableName=store.table):
+        for row in page["Items"]:
+            if int(row.get("expires_at", {}).get("N", str(1 << 62))) < now:
+                key = {"pk": row["pk"], "sk": row["sk"]}
+                store.dynamodb.delete_item(TableName=store.table, Key=key)
+
+
+def test_a_summary_lasts_as_long_as_its_conversation(store: Store) -> None:
+    """A thread can go on for longer than the state's TTL behind one summary (its turns fit
+    the window): the summary lasts while the conversation does, whatever expiry deletes."""
+    start = store.clock()
+    now = [start]
+    store.clock = lambda: now[0]
+    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+    summary = Summary(through=4, text="They spoke of tides.")
+    store.commit(
+        lease, state={"v": 1}, meta=META, expected_version=0, items=items(6), summary=summary
+    )
+    store.release(lease, status=Status.IDLE)
+    version = 1
+    for turn in range(8):  # a turn every 0.4 TTL: the state lives on, 3.2 TTLs in all
+        now[0] += store.state_ttl * 0.4
+        lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+        store.commit(
+            lease, state={"v": 2}, meta=META, expected_version=version, items=items(2, f"t{turn}")
+        )
+        version += 1
+        store.release(lease, status=Status.IDLE)
+        expire_rows(store)
+        assert store.read_summary(record_of(store, KEY)) == summary, f"turn {turn}"
+
+
+@pytest.fixture
+def aws_store(aws_services: dict[str, str]) -> Iterator[AwsStore]:
+    name = f"summaries-{uuid.uuid4().hex[:10]}"
+    create_resources(name, name)
+    store = AwsStore(name, name)
+    yield store
+    store.close()
+
+
+def test_keeping_a_summary_costs_a_write_only_once_in_a_while(aws_store: AwsStore) -> None:
+    """Turns an hour apart for a day: the summary's row is written when made, and its
+    expiry moved once when the day has gone by, not with every turn (only the aws
+    backend's summaries expire by themselves)."""
+    store = aws_store
+    now = [store.clock()]
+    store.clock = lambda: now[0]
+    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+    summary = Summary(through=2, text="They spoke of tides.")
+    store.commit(
+        lease, state={"v": 1}, meta=META, expected_version=0, items=items(4), summary=summary
+    )
+    store.release(lease, status=Status.IDLE)
+
+    def row_expires() -> int:
+        found = store.dynamodb.get_item(
+            TableName=store.table,
+            Key={
+                "pk": {"S": f"CONV#{KEY}"},
+                "sk": {"S": summary_sk(record_of(store, KEY).generation)},
+            },
+        )
+        return int(found["Item"]["expires_at"]["N"])
+
+    expiries = [row_expires()]
+    for turn in range(30):
+        now[0] += timedelta(hours=1)
+        lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+        store.commit(
+            lease, state={"v": 2}, meta=META, expected_version=turn + 1, items=items(2, f"t{turn}")
+        )
+        store.release(lease, status=Status.IDLE)
+        expiries.append(row_expires())
+    assert len(set(expiries)) == 2  # written, then moved on once (after a day)
+    assert store.read_summary(record_of(store, KEY)) == summary

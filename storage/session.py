@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from agents.items import TResponseInputItem
 
 
+KEEP_KNOWN = 200  # committed items kept known when the session reads without a limit
+
+
 def dump_item(item: Any) -> str:
     """Items are stored as opaque JSON text, so they round-trip exactly (no Decimals, no
     dropped nulls, lone surrogates escaped): the SDK compares digests of
@@ -50,7 +53,8 @@ class KnownHistory:
     def covers(self, wanted: int | None) -> bool:
         return self.complete or (wanted is not None and wanted <= len(self.items))
 
-    def extended(self, items: list[str], next_seq: int, keep: int = 200) -> KnownHistory:
+    def extended(self, items: list[str], next_seq: int, keep: int) -> KnownHistory:
+        """With `items` committed after these, up to `next_seq`: the latest `keep` of all."""
         joined = self.items + items
         return KnownHistory(joined[-keep:], next_seq, self.complete and len(joined) <= keep)
 
@@ -152,7 +156,9 @@ class ConversationSession:
     def committed(self, next_seq: int) -> None:
         """The store committed the pending items; later appends build on `next_seq`."""
         if self.known is not None and self.known.next_seq + len(self._pending) == next_seq:
-            self.known = self.known.extended(self._pending, next_seq)
+            # No more than a read asks for is kept: what a run reads is bounded, so is this.
+            keep = self.session_settings.limit if self.session_settings else None
+            self.known = self.known.extended(self._pending, next_seq, keep or KEEP_KNOWN)
         else:
             self.known = None
         self._pending.clear()

@@ -2,8 +2,9 @@
 of the earlier turns that stands in for what it is not given.
 
 When a run starts (`open_window`), the history it will read is chosen from the session's
-latest items (`BOT_HISTORY_ITEMS` of them at most) by size, newest first, in whole groups
-(`fitting.groups`), after the items the conversation's summary already sums up. When every
+latest items after those the conversation's summary already sums up (`BOT_HISTORY_ITEMS`
+of them at most; only those are read, so a run's read does not grow with the thread) by
+size, newest first, in whole groups (`fitting.groups`). When every
 item after the summary fits, the run reads them all. When some do not, or lie beyond the
 items read, the model sums them up: the new summary folds the previous one in with the
 items it now stands for, and the run reads only the newest items, up to half the room (or
@@ -139,9 +140,12 @@ async def open_window(
     rt, record = serving.rt, serving.record
     window = rt.window
     limit = rt.settings.history_items
-    read, next_seq = await _latest(session, limit, record.next_seq)
     known = await window.summary_of(serving.io, record)
     through = known.through if known is not None else 0
+    # Only the items after the summary can be given (or folded into the next one): however
+    # long the thread, a run reads no more than those, and at most `limit`.
+    unsummed = record.next_seq - max(through, record.session_floor)
+    read, next_seq = await _latest(session, min(limit, unsummed), record.next_seq)
     room = window.budget_of(rt.agent).room(_instructions(rt.agent), agent_tools_size(rt.agent))
     cap = summary_room(room)
     notes = item_size(left_out_note(10**6))
@@ -184,8 +188,8 @@ async def open_window(
 
 async def _latest(session: ConversationSession, limit: int, next_seq: int) -> tuple[list[Any], int]:
     """The session's latest `limit` items as stored (JSON text, parsed only when needed),
-    read now if the serve does not know them (then the run's own read of them is free),
-    and the sequence number after them."""
+    read now if the serve does not know them (then the run's own read of them, as many or
+    fewer, is free), and the sequence number after them."""
     known = session.known
     if known is None or not known.covers(limit):
         items = await session.get_items(limit)

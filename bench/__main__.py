@@ -3,9 +3,9 @@
 
 Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
 and measured raw first (so that every figure has a scale). Names (default: all, in this
-order): path, live, turns, growth, files, recovery, burst, restart, storage, load, admission,
-burst500, takeover, writes, cpu, refusal. Tables are printed as markdown; the figures also go
-to a JSON file (default test-artifacts/bench/results.json)."""
+order): path, live, turns, growth, long, files, recovery, burst, restart, storage, load,
+admission, burst500, takeover, writes, cpu, refusal. Tables are printed as markdown; the
+figures also go to a JSON file (default test-artifacts/bench/results.json)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ NAMES = (
     "live",
     "turns",
     "growth",
+    "long",
     "files",
     "recovery",
     "burst",
@@ -113,6 +114,10 @@ def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:
 
         sides, available = asyncio.run(growth.run_growth(emulators, args.growth))
         return growth.report(sides, available)
+    if name == "long":
+        from bench import long_thread
+
+        return long_thread.report(asyncio.run(long_thread.run_long_thread(emulators)))
     if name == "files":
         from bench import files
 

@@ -1,13 +1,15 @@
 """One long thread (issue 48): what a turn costs at turns 10, 100 and 1,000 of a thread of
 long messages and tool outputs, on both backends.
 
-Every turn is a message of `MESSAGE` characters, a model turn that calls the read-only
-`lookup` tool, its output of `OUTPUT` characters, and a short answer: about 5 KB of history
-a turn, 5 MB by turn 1,000. The model is scripted, in process, with a window of
-`WINDOW_TOKENS` tokens (the runtime's budget: 40 KB of input), full from turn 8 on, so that
-turn 10 is already given a full window: the run's history is fitted into it behind the
-summary of the turns before, which the same model writes (`BOT_SUMMARIES`, on). Every
-request it is sent is measured (its input as JSON, and its instructions, as
+Every turn is a message of `MESSAGE` characters, a model turn that calls a tool, its output
+of `OUTPUT` characters, and a short answer: about 5 KB of history a turn, 5 MB by turn
+1,000. Every other turn's tool is the read-only `lookup`, the others' `file_note`, a side
+effect (the ledger records it started, then its output; the run is checkpointed before it
+runs, its RunState and the history it read included). The model is scripted, in process,
+with a window of `WINDOW_TOKENS` tokens (the runtime's budget: 40 KB of input), full from
+turn 8 on, so that turn 10 is already given a full window: the run's history is fitted into
+it behind the summary of the turns before, which the same model writes (`BOT_SUMMARIES`,
+on). Every request it is sent is measured (its input as JSON, and its instructions, as
 `testkit.responses` counts a window) against that budget.
 
 Each backend serves three threads with the real runtime (`handle_message`: keep, serve,
@@ -62,7 +64,8 @@ WINDOW_TOKENS = 20_000  # the model's window (BOT_CONTEXT_TOKENS)
 SUMMARY = 1_500  # characters of each summary the model writes
 AT = (10, 100, 1_000)  # the turns measured from
 TURNS = 20  # turns measured of each thread
-FRESH = 3  # turns served by replicas new to each thread
+FRESH = 4  # turns served by replicas new to each thread
+NOTE_MARK = "file a note"  # a message that asks for the side effect
 INSTRUCTIONS = "Answer briefly; look things up when asked."
 SUMMARY_MARK = SUMMARY_INSTRUCTIONS.split("{", 1)[0][:40]
 FILLER = "the tide tables for the harbour say the spring tide comes two days after the full moon; "
@@ -98,8 +101,9 @@ def request_size(call_input: Any, instructions: str | None) -> int:
 
 
 class WindowedModel(ScriptedModel):
-    """Scripted and endless: a message gets a `lookup` call, its output an answer, a summary
-    request a summary; every request's size is measured against `limit`."""
+    """Scripted and endless: a message gets a `file_note` call when it asks for one, else a
+    `lookup` call, a tool's output an answer, a summary request a summary; every request's
+    size is measured against `limit`."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
@@ -133,6 +137,8 @@ class WindowedModel(ScriptedModel):
         if isinstance(last, dict) and last.get("type") == "function_call_output":
             return [assistant_message("Noted: the spring tide comes two days after it.")]
         call_id = f"call_{uuid.uuid4().hex[:12]}"
+        if NOTE_MARK in str(last.get("content", "")):
+            return [function_call("file_note", {"about": "tides"}, call_id=call_id)]
         return [function_call("lookup", {"topic": "tides"}, call_id=call_id)]
 
 
@@ -142,9 +148,18 @@ def lookup(topic: str) -> str:
     return text(f"facts about {topic}", OUTPUT)
 
 
+@function_tool
+def file_note(about: str) -> str:
+    """File a note (a side effect, run once: the runtime approves it itself)."""
+    return text(f"note filed about {about}", OUTPUT)
+
+
 def build_agent(model: WindowedModel) -> Agent[Any]:
     return Agent(
-        name="assistant", instructions=INSTRUCTIONS, model=model, tools=[retry_safe(lookup)]
+        name="assistant",
+        instructions=INSTRUCTIONS,
+        model=model,
+        tools=[retry_safe(lookup), file_note],
     )
 
 
@@ -285,7 +300,8 @@ async def run_backend(
 
     async def turn(rt: ConversationRuntime, thread: Thread) -> bool:
         thread.said += 1
-        message = text(f"message {thread.said}", MESSAGE)
+        ask = f" {NOTE_MARK}" if thread.said % 2 == 0 else ""
+        message = text(f"message {thread.said}{ask}", MESSAGE)
         outcomes = await rt.handle_message(
             thread.key, event_id=uuid.uuid4().hex, user="U1", text=message
         )
@@ -393,8 +409,10 @@ def report(sides: list[Backend], turns: int = TURNS, fresh: int = FRESH) -> dict
     starts = sorted({start for side in sides for start in side.windows})
     section(
         "One long thread: a turn at turns 10, 100 and 1,000 (issue 48)",
-        f"Each turn: a message of {MESSAGE:,} characters, a model turn calling the read-only "
-        f"`lookup` tool, its output of {OUTPUT:,} characters, a short answer (about 5 KB of "
+        f"Each turn: a message of {MESSAGE:,} characters, a model turn calling a "
+        f"tool (every other turn the read-only `lookup`, the others `file_note`, a side "
+        f"effect run once through the ledger, checkpointed before it runs), its output of "
+        f"{OUTPUT:,} characters, a short answer (about 5 KB of "
         f"history a turn, 5 MB by turn 1,000). A scripted model with a window of "
         f"{WINDOW_TOKENS:,} tokens (`BOT_CONTEXT_TOKENS`: {sides[0].budget / 1024:.1f} KB for "
         "the input and instructions, full from turn 8 on) that writes the summaries too. "

@@ -6,11 +6,12 @@ of `OUTPUT` characters, and a short answer: about 5 KB of history a turn, 5 MB b
 1,000. Every other turn's tool is the read-only `lookup`, the others' `file_note`, a side
 effect (the ledger records it started, then its output; the run is checkpointed before it
 runs, its RunState and the history it read included). The model is scripted, in process,
-with a window of `WINDOW_TOKENS` tokens (the runtime's budget: 40 KB of input), full from
-turn 8 on, so that turn 10 is already given a full window: the run's history is fitted into
-it behind the summary of the turns before, which the same model writes (`BOT_SUMMARIES`,
-on). Every request it is sent is measured (its input as JSON, and its instructions, as
-`testkit.responses` counts a window) against that budget.
+with a window of `WINDOW_TOKENS` tokens (`BOT_CONTEXT_TOKENS`), full from turn 8 on, so
+that turn 10 is already given a full window: the run's history is fitted into it behind the
+summary of the turns before, which the same model writes (`BOT_SUMMARIES`, on). Every
+request it is sent is measured whole (its input as JSON, its instructions and its tools'
+schemas, in UTF-8 bytes) against the budget docs/agents.md gives a window ("Long
+conversations": a third left for the answer, three bytes a token): `BUDGET`.
 
 Each backend serves three threads with the real runtime (`handle_message`: keep, serve,
 commit, release), first built turn by turn to 9, 99 and 999 turns; then the turns from 10,
@@ -45,15 +46,19 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, function_tool
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents import Agent, FunctionTool, function_tool
+from agents.testing import (
+    ModelCall,
+    ModelStep,
+    ScriptedModel,
+    assistant_message,
+    function_call,
+)
 
 from bench.common import section, table, unique_key
 from bench.emulators import Emulators
 from bench.meter import METER, Tally
 from bot.runtime import Answer, ConversationRuntime, retry_safe
-from bot.runtime.context_budget import Budget, agent_tools_size
-from bot.runtime.summaries import SUMMARY_INSTRUCTIONS
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, Store
 from storage.local import LocalStore
@@ -61,13 +66,14 @@ from storage.local import LocalStore
 MESSAGE = 2_500  # characters of each message
 OUTPUT = 2_400  # characters of each tool output
 WINDOW_TOKENS = 20_000  # the model's window (BOT_CONTEXT_TOKENS)
+BUDGET = (WINDOW_TOKENS - WINDOW_TOKENS // 3) * 3  # bytes a request may carry
 SUMMARY = 1_500  # characters of each summary the model writes
 AT = (10, 100, 1_000)  # the turns measured from
 TURNS = 20  # turns measured of each thread
 FRESH = 4  # turns served by replicas new to each thread
 NOTE_MARK = "file a note"  # a message that asks for the side effect
 INSTRUCTIONS = "Answer briefly; look things up when asked."
-SUMMARY_MARK = SUMMARY_INSTRUCTIONS.split("{", 1)[0][:40]
+SUMMARY_MARK = "You write the running summary of a Slack thread"  # how its request begins
 FILLER = "the tide tables for the harbour say the spring tide comes two days after the full moon; "
 STORE_CALLS = (
     "keep",
@@ -94,10 +100,16 @@ def text(tag: str, size: int) -> str:
     return head + (FILLER * (size // len(FILLER) + 1))[: size - len(head)]
 
 
-def request_size(call_input: Any, instructions: str | None) -> int:
-    """What a request's window holds, in characters (as `testkit.responses` counts it)."""
-    given = json.dumps(call_input, ensure_ascii=False, separators=(",", ":"))
-    return len(given) + len(instructions or "")
+def request_size(call: ModelCall) -> int:
+    """What a request carries into the window, in UTF-8 bytes: its input as JSON, its
+    instructions and its tools' definitions."""
+    tools = [
+        {"name": t.name, "description": t.description, "parameters": t.params_json_schema}
+        for t in call.tools
+        if isinstance(t, FunctionTool)
+    ]
+    given = json.dumps([call.input, tools], ensure_ascii=False, separators=(",", ":"))
+    return len(given.encode()) + len((call.system_instructions or "").encode())
 
 
 class WindowedModel(ScriptedModel):
@@ -123,8 +135,8 @@ class WindowedModel(ScriptedModel):
         self._calls.clear()  # a long benchmark must not keep every call's input
         return await super()._next_resolved_step(call)
 
-    def respond(self, call: Any) -> Any:
-        size = request_size(call.input, call.system_instructions)
+    def respond(self, call: ModelCall) -> Any:
+        size = request_size(call)
         self.requests += 1
         self.largest = max(self.largest, size)
         if size > self.limit:
@@ -266,7 +278,7 @@ class Window:
 @dataclass
 class Backend:
     name: str
-    budget: int  # characters a request's input and instructions may take
+    budget: int  # bytes a request may carry
     windows: dict[int, Window] = field(default_factory=dict)  # by the turn measured from
     fresh: dict[int, Window] = field(default_factory=dict)
     resident_mb: dict[int, float] = field(default_factory=dict)  # after building each thread
@@ -289,13 +301,11 @@ class Thread:
 async def run_backend(
     name: str, store: Store, *, at: tuple[int, ...] = AT, turns: int = TURNS, fresh: int = FRESH
 ) -> Backend:
-    budget = Budget.for_model(None, WINDOW_TOKENS)
-    model = WindowedModel(0)
+    model = WindowedModel(BUDGET)
     agent = build_agent(model)
-    model.limit = budget.input_bytes - agent_tools_size(agent)
     settings = RuntimeSettings(context_tokens=WINDOW_TOKENS)
     counted = StoreCalls(store)
-    side = Backend(name, model.limit)
+    side = Backend(name, BUDGET)
     wal = store.database.connection() if isinstance(store, LocalStore) else None
 
     async def turn(rt: ConversationRuntime, thread: Thread) -> bool:
@@ -414,15 +424,16 @@ def report(sides: list[Backend], turns: int = TURNS, fresh: int = FRESH) -> dict
         f"effect run once through the ledger, checkpointed before it runs), its output of "
         f"{OUTPUT:,} characters, a short answer (about 5 KB of "
         f"history a turn, 5 MB by turn 1,000). A scripted model with a window of "
-        f"{WINDOW_TOKENS:,} tokens (`BOT_CONTEXT_TOKENS`: {sides[0].budget / 1024:.1f} KB for "
-        "the input and instructions, full from turn 8 on) that writes the summaries too. "
+        f"{WINDOW_TOKENS:,} tokens (`BOT_CONTEXT_TOKENS`: {sides[0].budget / 1024:.1f} KB a "
+        "request may carry, the rest left for the answer; full from turn 8 on) that writes "
+        "the summaries too. "
         f"Three threads per backend, built to 9, 99 and 999 turns, then {turns} turns of each "
         "measured, interleaved; per turn, the mean of those. CPU: this process, all its "
         "threads (the emulators run in theirs). Storage calls: the store's, by name. Bytes "
         "written: aws, the request bodies of writes; local, write(2) bytes (WAL and files), "
         "after a WAL checkpoint between turns. Read: the items and summaries the store "
-        "returned. Largest request: its input as JSON and its instructions, against the "
-        "window's budget for them. Summaries: those the model wrote in the measured turns. "
+        "returned. Largest request: its input as JSON, its instructions and its tools' "
+        "schemas, against that budget. Summaries: those the model wrote in the measured turns. "
         '"new replica": a runtime new to the thread (nothing in memory) serving '
         f"{fresh} turns after them. Event claims are kept for a second on aws (see "
         "`bench/long_thread.py`).",

@@ -7,6 +7,10 @@ import pytest
 
 from bench import long_thread
 
+# Made by the seconds a run lasts (a look for a stop, a lease renewal), not by its turns: a
+# loaded machine makes some.
+TIMED = ("stop_requested", "renew", "get")
+
 
 async def test_a_short_run_of_the_long_thread_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     [local] = await long_thread.run_long_thread(None, at=(10, 20), turns=2, fresh=1)
@@ -17,7 +21,8 @@ async def test_a_short_run_of_the_long_thread_benchmark(capsys: pytest.CaptureFi
         assert (window.turns, window.answered) == (2, 2)
         # A lookup, then a note (a side effect, checkpointed before it runs); the history
         # is in memory: nothing read.
-        assert window.calls == {"keep": 2, "commit": 3, "complete_tool_call": 1, "release": 2}
+        by_turn = {name: n for name, n in window.calls.items() if name not in TIMED}
+        assert by_turn == {"keep": 2, "commit": 3, "complete_tool_call": 1, "release": 2}
         assert 0 < window.largest <= local.budget and window.written > 0 and window.cpu_s > 0
         fresh = local.fresh[start]
         assert fresh.calls["read_items"] == 1 and 0 < fresh.items_read < 60
@@ -25,4 +30,4 @@ async def test_a_short_run_of_the_long_thread_benchmark(capsys: pytest.CaptureFi
     printed = capsys.readouterr().out
     assert "| local | 10-11 |" in printed and "| local | new replica at 22 |" in printed
     assert "34 of 34 turns answered, 0 of" in printed
-    assert figures["local"]["windows"]["20"]["storage_calls"] == 4
+    assert figures["local"]["windows"]["20"]["calls"]["commit"] == 1.5

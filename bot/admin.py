@@ -15,7 +15,6 @@ from bot.runtime import PAUSED, ConversationRuntime, Discarded, Refused, StaleFi
 from storage import Conversation, ConversationKey, FeedbackTally, Status
 from storage.config import format_duration, parse_duration
 
-DEFAULT_STALE = timedelta(days=1)
 MAX_AGE = timedelta(days=3650)
 
 
@@ -137,7 +136,7 @@ class AdminCommands:
         return "\n".join(lines)
 
     async def listing(self, *, stale: bool, older_than: timedelta | None) -> str:
-        default = DEFAULT_STALE if stale else timedelta(0)
+        default = self.runtime.settings.stale_after if stale else timedelta(0)
         age = older_than if older_than is not None else default
         records = await self.runtime.stale(age)
         title = f"idle longer than {format_duration(age)}" if age else "paused or set aside"

@@ -115,6 +115,12 @@ class RuntimeSettings(BaseSettings):
         description="how long a graceful stop lets runs reach their next checkpoint "
         "(fits ECS's 30 s stop timeout)",
     )
+    stale_after: Duration = Field(
+        default=timedelta(days=1),
+        description="how long a paused, interrupted or set-aside conversation is idle before "
+        "it counts as stale: admins' Home tab lists it with Discard (which checks it again), "
+        "and `/agent-admin list stale` lists it unless told another age",
+    )
     mcp_check_interval: float = Field(
         default=10.0,
         gt=0,

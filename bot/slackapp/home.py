@@ -3,10 +3,10 @@
 starter's), a new approval request (the run starter's and, bounded, approvers': below);
 others see it the next time they open it. Its Approve and Reject buttons are the
 thread's own (same action ids and values: the listeners of `listeners` decide them), its
-Discard buttons (admins) go through a confirmation dialog and discard only a conversation
-still as the tab listed it: paused, idle, nothing since (the runtime checks it under the
-lease, as `/agent-admin discard stale` does); one that changed is left alone and the admin
-told so.
+Discard buttons (admins; the stale conversations, idle longer than `BOT_STALE_AFTER`, a day
+by default) go through a confirmation dialog and discard only a conversation still as the
+tab listed it: paused, idle, nothing since (the runtime checks it under the lease, as
+`/agent-admin discard stale` does); one that changed is left alone and the admin told so.
 
 Bounded cost per publish: the person's approvals from the listing (one index query; a few
 capped pages for approvers) and one checkpoint read per conversation listed (`waiting`), one
@@ -30,7 +30,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Collection, Coroutine
 from contextlib import asynccontextmanager
-from datetime import timedelta
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
@@ -56,7 +55,6 @@ from bot.slackapp.teams import SLACK_ID, conversation_enterprise, workspace_url
 from storage import ConversationKey, PersonKey, StorageError
 
 log = logging.getLogger(__name__)
-STALE_AFTER = timedelta(days=1)  # as `/agent-admin list stale`
 STALE_READ = 50  # stale conversations read (of every workspace), of which this one's shown
 STALE_SHOWN = 10
 DEFAULT_URL = "https://slack.com/"
@@ -165,9 +163,9 @@ class HomeTab:
             waiting, note = [], note or "The approvals waiting on you could not be listed."
         admin = None
         if person.user in self.admins:
-            stale = await rt.stale(STALE_AFTER, limit=STALE_READ)
+            stale = await rt.stale(rt.settings.stale_after, limit=STALE_READ)
             mine = [r for r in stale if PersonKey.of(r.key, person.user) == person]
-            admin = AdminPart(await rt.counts(), mine[:STALE_SHOWN])
+            admin = AdminPart(await rt.counts(), mine[:STALE_SHOWN], rt.settings.stale_after)
         workspace = f"{person.enterprise}:{person.team}" if person.enterprise else person.team
         link = linker(self.urls.get(workspace, DEFAULT_URL))
         return home_view(waiting, recent, link, admin, note)
@@ -290,7 +288,8 @@ class HomeTab:
             return
         # Discarded only if still as listed, checked under the lease: a thread that came
         # back to life since (approved and running, answered, written in) is left alone.
-        still = StaleFilter(statuses=PAUSED, older_than=STALE_AFTER, listed=listed)
+        age = self.runtime.settings.stale_after
+        still = StaleFilter(statuses=PAUSED, older_than=age, listed=listed)
         outcomes = await self.runtime.discard(listed.key, by=user, only_if=still)
         if any(isinstance(o, Discarded) for o in outcomes):
             note = "Discarded; the thread was told."

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from slack_sdk.models.blocks import ConfirmObject
@@ -18,6 +19,7 @@ from bot.runtime import Listed, Waiting, status_name
 from bot.slackapp.blocks import asked, decision_buttons, readable_arguments
 from bot.slackapp.text import truncate
 from storage import Conversation, ConversationKey, Status
+from storage.durations import format_duration
 
 DISCARD = "home_discard"
 BLOCKS_LIMIT = 100
@@ -38,6 +40,7 @@ Link = Callable[[ConversationKey], str]
 class AdminPart:
     counts: dict[Status, int]
     stale: list[Conversation] = field(default_factory=list)
+    stale_after: timedelta = timedelta(days=1)  # how long idle counts as stale
 
 
 def home_view(
@@ -99,7 +102,10 @@ def _admin(admin: AdminPart, link: Link) -> list[dict[str, Any]]:
         {"type": "divider"},
         _header("Admin"),
         _section(f"*Conversations by status*\n{counts}"),
-        _section("*Stale* (paused, interrupted or set aside, idle longer than a day)"),
+        _section(
+            "*Stale* (paused, interrupted or set aside, idle longer than "
+            f"{format_duration(admin.stale_after)})"
+        ),
     ]
     if not admin.stale:
         blocks.append(_context("None in this workspace."))

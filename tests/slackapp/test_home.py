@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
+from bot.admin import AdminCommands
 from bot.runtime import Listed
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
@@ -180,6 +181,40 @@ async def test_an_admin_sees_counts_and_discards_a_stale_one_behind_a_confirmati
     record = bot.record(top.ts)
     assert record is not None and record.status is Status.DISCARDED
     assert any(":wastebasket:" in m.text for m in bot.api.bot_replies(CHANNEL, top.ts))
+
+
+async def test_stale_is_as_long_as_bot_stale_after_says(
+    local_store: Store, effects: SideEffects
+) -> None:
+    """`BOT_STALE_AFTER` (an hour here): a paused thread idle for half of it is not stale,
+    neither on the admin's tab nor for `/agent-admin list stale`; idle for two hours it is
+    listed, and its Discard (checked against the same age) discards it."""
+    settings = RuntimeSettings(admins=frozenset({ADMIN}), stale_after=timedelta(hours=1))
+    runtime = runtime_of(local_store, build_agent(two_emails(), effects), settings)
+    async with slack_bot(local_store, runtime, admins=frozenset({ADMIN})) as bot:
+        top, _ = await waiting_card(bot, ALICE, "email ana")
+        admin = AdminCommands(bot.runtime, lambda key: str(key))
+        start = local_store.clock()
+        local_store.clock = lambda: start + timedelta(minutes=30)
+        home = await open_home(bot, ADMIN)
+        assert elements(home["blocks"], DISCARD) == []
+        assert "idle longer than 1h" in json.dumps(home)
+        assert await admin.listing(stale=True, older_than=None) == (
+            "No conversations idle longer than 1h."
+        )
+
+        local_store.clock = lambda: start + timedelta(hours=2)
+        assert str(bot.key(top.ts)) in await admin.listing(stale=True, older_than=None)
+        home = await open_home(bot, ADMIN)
+        [discard] = elements(home["blocks"], DISCARD)
+        published = len(bot.api.views[ADMIN])
+        await click(bot, ADMIN, home, discard)
+        after = await bot.api.wait_for(
+            lambda: len(bot.api.views[ADMIN]) > published and bot.api.home(ADMIN)
+        )
+        assert "Discarded; the thread was told." in json.dumps(after)
+        record = bot.record(top.ts)
+        assert record is not None and record.status is Status.DISCARDED
 
 
 async def test_a_discard_from_a_tab_that_listed_the_thread_stale_leaves_it_once_it_came_back(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from storage import Store
@@ -82,6 +84,19 @@ STORAGE_OFF_LOOP = Gauge(
     "event loop they held it too long (a slow disk)",
     registry=REGISTRY,
 )
+
+
+REQUESTS_IN_FLIGHT = Gauge(
+    "bot_slack_requests_in_flight",
+    "Slack requests being acknowledged, counted once their signature is verified (new runs "
+    "wait a moment while any are)",
+    registry=REGISTRY,
+)
+
+
+def watch_requests(in_flight: Callable[[], int]) -> None:
+    """The gauge that reads the requests in flight (`in_flight`) when scraped."""
+    REQUESTS_IN_FLIGHT.set_function(lambda: float(in_flight()))
 
 
 def watch_storage(store: Store) -> None:

@@ -140,6 +140,7 @@ async def run(
     await runtime.start()  # the agents' MCP servers connected and listed
     await warm_up(runtime.io, freeze=own_process)  # Slack's and the storage's first connections
     web_app = web.Application()
+    metrics.watch_requests(lambda: runtime.keeps.in_flight)
     if not settings.socket_mode:
         assert settings.signing_secret, "HTTP mode needs the signing secret (settings check)"
         verifier = SignatureVerifier(settings.signing_secret)

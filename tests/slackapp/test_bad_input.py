@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import random
+import re
 import sqlite3
 import string
 import subprocess
@@ -201,6 +202,14 @@ async def slow_unsigned(port: int) -> tuple[asyncio.StreamReader, asyncio.Stream
     return reader, writer
 
 
+async def requests_in_flight(bot: Harness) -> float:
+    """The bot's `bot_slack_requests_in_flight` gauge, scraped from its `/metrics`."""
+    async with bot.http.get(f"{bot.bot_url}/metrics") as page:
+        found = re.search(r"^bot_slack_requests_in_flight (\S+)$", await page.text(), re.M)
+    assert found is not None
+    return float(found.group(1))
+
+
 async def test_slow_unsigned_requests_hold_nothing_back_and_leave_one_line_each(
     local_store: LocalStore,
     effects: SideEffects,
@@ -218,6 +227,9 @@ async def test_slow_unsigned_requests_hold_nothing_back_and_leave_one_line_each(
         top = await bot.mention("UALICE", "hello")  # after the slow ones' headers
         await bot.bot_replies(top.ts, 1)
         assert bot.runtime.keeps.in_flight == 0 and not bot.runtime.keeps.crowded
+        assert await requests_in_flight(bot) == 0  # and /metrics says so
+        with bot.runtime.keeps.keeping():  # as a request Slack signed, while it is answered
+            assert await requests_in_flight(bot) == 1
         for _, writer in slow[:4]:  # these go away
             writer.close()
         for reader, writer in slow[4:]:  # these are still sending: told they were too slow

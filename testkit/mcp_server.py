@@ -3,7 +3,9 @@ default, streamable HTTP on 127.0.0.1:PORT with `--http`).
 
 `pay` is a side effect (tests give it `require_approval`); `balance` is read-only. Every
 execution is appended to `$MCP_EFFECTS_FILE` (outside every process), after which `pay`
-takes `$MCP_PAY_SECONDS` to answer, so that a signal can land right after its effect.
+takes `$MCP_PAY_SECONDS` to answer, so that a signal can land right after its effect (a
+`pay` to a recipient that says `slow` takes `$MCP_SLOW_PAY_SECONDS`, when set: longer than
+a client waits).
 The server appends its pid to `$MCP_PIDS_FILE` when it starts; while the file
 `$MCP_FAIL_WHILE` exists it exits at once (a server that is down, then back).
 `$MCP_PAY_CURRENCY=1` gives `pay` a required `currency` argument (a changed tool schema).
@@ -61,16 +63,22 @@ def build() -> MCPServer:
 
     currency_required = os.environ.get("MCP_PAY_CURRENCY") == "1"
 
+    def pay_seconds(to: str) -> float:
+        slow = os.environ.get("MCP_SLOW_PAY_SECONDS")
+        if slow and "slow" in to.split():
+            return float(slow)
+        return float(os.environ.get("MCP_PAY_SECONDS", "0"))
+
     async def pay(amount: int, to: str) -> str:
         """Pay someone (a side effect)."""
         record("pay", amount=amount, to=to)
-        await asyncio.sleep(float(os.environ.get("MCP_PAY_SECONDS", "0")))
+        await asyncio.sleep(pay_seconds(to))
         return f"paid {amount} to {to}"
 
     async def pay_in(amount: int, to: str, currency: str) -> str:
         """Pay someone (a side effect)."""
         record("pay", amount=amount, to=to, currency=currency)
-        await asyncio.sleep(float(os.environ.get("MCP_PAY_SECONDS", "0")))
+        await asyncio.sleep(pay_seconds(to))
         return f"paid {amount} {currency} to {to}"
 
     server.tool(name="pay")(pay_in if currency_required else pay)

@@ -9,7 +9,13 @@ writes its effects to `MCP_EFFECTS_FILE`. Through a `handoff()` object it hands 
 `payments`, whose `wire` needs approval; through an agent used as a tool (`ask_clerk`) it
 asks `clerk`, whose `file_claim` needs approval. `lookup` is read-only (`retry_safe`). Its
 input guardrail `no_secrets` (blocking: the model is not asked) trips on a request that
-names a password.
+names a password; `payments`' output guardrail `no_reveal` withholds an answer that says
+`CLASSIFIED` (what the scripted model writes for a wire it was asked to `reveal`).
+
+The MCP client's read timeout is `CHAOS_MCP_TIMEOUT` seconds (a `pay` to a recipient the
+model marked `slow` takes the server longer, `MCP_SLOW_PAY_SECONDS`); `charge` waits
+`CHAOS_KEYED_TIMEOUT` seconds for the keyed service's answer, which comes later than that
+for a call the soak's service holds back.
 
 Every effect is recorded outside every bot process, durable before the tool returns: one
 JSON line per effect in the ledger file `CHAOS_LEDGER` (O_APPEND, fsynced), the keyed
@@ -35,23 +41,27 @@ from agents import (
     function_tool,
     handoff,
     input_guardrail,
+    output_guardrail,
 )
 from agents.mcp import MCPServerStdio, create_static_tool_filter
 from agents.tool_context import ToolContext
 
-from bench.chaos.model import THREAD_CONTEXT, content_text
+from bench.chaos.model import MARKER, THREAD_CONTEXT, content_text
 from bot.agent_api import RequestContext, idempotent, retry_safe
 from testkit.keyed_service import call as call_keyed_service
 
 LEDGER_ENV = "CHAOS_LEDGER"
 DELAY_ENV = "CHAOS_TRANSFER_DELAY"
 KEYED_ENV = "CHAOS_KEYED_URL"
+MCP_TIMEOUT_ENV = "CHAOS_MCP_TIMEOUT"
+KEYED_TIMEOUT_ENV = "CHAOS_KEYED_TIMEOUT"
 INSTRUCTIONS = "chaos: you move money, take notes and look things up for a Slack thread."
 PAYMENTS = "payments: you wire money for a Slack thread."
 CLERK = "clerk: you file claims."
 APPROVE_PAY: Any = {"always": {"tool_names": ["pay"]}}
 GUARDRAIL = "no_secrets"
 SECRET = "password"  # a request naming it trips the guardrail
+OUTPUT_GUARDRAIL = "no_reveal"
 
 
 def record_effect(tool: str, call_id: str, arguments: dict[str, Any]) -> None:
@@ -106,7 +116,11 @@ async def charge(ctx: ToolContext[RequestContext], amount: int) -> str:
     await asyncio.sleep(delay / 2)
     # `what` names the call, for the soak to count the service's effects per call.
     result = await asyncio.to_thread(
-        call_keyed_service, os.environ[KEYED_ENV], key, ctx.tool_call_id
+        call_keyed_service,
+        os.environ[KEYED_ENV],
+        key,
+        ctx.tool_call_id,
+        timeout=float(os.getenv(KEYED_TIMEOUT_ENV, "10")),
     )
     await asyncio.sleep(delay / 2)
     return f"ok: charged {amount}: {result['id']}"
@@ -152,6 +166,14 @@ def no_secrets(
     )
 
 
+@output_guardrail(name=OUTPUT_GUARDRAIL)
+def no_reveal(
+    ctx: RunContextWrapper[Any], agent: Agent[Any], output: Any
+) -> GuardrailFunctionOutput:
+    """Withholds an answer that says what it must not (`MARKER`)."""
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=MARKER in str(output))
+
+
 def payments_server() -> MCPServerStdio:
     """`testkit.mcp_server` over stdio (a child of the bot process), configured by the bot's
     environment (`MCP_EFFECTS_FILE`, `MCP_PAY_SECONDS`); its own `charge` is left out (the
@@ -165,12 +187,14 @@ def payments_server() -> MCPServerStdio:
         name="payments",
         require_approval=APPROVE_PAY,
         tool_filter=create_static_tool_filter(allowed_tool_names=["pay", "balance"]),
-        client_session_timeout_seconds=30,
+        client_session_timeout_seconds=float(os.getenv(MCP_TIMEOUT_ENV, "30")),
     )
 
 
 def build_agent() -> Agent[Any]:
-    payments = Agent(name="payments", instructions=PAYMENTS, tools=[wire])
+    payments = Agent(
+        name="payments", instructions=PAYMENTS, tools=[wire], output_guardrails=[no_reveal]
+    )
     clerk = Agent(name="clerk", instructions=CLERK, tools=[file_claim])
     return Agent(
         name="chaos",

@@ -33,10 +33,12 @@ def check_calls(
     calls: dict[str, CallMade],
     effects: Counter[str],
     interrupting_faults: bool,
+    slow: frozenset[str] | set[str] = frozenset(),
 ) -> list[tuple[str, str]]:
     """Each call the model asked for in the thread against the side-effect ledger: it ran
     at most once, a person's call only when approved, and the history, the tool ledger and
-    the answers tell what it did."""
+    the answers tell what it did. A call of a request in `slow` (tags: its tool answers
+    after its client gave up) may end unknown with no fault to cause it."""
     out: list[tuple[str, str]] = []
     mine = {c: made for c, made in calls.items() if thread_of_tag(made.tag) == thread.index}
     said_unknown = unknown_named(thread.posts)
@@ -83,7 +85,8 @@ def check_calls(
                 )
             if fate == "unknown" and call_id not in unknown_notices and not thread.dead_channel:
                 out.append(("unknown_outcome_unannounced", f"{call_id} ended outcome unknown"))
-            if fate == "unknown" and not (interrupting_faults or thread.discarded):
+            caused = interrupting_faults or thread.discarded or made.tag in slow
+            if fate == "unknown" and not caused:
                 out.append(("unknown_outcome_uncaused", f"{call_id} ended outcome unknown"))
             if fate == "not_run" and ran:
                 for post in thread.posts:

@@ -72,6 +72,94 @@ class StopFacts:
 
 
 @dataclass
+class RedeliveredStopFacts:
+    """The admin's stop of a thread's run (`StopFacts` has it too), and each time Slack sent
+    that same request again (`resent`: when, and the replica's answer)."""
+
+    thread: int
+    via: str  # button | reply | session
+    moment: str
+    again: str  # soon | after_run | next_run
+    sent_at: float
+    acked: bool
+    acked_at: float
+    resent: list[dict[str, Any]] = field(default_factory=list)
+    answered_before: list[str] = field(default_factory=list)  # privately, before it was resent
+
+
+@dataclass
+class WorkspaceThread:
+    """A conversation in the run's second workspace: its key, when its request was acked
+    (0: never), and what it ends as."""
+
+    key: ConversationKey
+    acked_at: float = 0.0
+    record: Conversation | None = None
+    notices: list[str] = field(default_factory=list)  # the kinds of notice posted there
+
+
+@dataclass
+class UninstallFacts:
+    """The run's second workspace removed the app (`kind`, Slack's event `event_id`): when
+    the event was first acked (0: never), each time it was sent again, the reinstall (when
+    it began and when it was done; 0: not), the conversations begun before and after, and
+    what storage says once quiet."""
+
+    team: str
+    kind: str
+    event_id: str = ""
+    acked_at: float = 0.0
+    resent: list[dict[str, Any]] = field(default_factory=list)
+    reinstall_began: float = 0.0
+    reinstalled_at: float = 0.0
+    before: WorkspaceThread | None = None
+    after: WorkspaceThread | None = None
+    installed: bool = False  # its installation is there at the end
+    removal_recorded: bool = False
+    removal_finished: bool = False
+
+
+@dataclass
+class HomeDiscardFacts:
+    """An admin's Discard from a Home tab that listed the thread stale (`listed`, the
+    button's value, taken at `listed_at` from the tab or, when the tab did not show it, as
+    the tab lists it from storage), clicked at `clicked_at`; `answer`: the tab's note."""
+
+    thread: int
+    listed_at: float
+    listed_from: str  # tab | store
+    listed: dict[str, Any]
+    clicked_at: float = 0.0
+    acked: bool = False
+    answer: str = ""
+
+
+@dataclass
+class UnsignedFacts:
+    """A slow connection to `/slack/events` with a bogus signature, and what it got."""
+
+    url: str
+    tag: str
+    ends: str  # complete | stall | abandon
+    opened_at: float
+    closed_at: float = 0.0
+    status: int | None = None  # the HTTP status it got, if any
+    error: str | None = None
+
+
+@dataclass
+class InFlightSample:
+    """A replica's `bot_slack_requests_in_flight` while unsigned connections to it were
+    open, taken when the harness had no signed request on its way to it (none before,
+    during or after the scrape, and none given up on there in this run)."""
+
+    url: str
+    at: float
+    value: float
+    unsigned_open: int
+
+
+@dataclass
 class BotPost:
     at: float
     text: str
@@ -118,6 +206,15 @@ class RunFacts:
     keyed: list[dict[str, Any]] = field(default_factory=list)
     keyed_attempts: int = KEYED_ATTEMPTS
     strangers: frozenset[str] = frozenset({"UMALLORY"})  # never allowed to stop a run
+    # Issue 49's shapes (`bench.chaos.shapes`).
+    redelivered_stops: list[RedeliveredStopFacts] = field(default_factory=list)
+    uninstall: UninstallFacts | None = None
+    home_discards: list[HomeDiscardFacts] = field(default_factory=list)
+    unsigned: list[UnsignedFacts] = field(default_factory=list)
+    in_flight: list[InFlightSample] = field(default_factory=list)
+    unsigned_given: dict[str, float] = field(default_factory=dict)  # their tags the model got
+    leaks: list[dict[str, Any]] = field(default_factory=list)  # Slack requests with `MARKER`
+    sigstop: bool = False  # a replica was SIGSTOPped in this run
 
 
 def told_kind(post: BotPost) -> str | None:
@@ -163,12 +260,13 @@ def stopped_from(facts: RunFacts, thread: ThreadFacts) -> dict[float, float]:
 
 def unknown_named(posts: list[BotPost]) -> set[str]:
     """Call ids a notice said were of unknown outcome: the outcome-unknown notice, and the
-    "Started, outcome unknown" sentence of a notice that closed a run's calls."""
+    "Started, outcome unknown" sentence of a notice that closed a run's calls (a guardrail's
+    too)."""
     named: set[str] = set()
     for post in posts:
         if post.what.notice == "tool_outcome_unknown":
             named.update(NAMED_CALL.findall(post.text))
-        elif post.what.notice in CLOSING_NOTICES:
+        elif post.what.notice in CLOSING_NOTICES or post.what.notice == "guardrail":
             for listed in UNKNOWN_CALLS.findall(post.text):
                 named.update(NAMED_CALL.findall(listed))
     return named

@@ -41,6 +41,7 @@ class Cluster:
         self.lock = asyncio.Lock()
         self.start_seconds: list[float] = []
         self.exit_seconds: list[float] = []  # waits for SIGTERMed replicas to exit
+        self.installed: set[str] = set()  # workspaces installed through OAuth (storage's)
 
     def endpoints(self) -> list[str]:
         """Where the load balancer may send: every wanted replica whose process exists (a
@@ -80,14 +81,18 @@ class Cluster:
                 replica.signal(signal.SIGCONT)
         await asyncio.gather(*(self.start(r) for r in self.replicas[:count]))
 
-    async def configure(self, values: dict[str, str]) -> None:
-        """Settings for the replicas' environment: those that run with others are stopped
-        (SIGTERM), for `ensure` to start again with these."""
+    async def configure(self, values: dict[str, str | None]) -> None:
+        """Settings for the replicas' environment (None: unset): those that run with others
+        are stopped (SIGTERM), for `ensure` to start again with these."""
         for replica in self.replicas:
             if all(replica.env.get(name) == value for name, value in values.items()):
                 continue
             await replica.stop()
-            replica.env.update(values)
+            for name, value in values.items():
+                if value is None:
+                    replica.env.pop(name, None)
+                else:
+                    replica.env[name] = value
 
     async def shutdown(self) -> None:
         for replica in self.replicas:

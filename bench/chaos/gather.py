@@ -16,6 +16,7 @@ from bench.chaos.facts import (
     RunFacts,
     StopFacts,
     ThreadFacts,
+    UninstallFacts,
     thread_of_tag,
 )
 from bench.chaos.model import PAY_REF, content_text
@@ -110,7 +111,44 @@ async def gather_facts(run: Run, posts_from: int) -> RunFacts:
         ],
         keyed=keyed,
         keyed_attempts=KEYED_ATTEMPTS,
+        redelivered_stops=run.stoppers.redelivered,
+        uninstall=await asyncio.to_thread(_uninstall_facts, run),
+        home_discards=run.home.found,
+        unsigned=run.unsigned.found,
+        in_flight=run.unsigned.samples,
+        unsigned_given={
+            tag: at
+            for tag, at in run.model.given.items()
+            if tag.startswith(f"s{run.plan.seed}x") and at >= run.wall_started
+        },
+        leaks=run.slack.leaks[run.leaks_from :],
+        sigstop=any(kind.startswith("process:sigstop") for kind in run.plan.fault_kinds),
     )
+
+
+def _uninstall_facts(run: Run) -> UninstallFacts | None:
+    """The second workspace's facts, with what storage says of it once quiet."""
+    if run.workspace is None:
+        return None
+    facts = run.workspace.facts
+    for thread in (facts.before, facts.after):
+        if thread is None:
+            continue
+        thread.record = run.store.get(thread.key)
+        thread.notices = [
+            str(classify_post(p.args).notice)
+            for p in run.slack.posts
+            if p.channel == thread.key.channel
+            and (p.thread_ts or p.ts) == thread.key.thread_ts
+            and not p.deleted
+            and classify_post(p.args).notice
+        ]
+    facts.installed = run.store.find_installation(f"-:{facts.team}") is not None
+    if facts.event_id:
+        facts.removal_recorded = run.store.find_removal(facts.event_id) is not None
+        pending = {r.removal_id for r in run.store.pending_removals()}
+        facts.removal_finished = facts.removal_recorded and facts.event_id not in pending
+    return facts
 
 
 def _stop_facts(run: Run, stop: StopFacts, token: str | None) -> StopFacts:
@@ -176,6 +214,16 @@ def record_facts(run: Run, facts: RunFacts, attempts_from: int) -> None:
             blobs=thread.blobs,
         )
     run.note("ledger", effects=facts.effects)
+    run.note(
+        "shapes",
+        redelivered_stops=[r.__dict__ for r in facts.redelivered_stops],
+        uninstall=_plain(facts.uninstall),
+        home_discards=[h.__dict__ for h in facts.home_discards],
+        unsigned=[u.__dict__ for u in facts.unsigned],
+        in_flight=[sample.__dict__ for sample in facts.in_flight],
+        unsigned_given=facts.unsigned_given,
+        leaks=facts.leaks,
+    )
     run.note("model_calls", calls={c: m.__dict__ for c, m in facts.calls.items()})
     run.note("model_requests", requests=run.model.log[run.model_from :])
     channels = set(run.plan.channels)
@@ -187,6 +235,21 @@ def record_facts(run: Run, facts: RunFacts, attempts_from: int) -> None:
             if a.get("channel") in channels or a.get("fault")
         ],
     )
+
+
+def _plain(facts: UninstallFacts | None) -> Any:
+    if facts is None:
+        return None
+    found: dict[str, Any] = dict(facts.__dict__)
+    for name in ("before", "after"):
+        thread = getattr(facts, name)
+        found[name] = thread and {
+            "key": str(thread.key),
+            "acked_at": thread.acked_at,
+            "status": thread.record.status.value if thread.record else None,
+            "notices": thread.notices,
+        }
+    return found
 
 
 def _short(item: Any) -> Any:

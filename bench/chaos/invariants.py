@@ -54,6 +54,32 @@ Kinds of violation:
                              to the model, explained by a failure notice and no guardrail
                              notice, in a run without a process, storage or model fault
 
+Issue 49's shapes (`bench.chaos.shapes`, checked in `bench.chaos.shape_checks`):
+
+  redelivered_stop_applied   a stop Slack sent again stopped a run begun after the stop was
+                             acked, or its thread has two stopped notices of that one stop
+  redelivered_stop_given     that stop reached the model as a message after it was taken as a
+                             stop (a stopped notice, or a private answer), or twice at once
+  uninstall_not_applied      an uninstall acked was not recorded, or is still pending once
+                             quiet, or left a conversation begun before it unfinished
+  redelivered_uninstall_applied  the uninstall sent again after the workspace installed the
+                             app again removed the new installation, or discarded a
+                             conversation begun after the reinstall
+  timed_out_call_resent      a `pay` past the MCP client's read timeout was paid twice (sent
+                             again, or paid again by a model told to try again)
+  timed_out_call_misreported such a call was told failed (to the model, or in the thread), or
+                             its run finished without anything saying its outcome is unknown
+  blocked_text_leaked        a Web API request carried text of an answer an output guardrail
+                             withheld (a post, an edit, a streamed chunk)
+  guardrail_contradicts_ledger a guardrail's notice says nothing was done while a call of the
+                             request took effect, or names a tool as done that never ran
+  changed_thread_discarded   a Discard from a Home tab that listed the thread stale discarded
+                             it after it changed (a message, a decision)
+  unsigned_request_accepted  an unsigned slow request got an answer other than a 4xx
+  unsigned_request_kept      what it sent reached the model or a post
+  unsigned_request_counted   a replica counted a request in flight while unsigned requests
+                             were open to it and no signed one was on its way
+
 Side effects are those of `bench.chaos.agent`: the ledger file's lines, the MCP server's
 `pay` lines, and the keys the keyed service applied (each an effect of the call it names)."""
 
@@ -76,8 +102,9 @@ from bench.chaos.facts import (
     stopped_from,
     told_kind,
 )
-from bench.chaos.model import ANSWER, TAG, content_text
+from bench.chaos.model import ANSWER, SLOW, TAG, content_text
 from bench.chaos.notice_checks import NAMING_NOTICES, check_told, uncounted
+from bench.chaos.shape_checks import check_shapes
 from bench.chaos.stop_checks import check_stops
 from storage import Status
 from storage.models import utcnow
@@ -116,6 +143,18 @@ KINDS = (
     "keyed_outcome_unknown",
     "keyed_key_shared",
     "guardrail_read_as_failure",
+    "redelivered_stop_applied",
+    "redelivered_stop_given",
+    "uninstall_not_applied",
+    "redelivered_uninstall_applied",
+    "timed_out_call_resent",
+    "timed_out_call_misreported",
+    "blocked_text_leaked",
+    "guardrail_contradicts_ledger",
+    "changed_thread_discarded",
+    "unsigned_request_accepted",
+    "unsigned_request_kept",
+    "unsigned_request_counted",
 )
 
 
@@ -134,9 +173,12 @@ def check(facts: RunFacts) -> list[Violation]:
             Violation(kind, where, detail)
             for kind, detail in check_told(thread, messages, facts, effects)
         ]
+        slow = {m.tag for m in messages if SLOW in m.text}  # past their client's timeout
         found += [
             Violation(kind, where, detail)
-            for kind, detail in check_calls(thread, facts.calls, effects, facts.interrupting_faults)
+            for kind, detail in check_calls(
+                thread, facts.calls, effects, facts.interrupting_faults, slow
+            )
         ]
         stops = [s for s in facts.stops if s.thread == thread.index]
         found += [
@@ -150,6 +192,7 @@ def check(facts: RunFacts) -> list[Violation]:
             Violation(kind, where, detail) for kind, detail in _guardrail(thread, messages, facts)
         ]
     found += [Violation(kind, "(keyed service)", d) for kind, d in check_shared_keys(facts)]
+    found += check_shapes(facts, effects)
     return found
 
 

@@ -19,6 +19,15 @@ A request whose newest item is a user message saying `(ponder 2.0s)` is answered
 later (a run that holds its thread while replies arrive). Every tag the model was given is
 remembered, with when it was first given (`given`).
 
+A request saying `(slow)` makes a call whose tool answers only after its client gave up
+waiting: `pay`'s recipient says `slow` (the MCP server then takes longer than the client's
+read timeout), a `charge`'s call id is noted in `slow_calls` (the keyed service answers it
+late). A wire that asks to `reveal` it gets an answer from `payments` that says
+`CLASSIFIED` (`MARKER`), which its output guardrail withholds (once: the runs after it, which
+find it in the history, are answered plainly). Told that a `pay` failed and
+to try again, the model pays again, once, as a real one would (`An error occurred ...
+Please try again.` was what a call past the MCP client's read timeout used to get).
+
 Faults: HTTP 500 for the next requests, latency, a hang until healed (or for a while), and a
 connection dropped after a delay (what a client timeout looks like)."""
 
@@ -55,6 +64,10 @@ AGENT_REQUESTS = {  # the agents a run reaches, by the start of their instructio
 }
 STOP_SAID = re.compile(r"^<@([A-Z0-9]+)>(?: \([^()\n]*\))?: (?:stop|stop it|cancel that|abort)$")
 PAY_REF = re.compile(r" ref (call_[a-z0-9]+_\d+)$")  # `pay`'s recipient names its call
+SLOW = "(slow)"  # (`bench.chaos.shapes.SLOW`)
+REVEAL = re.compile(r"\breveal\b")
+MARKER = "CLASSIFIED"  # in an answer `payments`' output guardrail withholds
+TRY_AGAIN = "try again"
 ANSWER = re.compile(r"\[resp (\d+)\]")
 CALL_FATE = re.compile(r"(call_[a-z0-9]+_\d+)=(\w+)")
 USAGE = {
@@ -126,6 +139,8 @@ class ModelServer:
 
     faults: list[ModelFault] = field(default_factory=list)
     calls: dict[str, CallMade] = field(default_factory=dict)
+    slow_calls: set[str] = field(default_factory=set)  # `charge` calls the service answers late
+    revealed: set[str] = field(default_factory=set)  # requests answered with `MARKER` once
     log: list[dict[str, Any]] = field(default_factory=list)
     given: dict[str, float] = field(default_factory=dict)  # tag -> when first given
     # A stop word someone said, given to the model as a message: (user, the threads of the
@@ -192,6 +207,9 @@ class ModelServer:
             if i.get("type") == "function_call" and (agent == "chaos:" or i.get("name") in mine)
         }
         calls: list[tuple[str, str, tuple[Any, ...], str]] = []
+        if agent == "chaos:":
+            calls += _paid_again(stretch)
+            called |= {call[1] for call in calls}
         for text in texts:
             tags = TAG.findall(text)
             if not tags or tags[0] in called:
@@ -222,7 +240,13 @@ class ModelServer:
         tags = [f"#{tag}" for text in texts for tag in TAG.findall(text)]
         words = " ".join(tags) or "(no tag)"
         detail = f" | {' '.join(fates)}" if fates else ""
-        return [_message(f"answer {words}{detail} [resp {next(self._ids)}]")]
+        told = ""
+        if agent == "payments:":  # each request to reveal is answered so once (it is withheld)
+            asked = {t for text in texts if REVEAL.search(text) for t in TAG.findall(text)[:1]}
+            if asked - self.revealed:
+                told = f" {MARKER}"
+                self.revealed |= asked
+        return [_message(f"answer {words}{detail}{told} [resp {next(self._ids)}]")]
 
     def _call(
         self, tool: str, tag: str, groups: tuple[str | Any, ...], text: str
@@ -232,9 +256,12 @@ class ModelServer:
         if tool in ("transfer", "wire", "file_claim"):
             arguments = {"amount": int(groups[0]), "to": groups[1]}
         elif tool == "pay":  # the MCP server records only its arguments: they name the call
-            arguments = {"amount": int(groups[0]), "to": f"{groups[1]} ref {call_id}"}
+            slow = " slow" if SLOW in text else ""
+            arguments = {"amount": int(groups[0]), "to": f"{groups[1]}{slow} ref {call_id}"}
         elif tool == "charge":
             arguments = {"amount": int(groups[0])}
+            if SLOW in text:
+                self.slow_calls.add(call_id)
         elif tool == "send_note":
             arguments = {"text": groups[0]}
         elif tool == "ask_clerk":
@@ -340,6 +367,30 @@ class ModelServer:
         finally:
             self.in_flight -= 1
             self.last_request = time.monotonic()
+
+
+def _paid_again(stretch: list[dict[str, Any]]) -> list[tuple[str, str, tuple[Any, ...], str]]:
+    """A `pay` the model was told failed and to try again is paid again, once (a second
+    `pay` of the same request: its tag)."""
+    outputs = {
+        str(i.get("call_id")): content_text(i.get("output"))
+        for i in stretch
+        if i.get("type") == "function_call_output"
+    }
+    paid: dict[str, list[dict[str, Any]]] = {}
+    for item in stretch:
+        if item.get("type") == "function_call" and item.get("name") == "pay":
+            paid.setdefault(_tag_of_call(str(item.get("call_id", ""))), []).append(item)
+    again = []
+    for tag, calls in paid.items():
+        first = calls[0]
+        if len(calls) == 1 and TRY_AGAIN in outputs.get(str(first.get("call_id")), "").lower():
+            arguments = json.loads(str(first.get("arguments") or "{}"))
+            recipient = PAY_REF.sub("", str(arguments.get("to", ""))).split(" ")[0]
+            slow = f" {SLOW}" if " slow ref " in str(arguments.get("to", "")) else ""
+            text = f"pay {arguments.get('amount')} to {recipient}{slow}"
+            again.append(("pay", tag, (str(arguments.get("amount")), recipient), text))
+    return again
 
 
 def agent_of(instructions: str) -> str:

@@ -35,6 +35,7 @@ class ThreadState:
     reject_replies: list[float] = field(default_factory=list)
     clicks: list[float] = field(default_factory=list)  # when each click or command was acked
     late_clicks: list[float] = field(default_factory=list)  # of them, the late ones
+    asked: list[float] = field(default_factory=list)  # when the model was asked about it
     # The moments of its run a stop (or a discard) waits for, set when they first come.
     moments: dict[str, asyncio.Event] = field(
         default_factory=lambda: {moment: asyncio.Event() for moment in MOMENTS}
@@ -256,7 +257,7 @@ class People:
         return delivery.acked, answer
 
 
-def event_of(message: Message, kind: str) -> dict[str, Any]:
+def event_of(message: Message, kind: str, *, team: str = TEAM) -> dict[str, Any]:
     """The event Slack sends for a person's message (`message`, or `app_mention`)."""
     event: dict[str, Any] = {
         "type": kind,
@@ -265,7 +266,7 @@ def event_of(message: Message, kind: str) -> dict[str, Any]:
         "ts": message.ts,
         "channel": message.channel,
         "event_ts": message.ts,
-        "team": TEAM,
+        "team": team,
     }
     if message.thread_ts:
         event["thread_ts"] = message.thread_ts

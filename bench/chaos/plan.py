@@ -15,7 +15,11 @@ MCP server) or a keyed tool (`charge`, with now and then a process fault aimed a
 replica running it, after the keyed service applied it); Stop (the button, or the reply
 `stop`; by the thread's starter or an approver, sometimes also by someone not allowed) at a
 moment of a run: while the model works, as an approval request appears, right after Approve,
-or as the run finishes; and an admin discard right after an approval, while the tool runs."""
+or as the run finishes; and an admin discard right after an approval, while the tool runs.
+
+A fourth generator draws the shapes of issue 49 (`bench.chaos.shapes`): stops and uninstalls
+Slack sends again, tools that answer after their client gave up, an output guardrail trip, a
+Discard from a stale Home tab, and unsigned slow requests."""
 
 from __future__ import annotations
 
@@ -23,6 +27,16 @@ import random
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from bench.chaos.shapes import (
+    REVEAL,
+    SLOW,
+    HomeDiscardPlan,
+    RedeliveredStop,
+    UninstallPlan,
+    UnsignedPlan,
+    draw_shapes,
+)
 
 PROCESS_FAULTS = ("process:sigkill", "process:sigterm", "process:sigstop", "process:restart")
 SLACK_FAULTS = ("slack:429", "slack:5xx", "slack:channel_error", "slack:slow")
@@ -87,7 +101,7 @@ class StopPlan:
     model gave its final answer (`finishing`); `delay` seconds after it."""
 
     moment: StopMoment
-    via: Literal["button", "reply"]
+    via: Literal["button", "reply", "session"]  # session: Slack's own stop on the thread
     by: str
     delay: float
 
@@ -125,6 +139,10 @@ class RunPlan:
     faults: list[FaultPlan]
     window: float  # seconds of workload and faults before everything is healed
     state_ttl: float | None = None  # the replicas' BOT_STATE_TTL in seconds (None: an hour)
+    redelivered_stops: list[RedeliveredStop] = field(default_factory=list)
+    uninstall: UninstallPlan | None = None  # (its runs serve many workspaces: OAuth)
+    home_discards: list[HomeDiscardPlan] = field(default_factory=list)
+    unsigned: list[UnsignedPlan] = field(default_factory=list)
 
     @property
     def fault_kinds(self) -> list[str]:
@@ -139,7 +157,9 @@ class RunPlan:
     @property
     def workloads(self) -> list[str]:
         """The workloads besides the plain one: `burst`, `expiry`, `stop`,
-        `discard_mid_tool`, `agent_graph`, `guardrail`, `keyed`."""
+        `discard_mid_tool`, `agent_graph`, `guardrail`, `keyed`; issue 49's shapes
+        `redelivered_stop`, `uninstall`, `slow_tool`, `output_guardrail`,
+        `stale_home_discard`, `unsigned_slow`."""
         steps = [step for t in self.threads for step in t.steps]
         return [
             name
@@ -154,6 +174,12 @@ class RunPlan:
                 ("agent_graph", any(step.text.startswith(GRAPH_REQUESTS) for step in steps)),
                 ("guardrail", any(step.text.startswith("password ") for step in steps)),
                 ("keyed", any(step.text.startswith("charge ") for step in steps)),
+                ("redelivered_stop", bool(self.redelivered_stops)),
+                ("uninstall", self.uninstall is not None),
+                ("slow_tool", any(SLOW in step.text for step in steps)),
+                ("output_guardrail", any(REVEAL in step.text for step in steps)),
+                ("stale_home_discard", bool(self.home_discards)),
+                ("unsigned_slow", bool(self.unsigned)),
             )
             if present
         ]
@@ -193,6 +219,7 @@ def make_plan(
     plan = RunPlan(seed, backend, count, channels, threads, faults, window)
     _more_workloads(random.Random(seed * 7907 + 17), plan)
     _newest_workloads(random.Random(seed * 7927 + 31), plan)
+    draw_shapes(random.Random(seed * 7933 + 43), plan)
     return plan
 
 

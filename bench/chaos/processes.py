@@ -18,9 +18,25 @@ import aiohttp
 
 from bench.chaos.facts import KEYED_ATTEMPTS
 from bench.chaos.plan import BACKLOG_LIMIT
+from bench.chaos.shapes import STALE_AFTER
+from bench.chaos.slack import BOT_TOKEN, CLIENT_ID, CLIENT_SECRET, SECRET
 from testkit.prefork import popen
 
 ROOT = Path(__file__).resolve().parents[2]
+ONE_WORKSPACE: dict[str, str | None] = {
+    "SLACK_BOT_TOKEN": BOT_TOKEN,
+    "SLACK_CLIENT_ID": None,
+    "SLACK_CLIENT_SECRET": None,
+}
+OAUTH: dict[str, str | None] = {
+    "SLACK_BOT_TOKEN": None,
+    "SLACK_CLIENT_ID": CLIENT_ID,
+    "SLACK_CLIENT_SECRET": CLIENT_SECRET,
+}
+MCP_TIMEOUT = 6.0  # the MCP client's read timeout (CHAOS_MCP_TIMEOUT)
+MCP_SLOW_PAY = 8.0  # a slow `pay`'s time at the MCP server: past the client's timeout
+KEYED_TIMEOUT = 3.0  # `charge`'s wait for the keyed service (CHAOS_KEYED_TIMEOUT)
+KEYED_LATE = 4.5  # how late the keyed service answers a slow `charge` the first time
 
 
 @dataclass
@@ -128,8 +144,8 @@ def bot_environment(
         **os.environ,
         **storage,
         "PYTHONPATH": str(ROOT),
-        "SLACK_BOT_TOKEN": "xoxb-chaos",
-        "SLACK_SIGNING_SECRET": "chaos-signing-secret",
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SECRET,
         "SLACK_API_URL": f"{slack_url}/api/",
         "PORT": str(port),
         "HOST": "127.0.0.1",
@@ -151,7 +167,12 @@ def bot_environment(
         "CHAOS_KEYED_URL": keyed_url,
         "MCP_EFFECTS_FILE": str(mcp_effects),  # the MCP server's (a child of each replica)
         "MCP_PAY_SECONDS": str(transfer_delay / 2),
+        "MCP_SLOW_PAY_SECONDS": str(MCP_SLOW_PAY),
+        "CHAOS_MCP_TIMEOUT": str(MCP_TIMEOUT),
+        "CHAOS_KEYED_TIMEOUT": str(KEYED_TIMEOUT),
+        "BOT_STALE_AFTER": f"{STALE_AFTER:g}s",
         "LOG_LEVEL": "INFO",
     }
-    env.pop("SLACK_APP_TOKEN", None)
+    for name in ("SLACK_APP_TOKEN", "SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET"):
+        env.pop(name, None)
     return env

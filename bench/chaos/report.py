@@ -59,6 +59,12 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
         "agent_graph",
         "guardrail",
         "keyed",
+        "redelivered_stop",
+        "uninstall",
+        "slow_tool",
+        "output_guardrail",
+        "stale_home_discard",
+        "unsigned_slow",
     ):
         lines.append(
             row(

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.chaos.admin_home import StaleHomeDiscards
 from bench.chaos.classify import approval_buttons
 from bench.chaos.facts import KeyedLog, Violation
 from bench.chaos.faults import Cluster, Injector, Targets
@@ -24,9 +25,12 @@ from bench.chaos.invariants import check
 from bench.chaos.model import ModelServer
 from bench.chaos.people import People, ThreadState
 from bench.chaos.plan import RunPlan
-from bench.chaos.slack import Deliverer, SlackSide
+from bench.chaos.processes import OAUTH, ONE_WORKSPACE
+from bench.chaos.slack import TEAM, Deliverer, SlackSide
 from bench.chaos.stoppers import Stoppers
 from bench.chaos.targets import RunTargets
+from bench.chaos.unsigned import UnsignedRequests
+from bench.chaos.workspaces import Installer, SecondWorkspace
 from storage import ConversationKey, Status, Store
 
 QUIET_SECONDS = 3.0  # > the lease: a recovery sweep would have shown itself
@@ -96,7 +100,24 @@ class Run:
         )
         self.injector = injector_factory(self.note, targets)
         self.people = People(slack.api, self.deliverer, self.note)
-        self.stoppers = Stoppers(self.people, self.threads, plan.seed)
+        self.stoppers = Stoppers(self.people, self.threads, plan.seed, slack)
+        self.home = StaleHomeDiscards(self.people, slack, store)
+        self.unsigned = UnsignedRequests(
+            plan.seed, cluster, self.deliverer, self.threads, self.note
+        )
+        self.installer = Installer(slack, cluster, self.note)
+        self.workspace = (
+            SecondWorkspace(
+                plan.seed,
+                plan.uninstall,
+                slack=slack,
+                deliverer=self.deliverer,
+                installer=self.installer,
+                note=self.note,
+            )
+            if plan.uninstall is not None
+            else None
+        )
         self.longest_outage = 0.0  # seconds with no replica serving, at most
         self.stop_deciding = asyncio.Event()
 
@@ -109,12 +130,20 @@ class Run:
         plan = self.plan
         self.note("plan", **plan.describe())
         ttl = "1h" if plan.state_ttl is None else f"{plan.state_ttl}s"
-        await self.cluster.configure({"BOT_STATE_TTL": ttl})
+        # A run with an uninstall serves many workspaces (OAuth), this one installed first.
+        mode = OAUTH if plan.uninstall is not None else ONE_WORKSPACE
+        await self.cluster.configure({"BOT_STATE_TTL": ttl, **mode})
         await self.cluster.ensure(plan.replicas)
+        if plan.uninstall is not None and TEAM not in self.cluster.installed:
+            if not await self.installer.install(TEAM):
+                return self._not_run("the run's workspace could not be installed")
+            self.cluster.installed.add(TEAM)
         posts_from = len(self.slack.posts)
+        self.leaks_from = len(self.slack.leaks)
         self.model_from = len(self.model.log)
         attempts_from = len(self.slack.attempts)
         self.model.given.clear()  # (the same seed ran on the other backend before)
+        self.model.revealed.clear()
         self.started = time.monotonic()
         self.wall_started = time.time()
         self.note("start", replicas=plan.replicas)
@@ -136,6 +165,18 @@ class Run:
             for t in self.threads
             if t.plan.discard_after_approval is not None
         ]
+        # Issue 49's shapes (`bench.chaos.shapes`).
+        deciders += [
+            asyncio.create_task(self.stoppers.redeliver(self.threads[r.thread], r, stop_deciding))
+            for r in plan.redelivered_stops
+        ]
+        deciders += [
+            asyncio.create_task(self.home.discard(self.threads[h.thread], h, stop_deciding))
+            for h in plan.home_discards
+        ]
+        deciders.append(asyncio.create_task(self.unsigned.play(plan.unsigned, self.started)))
+        if self.workspace is not None:
+            deciders.append(asyncio.create_task(self.workspace.play(stop_deciding)))
         faults = asyncio.create_task(self.injector.run(plan.faults, self.started))
         outages = asyncio.create_task(self._watch_outages(stop_deciding))
         error = None
@@ -194,6 +235,25 @@ class Run:
             workloads=plan.workloads,
         )
 
+    def _not_run(self, error: str) -> RunResult:
+        self.note("harness_error", error=error)
+        self._write_history()
+        plan = self.plan
+        return RunResult(
+            seed=plan.seed,
+            backend=plan.backend,
+            replicas=plan.replicas,
+            fault_kinds=plan.fault_kinds,
+            violations=[],
+            seconds=time.monotonic() - self.started,
+            quiet_seconds=0.0,
+            quiet=False,
+            history=str(self.history_path),
+            error=error,
+            discards=plan.discards,
+            workloads=plan.workloads,
+        )
+
     # -- outages -------------------------------------------------------------------------
 
     async def _watch_outages(self, quit: asyncio.Event) -> None:
@@ -238,7 +298,9 @@ class Run:
                 continue
             if now - self._last_live_call() < QUIET_SECONDS:
                 continue
-            if self.people.deciding or self._undecided():
+            if self.people.deciding or self._undecided() or self.unsigned.busy:
+                continue
+            if self.workspace is not None and self.workspace.busy:
                 continue
             if await asyncio.to_thread(self._any_running):
                 continue
@@ -272,10 +334,12 @@ class Run:
         # Threads in a permanently failing channel count too: the bot must end them (give
         # up the delivery, release), and a recovery may take a dead replica's lease over
         # only after the quiet window's Slack calls (to that channel alone) were ignored.
-        for thread in self.threads:
-            key = thread.key
-            if key is None:
-                continue
+        keys = [thread.key for thread in self.threads if thread.key is not None]
+        if self.workspace is not None:
+            keys += self.workspace.keys()
+            if self.store.pending_removals():  # its conversations are being discarded
+                return True
+        for key in keys:
             record = self.store.get(key)
             if record is not None and record.status is Status.RUNNING:
                 return True

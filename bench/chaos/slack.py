@@ -1,7 +1,13 @@
 """The Slack side of the soak: the recording Web API stand-in (`bot.standin.slack_api`) behind
 a fault layer, and a deliverer that sends signed events, commands and clicks to the bot
 replicas the way Slack does (events retried with `X-Slack-Retry-Num` when no 2xx comes within
-3 s, up to 3 retries; commands and clicks once), to a randomly chosen live replica."""
+3 s, up to 3 retries; commands and clicks once), to a randomly chosen live replica; and
+sends one of them again when asked (`Deliverer.again`: Slack's redelivery).
+
+The stand-in knows the replicas' bot token (one workspace) and the app's OAuth client (the
+runs that serve many workspaces install them through it). Any Web API request whose
+arguments carry the text an output guardrail withholds (`bench.chaos.model.MARKER`) is
+recorded in `SlackSide.leaks`."""
 
 from __future__ import annotations
 
@@ -20,11 +26,14 @@ import aiohttp
 from aiohttp import web
 
 from bench.chaos.classify import is_decision
+from bench.chaos.model import MARKER
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 
 TEAM = "T0CHAOS"
 SECRET = "chaos-signing-secret"
+BOT_TOKEN = "xoxb-chaos"  # one workspace; the runs with an uninstall serve many (OAuth)
+CLIENT_ID, CLIENT_SECRET = "chaos-client", "chaos-client-secret"
 MARKDOWN_ESCAPE = re.compile(r"\\([^\w\s])")  # what the poster escapes in markdown
 ACK_DEADLINE = 3.0
 EVENT_RETRY_PAUSES = (0.3, 1.0, 2.0)  # Slack waits ~1 min and 5 min; compressed here
@@ -102,13 +111,21 @@ class Private:
     token: str | None = None
 
 
+def _standin() -> SlackWebApi:
+    api = SlackWebApi(team=TEAM, token=BOT_TOKEN)
+    # Where an install goes back to: any replica's (`workspaces` sends it to a live one).
+    api.configure_oauth(CLIENT_ID, CLIENT_SECRET, "http://127.0.0.1:9/slack/oauth_redirect")
+    return api
+
+
 @dataclass
 class SlackSide:
-    api: SlackWebApi = field(default_factory=lambda: SlackWebApi(team=TEAM))
+    api: SlackWebApi = field(default_factory=_standin)
     faults: list[SlackFault] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)  # every Web API request
     posts: list[Post] = field(default_factory=list)
     private: list[Private] = field(default_factory=list)  # ephemerals and response_url answers
+    leaks: list[dict[str, Any]] = field(default_factory=list)  # requests that carried `MARKER`
     last_call: float = 0.0
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -170,6 +187,18 @@ class SlackSide:
         if method in ("chat.postMessage", "chat.update"):
             attempt["text"] = str(args.get("text", ""))[:200]
         self.attempts.append(attempt)
+        said = json.dumps(args, default=str)
+        if MARKER in said:
+            at = said.index(MARKER)
+            self.leaks.append(
+                {
+                    "at": time.time(),
+                    "method": method,
+                    "channel": channel,
+                    "ts": args.get("thread_ts") or args.get("ts"),
+                    "text": said[max(0, at - 80) : at + 40],
+                }
+            )
         if fault is not None:
             attempt["fault"] = fault.kind
             if fault.latency > 0:
@@ -297,6 +326,8 @@ class Delivery:
     what: str
     attempts: list[dict[str, Any]] = field(default_factory=list)
     acked: bool = False
+    body: str = ""  # what was sent (`Deliverer.again` sends it again)
+    acked_at: float = 0.0  # when the first 2xx came
 
 
 class Deliverer:
@@ -312,6 +343,11 @@ class Deliverer:
         self.deliveries: list[Delivery] = []
         self.pending = 0
         self._ack_waiters: list[asyncio.Future[str]] = []
+        # Per replica URL: requests sent and not yet answered, requests sent in all, and
+        # when one was last given up on (its handler may still run there).
+        self.outstanding: dict[str, int] = {}
+        self.sent: dict[str, int] = {}
+        self.abandoned: dict[str, float] = {}
 
     async def next_ack(self, within: float) -> str | None:
         """The replica URL that acks the next request (any kind), or None."""
@@ -341,6 +377,8 @@ class Deliverer:
             **requests.signed_headers(body, SECRET),
             **extra,
         }
+        self.outstanding[url] = self.outstanding.get(url, 0) + 1
+        self.sent[url] = self.sent.get(url, 0) + 1
         try:
             async with self.http.post(
                 f"{url}/slack/events", data=body.encode(), headers=headers
@@ -353,13 +391,16 @@ class Deliverer:
                         waiter.set_result(url)
         except (aiohttp.ClientError, TimeoutError) as exc:
             attempt["error"] = type(exc).__name__
+            self.abandoned[url] = time.time()
+        finally:
+            self.outstanding[url] -= 1
         return attempt
 
-    async def event(self, event: dict[str, Any], what: str) -> Delivery:
+    async def event(self, event: dict[str, Any], what: str, *, team: str = TEAM) -> Delivery:
         """An Events API delivery: retried up to 3 times, same event id, like Slack."""
-        delivery = Delivery("event", what)
+        body = requests.event_callback(team, event, f"Ev{uuid.uuid4().hex[:12].upper()}")
+        delivery = Delivery("event", what, body=body)
         self.deliveries.append(delivery)
-        body = requests.event_callback(TEAM, event, f"Ev{uuid.uuid4().hex[:12].upper()}")
         self.pending += 1
         try:
             for number in range(1 + len(EVENT_RETRY_PAUSES)):
@@ -369,7 +410,7 @@ class Deliverer:
                 attempt = await self._post(body, "application/json", extra)
                 delivery.attempts.append(attempt)
                 if 200 <= attempt.get("status", 0) < 300:
-                    delivery.acked = True
+                    delivery.acked, delivery.acked_at = True, time.time()
                     break
                 if number < len(EVENT_RETRY_PAUSES):
                     await asyncio.sleep(EVENT_RETRY_PAUSES[number])
@@ -379,7 +420,7 @@ class Deliverer:
 
     async def once(self, kind: str, body: str, what: str) -> Delivery:
         """A slash command or a click: Slack does not retry these."""
-        delivery = Delivery(kind, what)
+        delivery = Delivery(kind, what, body=body)
         self.deliveries.append(delivery)
         self.pending += 1
         try:
@@ -388,7 +429,26 @@ class Deliverer:
             self.pending -= 1
         delivery.attempts.append(attempt)
         delivery.acked = 200 <= attempt.get("status", 0) < 300
+        delivery.acked_at = time.time() if delivery.acked else 0.0
         return delivery
+
+    async def again(self, delivery: Delivery) -> dict[str, Any]:
+        """The same request sent once more, signed anew, as Slack redelivers one whose answer
+        it did not see: an event with the same event id and the next `X-Slack-Retry-Num`; a
+        click or a command as it was. Returns the attempt."""
+        extra: dict[str, str] = {}
+        kind = "application/json" if delivery.kind == "event" else requests.FORM
+        if delivery.kind == "event":
+            number = min(len(delivery.attempts), 3)
+            extra = {"X-Slack-Retry-Num": str(number), "X-Slack-Retry-Reason": "http_timeout"}
+        self.pending += 1
+        try:
+            attempt = await self._post(delivery.body, kind, extra)
+        finally:
+            self.pending -= 1
+        attempt["again"] = True
+        delivery.attempts.append(attempt)
+        return attempt
 
     def response_url(self) -> tuple[str, str]:
         token = uuid.uuid4().hex[:10]

@@ -24,7 +24,7 @@ from bench.chaos.facts import KeyedLog
 from bench.chaos.faults import Cluster, Injector, Targets
 from bench.chaos.model import ModelServer
 from bench.chaos.plan import FAMILIES, make_plan
-from bench.chaos.processes import ROOT, Replica, bot_environment
+from bench.chaos.processes import KEYED_LATE, ROOT, Replica, bot_environment
 from bench.chaos.run import Run, RunResult
 from bench.chaos.slack import SlackSide
 from storage import ConversationKey, StorageSettings, open_store
@@ -75,7 +75,7 @@ async def soak(options: SoakOptions) -> tuple[list[RunResult], dict[str, Any]]:
             proxies["s3"] = stack.enter_context(FaultProxy(s3_url, "s3", seed=options.seed))
         slack = SlackSide()
         model = ModelServer()
-        keyed = stack.enter_context(_keyed_service())
+        keyed = stack.enter_context(_keyed_service(model))
         await slack.start(free_port())
         model_runner, model_url = await _serve_model(model)
         try:
@@ -264,10 +264,12 @@ async def _serve_model(model: ModelServer) -> tuple[web.AppRunner, str]:
 
 
 @contextlib.contextmanager
-def _keyed_service() -> Iterator[tuple[str, KeyedLog]]:
+def _keyed_service(model: ModelServer) -> Iterator[tuple[str, KeyedLog]]:
     """The keyed service the soak's `charge` calls (in this process, outside every bot
     process), and a log of each request it got, timed: which call (its `what`), which key,
-    and whether the key was applied before (answered with the first result)."""
+    and whether the key was applied before (answered with the first result). A call the
+    model made slow (`ModelServer.slow_calls`) is answered `KEYED_LATE` seconds after it
+    was applied, the first time: after the tool's client gave up waiting."""
     log: KeyedLog = []
     with keyed_service() as service:
         apply = service.apply
@@ -282,6 +284,8 @@ def _keyed_service() -> Iterator[tuple[str, KeyedLog]]:
                     "repeated": bool(result.get("repeated")),
                 }
             )
+            if str(request.get("what")) in model.slow_calls and not result.get("repeated"):
+                time.sleep(KEYED_LATE)  # (on the service's own thread of this request)
             return result
 
         service.apply = timed  # type: ignore[method-assign]

@@ -73,6 +73,8 @@ def check_stops(
             told_kind(p) == "expiry" and p.at >= stop.sent_at for p in posts
         )
         told = told or expired_unserved(facts, thread)  # as an unanswered message is
+        # Slack's own stop needs no answer: while nothing runs, the session just ends.
+        told = told or stop.via == "session"
         if not (applied or answered or given or told):
             heard = ", ".join(repr(a[:40]) for a in stop.answers) or "nothing"
             out.append(("stop_unanswered", f"{what}: no stopped notice after it; answers: {heard}"))

@@ -438,13 +438,14 @@ class SlackWebApi(AgentMethods, ContainerMethods, OAuthMethods, PeopleAndFiles):
 
 
 async def _read_args(request: web.Request) -> dict[str, Any]:
-    """Arguments arrive as a query string, a form, or JSON (slack_sdk uses all three)."""
+    """Arguments arrive as a query string, a form, or JSON (slack_sdk uses all three). A
+    body read before (by a middleware in front: aiohttp keeps what it read) still counts."""
     args: dict[str, Any] = dict(request.query)
     if request.content_type == "application/json":
         body = await request.json()
         if isinstance(body, dict):
             args.update(body)
-    elif request.can_read_body:
+    elif request.body_exists:
         form = await request.post()
         args.update({name: str(value) for name, value in form.items()})
     return args

@@ -4,6 +4,7 @@ must fire on a violation and stay quiet on a clean run)."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,14 +17,21 @@ from bench.chaos.classify import PostKind, approved, classify_post, is_decision
 from bench.chaos.facts import (
     KEYED_ATTEMPTS,
     BotPost,
+    HomeDiscardFacts,
+    InFlightSample,
+    RedeliveredStopFacts,
     RunFacts,
     SentMessage,
     StopFacts,
     ThreadFacts,
+    UninstallFacts,
+    UnsignedFacts,
+    WorkspaceThread,
 )
 from bench.chaos.invariants import check
-from bench.chaos.model import CallMade, ModelServer
-from bench.chaos.slack import SlackSide
+from bench.chaos.model import MARKER, CallMade, ModelServer
+from bench.chaos.plan import ADMIN
+from bench.chaos.slack import BOT_TOKEN, CLIENT_ID, CLIENT_SECRET, TEAM, SlackSide
 from bot.runtime import (
     EXPIRED_STOP,
     NOT_YOURS_TO_STOP,
@@ -47,7 +55,9 @@ from bot.runtime import (
     stop_overtaken,
 )
 from bot.slackapp.clients import OneWorkspace
+from bot.slackapp.home import CHANGED
 from bot.slackapp.poster import SlackPoster
+from bot.standin.oauth import Grant
 from storage import (
     Conversation,
     ConversationKey,
@@ -854,3 +864,358 @@ async def test_a_message_the_stopped_run_had_is_explained_by_its_notice() -> Non
     unacked.messages = [message(), later]
     unacked.given["s1t0m1"] = 3.5
     assert kinds(unacked) == []
+
+
+# -- issue 49's shapes ------------------------------------------------------------------------
+
+
+def shape_kinds(found: RunFacts, prefix: str) -> list[str]:
+    return [kind for kind in kinds(found) if kind.startswith(prefix)]
+
+
+def redelivered(via: str = "button", answered: tuple[str, ...] = ()) -> RedeliveredStopFacts:
+    """The admin's stop (sent at 3.0, acked at 3.1), sent again at 6.0."""
+    return RedeliveredStopFacts(
+        0,
+        via,
+        "working",
+        "next_run",
+        3.0,
+        True,
+        3.1,
+        resent=[{"at": 6.0, "status": 200}],
+        answered_before=list(answered),
+    )
+
+
+async def test_a_stop_slack_sends_again_never_stops_a_later_run() -> None:
+    """The admin's stop stopped the run it was for; sent again while the thread's next run
+    worked, it must not stop that one (nor any run begun after the stop was acked)."""
+    answer = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=2.5)
+    first = await stopped_notice(at=4.0, by=ADMIN)
+    found = with_stops(clean(posts=[first]), stop(user=ADMIN))
+    found.redelivered_stops = [redelivered()]
+    assert kinds(found) == []
+    later = SentMessage("s1t0m1", 0, "and kiwi? #s1t0m1", "UBOB", 6.5, acked=True)
+    later.acked_at = 6.6
+    twice = with_stops(clean(posts=[first, await stopped_notice(8.0, by=ADMIN)]), stop(ADMIN))
+    twice.messages = [message(), later]
+    twice.given["s1t0m1"] = 6.7
+    twice.redelivered_stops = [redelivered()]
+    assert shape_kinds(twice, "redelivered") == ["redelivered_stop_applied"] * 2
+    # Its first delivery stopped nothing (the run had finished): the next one is not its.
+    missed = with_stops(
+        clean(posts=[answer, await stopped_notice(8.0, by=ADMIN)]),
+        stop(user=ADMIN, answers=[nothing_to_stop(None)]),
+    )
+    missed.messages = [message(), later]
+    missed.given["s1t0m1"] = 6.7
+    missed.redelivered_stops = [redelivered()]
+    assert shape_kinds(missed, "redelivered") == ["redelivered_stop_applied"]
+
+
+async def test_a_stop_slack_sends_again_never_reaches_the_model() -> None:
+    """A reply `stop` that was a message (nothing ran) reaches the model once; one taken as
+    a stop (a stopped notice, a private answer) never; a click or Slack's stop never."""
+    given = with_stops(clean(), stop(user=ADMIN, via="reply"))
+    given.redelivered_stops = [redelivered("reply")]
+    given.stops_given = [(ADMIN, 0, 3.5)]
+    assert kinds(given) == []
+    given.stops_given = [(ADMIN, 0, 3.5), (ADMIN, 0, 3.5)]  # twice in one request
+    assert shape_kinds(given, "redelivered") == ["redelivered_stop_given"]
+    kept_twice = with_stops(
+        clean(items=[{"role": "user", "content": f"<@{ADMIN}>: stop"}] * 2),
+        stop(user=ADMIN, via="reply"),
+    )
+    kept_twice.redelivered_stops = [redelivered("reply")]
+    assert shape_kinds(kept_twice, "redelivered") == ["redelivered_stop_given"]
+    taken = with_stops(
+        clean(posts=[await stopped_notice(4.0, by=ADMIN)]), stop(user=ADMIN, via="reply")
+    )
+    taken.redelivered_stops = [redelivered("reply")]
+    assert kinds(taken) == []
+    taken.stops_given = [(ADMIN, 0, 6.5)]  # the redelivery, kept as a message
+    assert shape_kinds(taken, "redelivered") == ["redelivered_stop_given"]
+    answered = with_stops(clean(), stop(user=ADMIN, via="reply", answers=["x"]))
+    answered.redelivered_stops = [redelivered("reply", answered=("It had already finished",))]
+    answered.stops_given = [(ADMIN, 0, 6.5)]
+    assert shape_kinds(answered, "redelivered") == ["redelivered_stop_given"]
+    session = with_stops(clean(), stop(user=ADMIN, via="session"))
+    session.redelivered_stops = [redelivered("session")]
+    assert kinds(session) == []  # Slack's stop while nothing runs: no answer is owed
+    session.stops_given = [(ADMIN, 0, 6.5)]
+    assert shape_kinds(session, "redelivered") == ["redelivered_stop_given"]
+
+
+def workspace_record(thread_ts: str, status: Status) -> tuple[ConversationKey, Conversation]:
+    key = ConversationKey(team="TW1", channel="CW1", thread_ts=thread_ts)
+    record = thread().record
+    assert record is not None
+    return key, record.model_copy(update={"key": key, "status": status})
+
+
+def removal(**changes: Any) -> RunFacts:
+    """The second workspace removed the app (acked at 2.0), installed it again (3.0-3.5),
+    and Slack sent the removal once more; a conversation begun before (discarded) and one
+    begun after (still waiting for approval)."""
+    before_key, before = workspace_record("1.000001", Status.DISCARDED)
+    after_key, after = workspace_record("4.000001", Status.AWAITING_APPROVAL)
+    values: dict[str, Any] = {
+        "team": "TW1",
+        "kind": "app_uninstalled",
+        "event_id": "EvREMOVED",
+        "acked_at": 2.0,
+        "resent": [{"at": 2.5, "status": 200}, {"at": 5.0, "status": 200}],
+        "reinstall_began": 3.0,
+        "reinstalled_at": 3.5,
+        "before": WorkspaceThread(before_key, 1.0, before),
+        "after": WorkspaceThread(after_key, 4.0, after),
+        "installed": True,
+        "removal_recorded": True,
+        "removal_finished": True,
+    }
+    return RunFacts([], [], {}, [], NOW, uninstall=UninstallFacts(**(values | changes)))
+
+
+def test_an_uninstall_applies_once_to_the_installation_it_was_sent_for() -> None:
+    assert kinds(removal()) == []
+    assert kinds(removal(installed=False)) == ["redelivered_uninstall_applied"]
+    _, discarded = workspace_record("4.000001", Status.DISCARDED)
+    after = WorkspaceThread(discarded.key, 4.0, discarded)
+    assert kinds(removal(after=after)) == ["redelivered_uninstall_applied"]
+    told = WorkspaceThread(discarded.key, 4.0, None, notices=["discarded"])
+    assert kinds(removal(after=told)) == ["redelivered_uninstall_applied"]
+    # Installed again before the first delivery was acked: a late uninstall may apply.
+    assert kinds(removal(installed=False, acked_at=3.2)) == []
+    # The uninstall itself: recorded, finished, what began before it discarded.
+    assert kinds(removal(removal_recorded=False, removal_finished=False)) == [
+        "uninstall_not_applied"
+    ]
+    assert kinds(removal(removal_finished=False)) == ["uninstall_not_applied"]
+    _, waiting = workspace_record("1.000001", Status.AWAITING_APPROVAL)
+    left = WorkspaceThread(waiting.key, 1.0, waiting)
+    assert kinds(removal(before=left)) == ["uninstall_not_applied"]
+    assert kinds(removal(acked_at=0.0, removal_recorded=False, before=left)) == []  # not acked
+
+
+async def slow_pay(output: str, *posts: BotPost, paid: int = 1, sigstop: bool = False) -> RunFacts:
+    """An approved `pay` of a slow request (its MCP server answered after the client's read
+    timeout), whose effect the server recorded; `paid` calls of it took effect."""
+    asked = SentMessage("s1t0m0", 0, "pay 5 to bob (slow)", "UBOB", 1.0, acked=True)
+    calls = {
+        f"call_s1t0m0_{n}": CallMade(f"call_s1t0m0_{n}", "pay", "s1t0m0", {}, at=2.0 + n)
+        for n in range(1, paid + 1)
+    }
+    started = tool_record("").model_copy(
+        update={"status": ToolCallStatus.STARTED, "output": None, "tool_name": "pay"}
+    )
+    found = RunFacts(
+        threads=[
+            thread(
+                posts=list(posts),
+                items=session(output),
+                tool_records={"call_s1t0m0_1": started},
+                approved_clicks=set(calls),
+            )
+        ],
+        messages=[asked],
+        calls=calls,
+        effects=[{"tool": "pay", "call_id": call_id} for call_id in calls],
+        now=NOW,
+        interrupting_faults=False,
+        sigstop=sigstop,
+    )
+    found.given = {"s1t0m0": 1.5}
+    return found
+
+
+async def test_a_call_past_its_clients_timeout_is_told_unknown_and_never_sent_again() -> None:
+    unknown = await notice_post(
+        Notice(
+            key=KEY,
+            kind=NoticeKind.TOOL_OUTCOME_UNKNOWN,
+            text="`pay` (call call_s1t0m0_1) was sent to the `payments` tools, which did not "
+            "answer in time: its outcome is unknown. It was not run again.",
+        ),
+        at=9.0,
+    )
+    answer = post("answer #s1t0m0 | call_s1t0m0_1=unknown [resp 2]", at=9.5)
+    told = tool_failure_output()
+    assert kinds(await slow_pay(told, unknown, answer)) == []  # no fault, yet no bug
+    # What the model was told before issue 49: an error, and to try again.
+    again = "An error occurred while running the tool. Please try again. Error: Timed out"
+    failed = post("answer #s1t0m0 | call_s1t0m0_1=failed [resp 2]", at=9.5)
+    found = await slow_pay(again, failed)
+    assert shape_kinds(found, "timed_out") == ["timed_out_call_misreported"]
+    # ... upon which the model paid again.
+    assert "timed_out_call_resent" in shape_kinds(
+        await slow_pay(told, unknown, answer, paid=2), "timed_out"
+    )
+    # A run over with nothing saying its outcome is unknown.
+    assert shape_kinds(await slow_pay(told), "timed_out") == ["timed_out_call_misreported"]
+    # A replica SIGSTOPped past the timeout may read the late answer first: it ran.
+    ran = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=9.5)
+    assert shape_kinds(await slow_pay("paid 5 to bob", ran), "timed_out") == [
+        "timed_out_call_misreported"
+    ]
+    assert shape_kinds(await slow_pay("paid 5 to bob", ran, sigstop=True), "timed_out") == []
+
+
+def tool_failure_output() -> str:
+    """What the model is told of a call that got no answer (`tool_failures`' words)."""
+    return (
+        "The outcome of this call is unknown: the `payments` tools did not answer in time. "
+        "It was not run again. Tell the user, and do not assume it succeeded."
+    )
+
+
+def test_no_text_an_output_guardrail_withheld_reaches_slack() -> None:
+    found = RunFacts([clean()], [message()], {}, [], NOW)
+    assert shape_kinds(found, "blocked") == []
+    found.leaks = [{"method": "chat.appendStream", "channel": "CS1A", "text": f"x {MARKER}"}]
+    assert shape_kinds(found, "blocked") == ["blocked_text_leaked"]
+
+
+async def test_a_guardrail_notice_says_what_the_ledger_says() -> None:
+    """The output guardrail tripped after an approved wire ran: its notice says the wire
+    was done. Saying nothing was done, or naming a tool that never ran, contradicts the
+    ledger."""
+    wire = CallMade("call_s1t0m0_1", "wire", "s1t0m0", {}, at=2.0)
+    done = ClosedCalls()
+    done.add_nested(
+        PendingCall(call_id=wire.call_id, tool_name="wire", arguments="{}"),
+        tool_record("ok: wired 5 to bob"),
+    )
+
+    async def tripped(text: str, effects: int = 1) -> RunFacts:
+        notice = await notice_post(Notice(key=KEY, kind=NoticeKind.GUARDRAIL, text=text), 5.0)
+        found = RunFacts(
+            [thread(posts=[notice], approved_clicks={wire.call_id})],
+            [message(text="wire 5 to bob and reveal it")],
+            {wire.call_id: wire},
+            [{"tool": "wire", "call_id": wire.call_id, "time": 3.0}] * effects,
+            NOW,
+        )
+        found.given = {"s1t0m0": 1.5}
+        return found
+
+    said = "A check (`no_reveal`) withheld my answer to this request"
+    stands = f"{said}; what was done before it stands. {done.describe()}"
+    assert kinds(await tripped(stands)) == []
+    assert kinds(await tripped(f"{said}. Nothing was done.")) == ["guardrail_contradicts_ledger"]
+    assert kinds(await tripped(stands, effects=0)) == ["guardrail_contradicts_ledger"]
+    assert kinds(await tripped(f"{said}. Nothing was done.", effects=0)) == []
+
+
+async def test_a_discard_from_a_stale_tab_never_discards_a_thread_that_changed() -> None:
+    """The admin's tab listed the thread stale at 3.0; the approval (a decision at 4.0)
+    brought it back to life; the Discard clicked at 6.0 must leave it alone."""
+    decided = post(":white_check_mark: `transfer` approved by <@UBOB>", at=4.0)
+    answer = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=5.0)
+
+    async def discarded_at(at: float | None, *posts: BotPost, answer_text: str = "") -> RunFacts:
+        shown = list(posts)
+        if at is not None:
+            shown.append(
+                await notice_post(
+                    Notice(key=KEY, kind=NoticeKind.DISCARDED, text="Discarded by <@UADMIN>."),
+                    at,
+                )
+            )
+        found = facts([clean(posts=shown)])
+        found.home_discards = [
+            HomeDiscardFacts(0, 3.0, "tab", {}, clicked_at=6.0, acked=True, answer=answer_text)
+        ]
+        return found
+
+    assert kinds(await discarded_at(None, decided, answer, answer_text=CHANGED)) == []
+    assert kinds(await discarded_at(6.5, decided, answer)) == ["changed_thread_discarded"]
+    told = "Discarded; the thread was told."
+    assert kinds(await discarded_at(None, decided, answer, answer_text=told)) == [
+        "changed_thread_discarded"
+    ]
+    # Nothing changed since it was listed: the Discard may go ahead.
+    early = post(":white_check_mark: `transfer` approved by <@UBOB>", at=2.0)
+    assert kinds(await discarded_at(6.5, early, post(answer.text, at=2.5))) == []
+
+
+def test_an_unsigned_slow_request_is_refused_kept_nowhere_and_never_counted() -> None:
+    def run(status: int | None = 401, given: float | None = None, gauge: float = 0.0) -> RunFacts:
+        found = RunFacts([clean()], [message()], {}, [], NOW)
+        url = "http://127.0.0.1:1"
+        found.unsigned = [UnsignedFacts(url, "s1x0", "complete", 2.0, 4.0, status)]
+        found.in_flight = [InFlightSample(url, 3.0, gauge, 1)]
+        if given is not None:
+            found.unsigned_given = {"s1x0": given}
+        return found
+
+    assert shape_kinds(run(), "unsigned") == []
+    assert shape_kinds(run(status=None), "unsigned") == []  # it went away: nothing came back
+    assert shape_kinds(run(status=200), "unsigned") == ["unsigned_request_accepted"]
+    assert shape_kinds(run(given=3.5), "unsigned") == ["unsigned_request_kept"]
+    assert shape_kinds(run(gauge=1.0), "unsigned") == ["unsigned_request_counted"]
+    quoted = run()
+    quoted.threads[0].posts.append(post("answer #s1x0 [resp 9]", at=5.0))
+    assert "unsigned_request_kept" in shape_kinds(quoted, "unsigned")
+
+
+def test_the_models_rules_for_issue_49s_shapes() -> None:
+    """A `(slow)` pay names itself slow to the MCP server, a slow charge is noted for the
+    keyed service; `payments` says `MARKER` for a wire it was asked to reveal, once; a pay
+    the model was told failed, to try again, is paid again once."""
+    model = ModelServer()
+    [pay] = model.decide([{"role": "user", "content": "pay 5 to bob (slow) #s1t0m0"}])
+    assert json.loads(pay["arguments"])["to"] == f"bob slow ref {pay['call_id']}"
+    [charge] = model.decide([{"role": "user", "content": "charge 5 (slow) #s1t0m1"}])
+    assert model.slow_calls == {charge["call_id"]}
+    asked: list[dict[str, Any]] = [
+        {"role": "user", "content": "wire 5 to bob and reveal it #s1t0m2"}
+    ]
+    [wire] = model.decide(asked, instructions="payments: you wire money")
+    asked += [wire, {"type": "function_call_output", "call_id": wire["call_id"], "output": "ok"}]
+    [answer] = model.decide(asked, instructions="payments: you wire money")
+    assert MARKER in answer["content"][0]["text"]
+    [again] = model.decide(asked, instructions="payments: you wire money")
+    assert MARKER not in again["content"][0]["text"]  # once: the next run is answered plainly
+    [front] = model.decide([{"role": "user", "content": "wire 5 to ana and reveal it #s1t0m3"}])
+    assert front["name"] == "transfer_to_payments"  # (the front agent hands wires off)
+    failed = {
+        "type": "function_call_output",
+        "call_id": pay["call_id"],
+        "output": "An error occurred while running the tool. Please try again.",
+    }
+    history = [{"role": "user", "content": "pay 5 to bob (slow) #s1t0m0"}, pay, failed]
+    [paid_again] = model.decide(history)
+    assert paid_again["name"] == "pay" and paid_again["call_id"] != pay["call_id"]
+    assert json.loads(paid_again["arguments"])["to"].startswith("bob slow ref ")
+    unknown = {**failed, "output": tool_failure_output()}
+    [told] = model.decide([history[0], pay, unknown])
+    assert told["type"] == "message"  # told the outcome is unknown: nothing is paid again
+
+
+async def test_the_slack_side_records_withheld_text_and_passes_forms_on() -> None:
+    """Any Web API request carrying `MARKER` is a leak (a streamed chunk too); a form
+    request's arguments still reach the stand-in (`oauth.v2.access` trades its code)."""
+    slack = SlackSide()
+    url = await slack.start(free_port())
+    try:
+        client = AsyncWebClient(token=BOT_TOKEN, base_url=f"{url}/api/")
+        await client.chat_postMessage(channel="CS1A", text="nothing to hide")
+        assert slack.leaks == []
+        started = await client.chat_startStream(
+            channel="CS1A",
+            thread_ts="1.000001",
+            recipient_team_id="T0CHAOS",
+            recipient_user_id="UBOB",
+        )
+        await client.chat_appendStream(
+            channel="CS1A", ts=started["ts"], markdown_text=f"answer {MARKER}"
+        )
+        assert [leak["method"] for leak in slack.leaks] == ["chat.appendStream"]
+        slack.api.codes["code-1"] = Grant(TEAM, "chat:write", "UALICE")
+        traded = await AsyncWebClient(base_url=f"{url}/api/").oauth_v2_access(
+            client_id=CLIENT_ID, client_secret=CLIENT_SECRET, code="code-1"
+        )
+        assert traded["ok"] and str(traded["access_token"]).startswith("xoxb-")
+    finally:
+        await slack.stop()

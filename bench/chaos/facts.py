@@ -160,6 +160,21 @@ class InFlightSample:
 
 
 @dataclass
+class ResumeAtCapFacts:
+    """A `/resume` of an interrupted thread (`thread`) sent while the model worked on the
+    `holder` tag's request (given at `holding_at`): when sent and acked (0: not), its
+    response_url's `token` and what it answered there."""
+
+    thread: int
+    holder: str
+    holding_at: float = 0.0
+    sent_at: float = 0.0
+    acked_at: float = 0.0
+    token: str = ""
+    answers: list[str] = field(default_factory=list)
+
+
+@dataclass
 class BotPost:
     at: float
     text: str
@@ -215,6 +230,11 @@ class RunFacts:
     unsigned_given: dict[str, float] = field(default_factory=dict)  # their tags the model got
     leaks: list[dict[str, Any]] = field(default_factory=list)  # Slack requests with `MARKER`
     sigstop: bool = False  # a replica was SIGSTOPped in this run
+    max_runs: int | None = None  # the replicas' BOT_MAX_RUNS, when small (resume_at_cap)
+    # The model server's log of this run: a replica's requests carry `process` and
+    # `at_once` (its requests open then, this one included).
+    model_requests: list[dict[str, Any]] = field(default_factory=list)
+    resumes_at_cap: list[ResumeAtCapFacts] = field(default_factory=list)
 
 
 def told_kind(post: BotPost) -> str | None:

@@ -13,6 +13,7 @@ from bench.chaos.classify import classify_post
 from bench.chaos.facts import (
     KEYED_ATTEMPTS,
     BotPost,
+    ResumeAtCapFacts,
     RunFacts,
     StopFacts,
     ThreadFacts,
@@ -92,7 +93,9 @@ async def gather_facts(run: Run, posts_from: int) -> RunFacts:
         interrupting_faults=any(
             kind.startswith(("process:", "storage:")) for kind in run.plan.fault_kinds
         ),
-        model_faults=any(kind.startswith("model:") for kind in run.plan.fault_kinds),
+        # A `(flaky)` request fails at the model too.
+        model_faults=any(kind.startswith("model:") for kind in run.plan.fault_kinds)
+        or run.plan.resume_at_cap is not None,
         state_ttl=run.plan.state_ttl,
         longest_outage=run.longest_outage,
         given={
@@ -123,7 +126,15 @@ async def gather_facts(run: Run, posts_from: int) -> RunFacts:
         },
         leaks=run.slack.leaks[run.leaks_from :],
         sigstop=any(kind.startswith("process:sigstop") for kind in run.plan.fault_kinds),
+        max_runs=run.plan.resume_at_cap.max_runs if run.plan.resume_at_cap else None,
+        model_requests=run.model.log[run.model_from :],
+        resumes_at_cap=[_resume_facts(run, r) for r in run.resumes.found],
     )
+
+
+def _resume_facts(run: Run, resume: ResumeAtCapFacts) -> ResumeAtCapFacts:
+    resume.answers = [p.text for p in run.slack.private if p.token and p.token == resume.token]
+    return resume
 
 
 def _uninstall_facts(run: Run) -> UninstallFacts | None:
@@ -223,6 +234,7 @@ def record_facts(run: Run, facts: RunFacts, attempts_from: int) -> None:
         in_flight=[sample.__dict__ for sample in facts.in_flight],
         unsigned_given=facts.unsigned_given,
         leaks=facts.leaks,
+        resumes_at_cap=[r.__dict__ for r in facts.resumes_at_cap],
     )
     run.note("model_calls", calls={c: m.__dict__ for c, m in facts.calls.items()})
     run.note("model_requests", requests=run.model.log[run.model_from :])

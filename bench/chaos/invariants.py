@@ -79,6 +79,8 @@ Issue 49's shapes (`bench.chaos.shapes`, checked in `bench.chaos.shape_checks`):
   unsigned_request_kept      what it sent reached the model or a post
   unsigned_request_counted   a replica counted a request in flight while unsigned requests
                              were open to it and no signed one was on its way
+  runs_over_cap              a replica had more model calls at once than its BOT_MAX_RUNS
+                             (runs with `/resume` at the run cap: a cap of 1 or 2)
 
 Side effects are those of `bench.chaos.agent`: the ledger file's lines, the MCP server's
 `pay` lines, and the keys the keyed service applied (each an effect of the call it names)."""
@@ -155,6 +157,7 @@ KINDS = (
     "unsigned_request_accepted",
     "unsigned_request_kept",
     "unsigned_request_counted",
+    "runs_over_cap",
 )
 
 

@@ -28,6 +28,13 @@ find it in the history, are answered plainly). Told that a `pay` failed and
 to try again, the model pays again, once, as a real one would (`An error occurred ...
 Please try again.` was what a call past the MCP client's read timeout used to get).
 
+A request whose newest message says `(flaky)` gets an HTTP 500 the first time its tag is
+asked (the replicas of such a run do not retry a model call: the run is interrupted).
+
+Replicas send to `/<process>/v1/responses` (`bench.chaos.processes`: one name per process
+started): each request is logged with how many of that process's requests were open then,
+their connections not closed (`at_once`), what a replica's `BOT_MAX_RUNS` bounds.
+
 Faults: HTTP 500 for the next requests, latency, a hang until healed (or for a while), and a
 connection dropped after a delay (what a client timeout looks like)."""
 
@@ -65,6 +72,7 @@ AGENT_REQUESTS = {  # the agents a run reaches, by the start of their instructio
 STOP_SAID = re.compile(r"^<@([A-Z0-9]+)>(?: \([^()\n]*\))?: (?:stop|stop it|cancel that|abort)$")
 PAY_REF = re.compile(r" ref (call_[a-z0-9]+_\d+)$")  # `pay`'s recipient names its call
 SLOW = "(slow)"  # (`bench.chaos.shapes.SLOW`)
+FLAKY = "(flaky)"  # (`bench.chaos.shapes.FLAKY`)
 REVEAL = re.compile(r"\breveal\b")
 MARKER = "CLASSIFIED"  # in an answer `payments`' output guardrail withholds
 TRY_AGAIN = "try again"
@@ -149,6 +157,8 @@ class ModelServer:
     watchers: list[Watcher] = field(default_factory=list)  # told of requests and answers
     in_flight: int = 0
     last_request: float = 0.0
+    flaked: set[str] = field(default_factory=set)  # tags of `(flaky)` requests failed once
+    open_requests: dict[str, list[web.Request]] = field(default_factory=dict)  # by process
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _healed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -312,13 +322,36 @@ class ModelServer:
     # -- serving ------------------------------------------------------------------------
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/v1/responses", self._responses)]
+        return [
+            web.post("/v1/responses", self._responses),
+            web.post("/{process}/v1/responses", self._responses),
+        ]
+
+    def _opened(self, process: str, request: web.Request) -> int:
+        """The process's requests open now, this one included: those whose connection the
+        process has not closed (a request it gave up on, or of a run it cancelled, may
+        still be waited on here)."""
+        live = [
+            r
+            for r in self.open_requests.get(process, [])
+            if r.transport is not None and not r.transport.is_closing()
+        ]
+        self.open_requests[process] = [*live, request]
+        return len(live) + 1
+
+    def _closed(self, process: str, request: web.Request) -> None:
+        with contextlib.suppress(ValueError):
+            self.open_requests.get(process, []).remove(request)
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.in_flight += 1
         self.last_request = time.monotonic()
         entry: dict[str, Any] = {"at": time.time(), "stream": bool(body.get("stream"))}
+        process = request.match_info.get("process")
+        if process is not None:
+            entry["process"] = process
+            entry["at_once"] = self._opened(process, request)
         self.log.append(entry)
         try:
             fault = self._choose()
@@ -346,9 +379,16 @@ class ModelServer:
             instructions = str(body.get("instructions") or "")
             agent = agent_of(instructions)
             entry["agent"] = agent
+            newest = items[-1] if items else {}
+            flaky = _flaky_tag(newest)
+            if flaky is not None and flaky not in self.flaked:  # as a 500 fault: not given
+                self.flaked.add(flaky)
+                entry["fault"] = "flaky"
+                return web.json_response(
+                    {"error": {"message": "chaos: flaky", "type": "server_error"}}, status=500
+                )
             self.note_given(items, entry["at"])
             self._watch("request", agent, items)
-            newest = items[-1] if items else {}
             ponder = PONDER.search(content_text(newest.get("content")))
             if newest.get("role") == "user" and ponder:
                 entry["ponder"] = float(ponder.group(1))
@@ -365,6 +405,8 @@ class ModelServer:
                     return web.Response(status=499)
             return web.json_response(_response(body, output, "completed"))
         finally:
+            if process is not None:
+                self._closed(process, request)
             self.in_flight -= 1
             self.last_request = time.monotonic()
 
@@ -391,6 +433,13 @@ def _paid_again(stretch: list[dict[str, Any]]) -> list[tuple[str, str, tuple[Any
             text = f"pay {arguments.get('amount')} to {recipient}{slow}"
             again.append(("pay", tag, (str(arguments.get("amount")), recipient), text))
     return again
+
+
+def _flaky_tag(item: dict[str, Any]) -> str | None:
+    """The tag of a person's message that says `(flaky)`."""
+    text = content_text(item.get("content")) if item.get("role") == "user" else ""
+    tags = TAG.findall(text) if FLAKY in text else []
+    return tags[0] if tags else None
 
 
 def agent_of(instructions: str) -> str:

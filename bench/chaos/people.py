@@ -61,33 +61,44 @@ class People:
 
     async def actor(self, thread: ThreadState) -> None:
         plan = thread.plan
+        if plan.held:  # begun by a shape's player (`bench.chaos.resume_at_cap`)
+            return
         for step in plan.steps:
             await asyncio.sleep(step.pause)
             if step.kind == "say" and thread.ts is None:
-                message = self.api.add_user_message(
-                    plan.channel, step.user, f"<@{self.api.bot_user}> {step.text}"
-                )
-                thread.ts = message.ts
-                sent = self._sent(thread, step, message)
-                event = event_of(message, "app_mention")
-                delivery = await self.deliverer.event(event, step.tag)
-                sent.acked = delivery.acked
-                sent.acked_at = time.time()
-                self.note(
-                    "delivered", tag=step.tag, acked=delivery.acked, attempts=delivery.attempts
-                )
-                if not delivery.acked:
-                    self.note("thread_abandoned", thread=plan.index, why="mention never acked")
+                if not await self.begin(thread, step):
                     return
             elif step.kind == "say":
-                assert thread.ts is not None
-                text = f"<@{self.api.bot_user}> {step.text}" if step.mention else step.text
-                message = self.api.add_user_message(plan.channel, step.user, text, thread.ts)
-                sent = self._sent(thread, step, message)
-                kinds = ["message", "app_mention"] if step.mention else ["message"]
-                self._deliver(sent, [event_of(message, kind) for kind in kinds])
+                self.reply(thread, step)
             elif step.kind in ("resume", "discard") and thread.ts is not None:
                 await self.command(thread, step)
+
+    async def begin(self, thread: ThreadState, step: Step) -> bool:
+        """The thread's first message, a mention; whether it was acked."""
+        plan = thread.plan
+        message = self.api.add_user_message(
+            plan.channel, step.user, f"<@{self.api.bot_user}> {step.text}"
+        )
+        thread.ts = message.ts
+        sent = self._sent(thread, step, message)
+        event = event_of(message, "app_mention")
+        delivery = await self.deliverer.event(event, step.tag)
+        sent.acked = delivery.acked
+        sent.acked_at = time.time()
+        self.note("delivered", tag=step.tag, acked=delivery.acked, attempts=delivery.attempts)
+        if not delivery.acked:
+            self.note("thread_abandoned", thread=plan.index, why="mention never acked")
+        return delivery.acked
+
+    def reply(self, thread: ThreadState, step: Step) -> SentMessage:
+        """`step`'s message in the thread (begun), delivered in the background."""
+        assert thread.ts is not None
+        text = f"<@{self.api.bot_user}> {step.text}" if step.mention else step.text
+        message = self.api.add_user_message(thread.plan.channel, step.user, text, thread.ts)
+        sent = self._sent(thread, step, message)
+        kinds = ["message", "app_mention"] if step.mention else ["message"]
+        self._deliver(sent, [event_of(message, kind) for kind in kinds])
+        return sent
 
     def _sent(self, thread: ThreadState, step: Step, message: Message) -> SentMessage:
         sent = SentMessage(
@@ -126,7 +137,8 @@ class People:
 
         self.deliveries += [asyncio.create_task(one(event)) for event in events]
 
-    async def command(self, thread: ThreadState, step: Step) -> None:
+    async def command(self, thread: ThreadState, step: Step) -> tuple[bool, str]:
+        """Send `step`'s command; whether it was acked, and its response_url's token."""
         assert thread.key is not None
         link = permalink(thread.key)
         command, text = (
@@ -153,6 +165,7 @@ class People:
             token=token,
             attempts=delivery.attempts,
         )
+        return delivery.acked, token
 
     async def decider(self, thread: ThreadState, stop: asyncio.Event) -> None:
         """Decide each approval request that shows buttons, by the plan's next decision."""

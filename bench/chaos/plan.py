@@ -19,7 +19,7 @@ or as the run finishes; and an admin discard right after an approval, while the 
 
 A fourth generator draws the shapes of issue 49 (`bench.chaos.shapes`): stops and uninstalls
 Slack sends again, tools that answer after their client gave up, an output guardrail trip, a
-Discard from a stale Home tab, and unsigned slow requests."""
+Discard from a stale Home tab, unsigned slow requests, and `/resume` at the run cap."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from bench.chaos.shapes import (
     SLOW,
     HomeDiscardPlan,
     RedeliveredStop,
+    ResumeAtCapPlan,
     UninstallPlan,
     UnsignedPlan,
     draw_shapes,
@@ -115,6 +116,7 @@ class ThreadPlan:
     decisions: list[Decision]
     stops: list[StopPlan] = field(default_factory=list)
     discard_after_approval: float | None = None  # an admin discards while the tool runs
+    held: bool = False  # begun by a shape's player when its moment comes, not by the clock
 
 
 @dataclass
@@ -143,6 +145,7 @@ class RunPlan:
     uninstall: UninstallPlan | None = None  # (its runs serve many workspaces: OAuth)
     home_discards: list[HomeDiscardPlan] = field(default_factory=list)
     unsigned: list[UnsignedPlan] = field(default_factory=list)
+    resume_at_cap: ResumeAtCapPlan | None = None  # (its replicas run with a small cap)
 
     @property
     def fault_kinds(self) -> list[str]:
@@ -159,7 +162,7 @@ class RunPlan:
         """The workloads besides the plain one: `burst`, `expiry`, `stop`,
         `discard_mid_tool`, `agent_graph`, `guardrail`, `keyed`; issue 49's shapes
         `redelivered_stop`, `uninstall`, `slow_tool`, `output_guardrail`,
-        `stale_home_discard`, `unsigned_slow`."""
+        `stale_home_discard`, `unsigned_slow`, `resume_at_cap`."""
         steps = [step for t in self.threads for step in t.steps]
         return [
             name
@@ -180,6 +183,7 @@ class RunPlan:
                 ("output_guardrail", any(REVEAL in step.text for step in steps)),
                 ("stale_home_discard", bool(self.home_discards)),
                 ("unsigned_slow", bool(self.unsigned)),
+                ("resume_at_cap", self.resume_at_cap is not None),
             )
             if present
         ]

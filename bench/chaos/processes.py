@@ -70,7 +70,7 @@ class Replica:
         self.process = popen(
             list(self.command),
             cwd=ROOT,
-            env=self.env,
+            env=self._named_environment(),
             stdout=self._log,
             stderr=self._log,
         )
@@ -78,6 +78,15 @@ class Replica:
         self.terminating = False
         self.killed = False
         self.starts += 1
+
+    def _named_environment(self) -> dict[str, str]:
+        """The environment, the model's URL naming this process (`r<slot>p<start>`), so
+        that the model server counts each process's requests apart (`BOT_MAX_RUNS`)."""
+        base = self.env.get("OPENAI_BASE_URL", "")
+        if not base.endswith("/v1"):
+            return self.env
+        name = f"r{self.slot}p{self.starts + 1}"
+        return {**self.env, "OPENAI_BASE_URL": f"{base.removesuffix('/v1')}/{name}/v1"}
 
     def signal(self, number: signal.Signals) -> None:
         if self.alive:

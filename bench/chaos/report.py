@@ -27,7 +27,7 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
     )
     if not results:
         return "\n".join(lines)
-    width = max([len(k) for k in KINDS] + [28])
+    width = max([len(k) for k in KINDS] + [len(n) + 2 for r in results for n in r.exercised] + [28])
     head = f"{'':{width}}" + "".join(f"{b:>8}" for b in backends)
 
     def row(name: str, count: Any) -> str:
@@ -65,6 +65,7 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
         "output_guardrail",
         "stale_home_discard",
         "unsigned_slow",
+        "resume_at_cap",
     ):
         lines.append(
             row(
@@ -72,6 +73,13 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
                 lambda b, w=workload: sum(w in r.workloads and r.backend == b for r in results),
             )
         )
+    happened = [name for r in results for name in r.exercised]
+    if happened:  # what of issue 49's shapes happened, not only what the plans drew
+        lines += ["", f"{'issue 49 shapes exercised':{width}}" + head[width:]]
+        for name in dict.fromkeys(happened):
+            lines.append(
+                row(name, lambda b, n=name: _total(n, [r for r in results if r.backend == b]))
+            )
     lines += ["", f"{'invariant violations':{width}}" + head[width:]]
     for kind in KINDS:
         lines.append(
@@ -138,6 +146,12 @@ def table(results: list[RunResult], timing: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _total(name: str, results: list[RunResult]) -> int:
+    """A count summed over the runs; a most (`most ...`), the most of them."""
+    counts = [r.exercised.get(name, 0) for r in results]
+    return max(counts, default=0) if name.startswith("most ") else sum(counts)
+
+
 def _p(values: list[float], percent: int) -> float:
     if len(values) < 2:
         return values[0] if values else 0.0
@@ -158,6 +172,7 @@ def write_summary(path: Path, results: list[RunResult], timing: dict[str, Any]) 
                 "undelivered": r.undelivered,
                 "discards": r.discards,
                 "workloads": r.workloads,
+                "exercised": r.exercised,
                 "error": r.error,
                 "history": r.history,
                 "violations": [v.__dict__ for v in r.violations],

@@ -26,6 +26,8 @@ from bench.chaos.model import ModelServer
 from bench.chaos.people import People, ThreadState
 from bench.chaos.plan import RunPlan
 from bench.chaos.processes import OAUTH, ONE_WORKSPACE
+from bench.chaos.resume_at_cap import ResumesAtCap
+from bench.chaos.shape_checks import exercised
 from bench.chaos.slack import TEAM, Deliverer, SlackSide
 from bench.chaos.stoppers import Stoppers
 from bench.chaos.targets import RunTargets
@@ -52,6 +54,7 @@ class RunResult:
     error: str | None = None
     discards: bool = False  # the workload had an admin discard a thread
     workloads: list[str] = field(default_factory=list)  # `RunPlan.workloads`
+    exercised: dict[str, int] = field(default_factory=dict)  # of issue 49's shapes
 
 
 class Run:
@@ -105,6 +108,7 @@ class Run:
         self.unsigned = UnsignedRequests(
             plan.seed, cluster, self.deliverer, self.threads, self.note
         )
+        self.resumes = ResumesAtCap(self.people, slack, model.given)
         self.installer = Installer(slack, cluster, self.note)
         self.workspace = (
             SecondWorkspace(
@@ -132,7 +136,14 @@ class Run:
         ttl = "1h" if plan.state_ttl is None else f"{plan.state_ttl}s"
         # A run with an uninstall serves many workspaces (OAuth), this one installed first.
         mode = OAUTH if plan.uninstall is not None else ONE_WORKSPACE
-        await self.cluster.configure({"BOT_STATE_TTL": ttl, **mode})
+        # `/resume` at the run cap: a small cap, and a model call not retried (a failed one
+        # interrupts its run).
+        capped = plan.resume_at_cap
+        cap: dict[str, str | None] = {
+            "BOT_MAX_RUNS": str(capped.max_runs) if capped else None,
+            "BOT_MODEL_RETRIES": "0" if capped else None,
+        }
+        await self.cluster.configure({"BOT_STATE_TTL": ttl, **mode, **cap})
         await self.cluster.ensure(plan.replicas)
         if plan.uninstall is not None and TEAM not in self.cluster.installed:
             if not await self.installer.install(TEAM):
@@ -144,6 +155,7 @@ class Run:
         attempts_from = len(self.slack.attempts)
         self.model.given.clear()  # (the same seed ran on the other backend before)
         self.model.revealed.clear()
+        self.model.flaked.clear()
         self.started = time.monotonic()
         self.wall_started = time.time()
         self.note("start", replicas=plan.replicas)
@@ -175,6 +187,17 @@ class Run:
             for h in plan.home_discards
         ]
         deciders.append(asyncio.create_task(self.unsigned.play(plan.unsigned, self.started)))
+        if capped is not None:
+            deciders.append(
+                asyncio.create_task(
+                    self.resumes.play(
+                        self.threads[capped.thread],
+                        self.threads[capped.holder],
+                        capped,
+                        stop_deciding,
+                    )
+                )
+            )
         if self.workspace is not None:
             deciders.append(asyncio.create_task(self.workspace.play(stop_deciding)))
         faults = asyncio.create_task(self.injector.run(plan.faults, self.started))
@@ -206,9 +229,12 @@ class Run:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         violations: list[Violation] = []
+        happened: dict[str, int] = {}
         try:
             facts = await gather_facts(self, posts_from)
             violations = check(facts)
+            happened = exercised(facts)
+            self.note("exercised", **happened)
             record_facts(self, facts, attempts_from)
         except Exception as exc:
             error = error or repr(exc)
@@ -233,6 +259,7 @@ class Run:
             error=error,
             discards=plan.discards,
             workloads=plan.workloads,
+            exercised=happened,
         )
 
     def _not_run(self, error: str) -> RunResult:

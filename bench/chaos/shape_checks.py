@@ -17,7 +17,11 @@ kinds):
   (`changed_thread_discarded`);
 - an unsigned slow request gets a 4xx, nothing it sent is kept, and it is never counted as
   a request in flight (`unsigned_request_accepted`, `unsigned_request_kept`,
-  `unsigned_request_counted`)."""
+  `unsigned_request_counted`);
+- no replica has more model calls at once than its `BOT_MAX_RUNS`, a `/resume` sent while
+  its slots are taken included (`runs_over_cap`).
+
+`exercised` counts what of each shape happened in a run (the soak's table sums them)."""
 
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from bench.chaos.facts import (
     told_kind,
     unknown_named,
 )
-from bench.chaos.model import CALL_FATE, SLOW, STOP_SAID, content_text, output_fate
+from bench.chaos.model import CALL_FATE, MARKER, SLOW, STOP_SAID, content_text, output_fate
 from bench.chaos.plan import ADMIN
 from storage import Status
 
@@ -47,6 +51,8 @@ NOTHING_DONE = ("Nothing was done.", "so I did not act on it")
 ALREADY_DONE = re.compile(r"Already done \(it ran once and is not repeated\): (.*?)\.(?:\s|$)")
 NAMED_TOOL = re.compile(r"`([^`]+)`")
 DISCARDED_TOLD = "Discarded; the thread was told."
+SLOW_TOOLS = ("pay", "charge")  # the tools a `(slow)` request calls
+QUEUED = "queued"  # how `/resume` says it waits for a slot (or that the thread waits one)
 
 
 def check_shapes(facts: RunFacts, effects: Counter[str]) -> list[Violation]:
@@ -66,7 +72,46 @@ def check_shapes(facts: RunFacts, effects: Counter[str]) -> list[Violation]:
     found += [Violation(kind, "(second workspace)", d) for kind, d in _uninstall(facts)]
     found += [Violation(kind, "(slack)", d) for kind, d in _leaks(facts)]
     found += [Violation(kind, where, d) for kind, where, d in _unsigned(facts)]
+    found += [Violation(kind, where, d) for kind, where, d in _over_cap(facts)]
     return found
+
+
+def exercised(facts: RunFacts) -> dict[str, int]:
+    """What of issue 49's shapes happened in the run (not only what its plan drew)."""
+    slow = {m.tag for m in facts.messages if SLOW in m.text}
+    uninstall = facts.uninstall
+    at_once = [int(r["at_once"]) for r in facts.model_requests if "at_once" in r]
+    return {
+        "stops sent again": sum(len(s.resent) for s in facts.redelivered_stops),
+        "uninstalls sent again": len(uninstall.resent) if uninstall and uninstall.acked_at else 0,
+        "uninstalls sent again after a reinstall": int(
+            bool(uninstall and uninstall.reinstalled_at and len(uninstall.resent) > 1)
+        ),
+        "calls past their client's timeout": sum(
+            1 for made in facts.calls.values() if made.tag in slow and made.tool in SLOW_TOOLS
+        ),
+        "answers withheld by a guardrail": sum(
+            1
+            for r in facts.model_requests
+            if any(MARKER in str(text) for text in r.get("output") or [])
+        ),
+        "discards from a stale Home tab": sum(1 for h in facts.home_discards if h.clicked_at),
+        "unsigned slow requests": len(facts.unsigned),
+        "in-flight readings with unsigned open": len(facts.in_flight),
+        "resumes at the run cap": sum(1 for r in facts.resumes_at_cap if r.acked_at),
+        "resumes told queued": sum(
+            1 for r in facts.resumes_at_cap if any(QUEUED in a.lower() for a in r.answers)
+        ),
+        "messages told queued at the cap": sum(
+            1
+            for thread in facts.threads
+            for p in thread.posts
+            if facts.max_runs is not None and p.what.notice == "queued"
+        ),
+        "most model calls at once in a capped replica": max(at_once, default=0)
+        if facts.max_runs is not None
+        else 0,
+    }
 
 
 def _run_began(thread: ThreadFacts, before: float) -> float:
@@ -354,3 +399,23 @@ def _unsigned(facts: RunFacts) -> list[tuple[str, str, str]]:
                 )
             )
     return out
+
+
+# -- the run cap ------------------------------------------------------------------------
+
+
+def _over_cap(facts: RunFacts) -> list[tuple[str, str, str]]:
+    """A replica's process had more model requests open at once than its `BOT_MAX_RUNS`
+    (one run makes one model call at a time)."""
+    if facts.max_runs is None:
+        return []
+    return [
+        (
+            "runs_over_cap",
+            f"process {request['process']}",
+            f"{request['at_once']} model calls at once with BOT_MAX_RUNS {facts.max_runs} "
+            f"(this one: {request.get('input', [])[-1:]})",
+        )
+        for request in facts.model_requests
+        if int(request.get("at_once", 0)) > facts.max_runs
+    ]

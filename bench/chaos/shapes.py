@@ -19,7 +19,11 @@ that a seed's other draws are what they were before them:
   an admin's Home tab lists it, the approval brings it back to life, and the admin clicks
   Discard with what the tab listed;
 - unsigned slow requests: connections to `/slack/events` that send a bogus signature and
-  their body slowly (or never finish it, or go away)."""
+  their body slowly (or never finish it, or go away);
+- `/resume` at the run cap: the replicas run with `BOT_MAX_RUNS` 1 or 2 (and no retry of a
+  model call); a thread's first request fails at the model (`(flaky)`: a 500 once), which
+  interrupts its run; once the thread says so, another thread gets a request the model
+  ponders over (its run holds a slot), and the starter sends `/resume` while it works."""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
 STALE_AFTER = 2.0  # seconds of the replicas' BOT_STALE_AFTER: a paused thread is stale then
 SLOW = "(slow)"  # a request whose tool answers only after its client gave up waiting
 REVEAL = "reveal"  # a wire whose answer the payments agent's output guardrail withholds
+FLAKY = "(flaky)"  # a request the model fails once (a 500): its run is interrupted
 StopVia = Literal["button", "reply", "session"]
 Again = Literal["soon", "after_run", "next_run"]
 
@@ -91,9 +96,32 @@ class UnsignedPlan:
     ends: Literal["complete", "stall", "abandon"]
 
 
+@dataclass
+class ResumeAtCapPlan:
+    """`thread`'s first request fails at the model once; when the thread says its run was
+    interrupted, the `holder` thread (`ThreadPlan.held`) begins with a request the model
+    ponders over for `ponder` s, and `delay` s after the model got it, `thread`'s starter
+    sends `/resume`. The replicas run with `BOT_MAX_RUNS` `max_runs`."""
+
+    thread: int
+    holder: int
+    max_runs: int
+    ponder: float
+    delay: float
+
+
 def draw_shapes(rng: random.Random, plan: RunPlan) -> None:
     """The fourth generator's shapes, added to `plan` (each its own draw, in this order)."""
-    from bench.chaos.plan import GRAPH_REQUESTS, PEOPLE, PONDER, Decision
+    from bench.chaos.plan import (
+        GRAPH_REQUESTS,
+        PEOPLE,
+        PONDER,
+        STARTERS,
+        WORDS,
+        Decision,
+        Step,
+        ThreadPlan,
+    )
 
     used: set[int] = set()  # ids of steps a shape rewrote
 
@@ -198,6 +226,39 @@ def draw_shapes(rng: random.Random, plan: RunPlan) -> None:
             reinstall_after=round(rng.uniform(0.1, 1.5), 2),
             again_after=round(rng.uniform(0.0, 1.0), 2),
         )
+    if rng.random() < 0.2:  # `/resume` at the run cap
+        taken = {stop.thread for stop in plan.redelivered_stops}
+        taken |= {discard.thread for discard in plan.home_discards}
+        found = [
+            (thread, step)
+            for thread, step in plain(first_only=True)
+            if thread.index not in taken and not thread.stops
+        ]
+        if found:
+            thread, step = rng.choice(found)
+            step.text = step.text.replace(" #", f" {FLAKY} #", 1)
+            used.add(id(step))
+            del thread.steps[1:]  # a reply would continue the run before `/resume` does
+            # The holder: a thread of its own (one with an approval pending would keep the
+            # request for later), begun when the first one was interrupted.
+            index = len(plan.threads)
+            tag = f"s{plan.seed}t{index}m0"
+            ponder = round(rng.uniform(2.5, 3.5), 2)
+            starter = next(person for person in STARTERS if person != thread.starter)
+            text = f"hello {rng.choice(WORDS)}? (ponder {ponder}s) #{tag}"
+            plan.threads.append(
+                ThreadPlan(
+                    index,
+                    rng.choice(plan.channels),
+                    starter,
+                    [Step("say", 0.0, text, tag, starter, mention=True)],
+                    [Decision(True, "button", starter, 0.5)],
+                    held=True,
+                )
+            )
+            plan.resume_at_cap = ResumeAtCapPlan(
+                thread.index, index, rng.choice((1, 1, 2)), ponder, round(rng.uniform(0.0, 0.6), 3)
+            )
 
 
 def _asks_approval(thread: ThreadPlan) -> bool:

@@ -4,12 +4,15 @@ must fire on a violation and stay quiet on a clean run)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bench.chaos.agent import SECRET
@@ -20,6 +23,7 @@ from bench.chaos.facts import (
     HomeDiscardFacts,
     InFlightSample,
     RedeliveredStopFacts,
+    ResumeAtCapFacts,
     RunFacts,
     SentMessage,
     StopFacts,
@@ -31,6 +35,7 @@ from bench.chaos.facts import (
 from bench.chaos.invariants import check
 from bench.chaos.model import MARKER, CallMade, ModelServer
 from bench.chaos.plan import ADMIN
+from bench.chaos.shape_checks import exercised
 from bench.chaos.slack import BOT_TOKEN, CLIENT_ID, CLIENT_SECRET, TEAM, SlackSide
 from bot.runtime import (
     EXPIRED_STOP,
@@ -1219,3 +1224,80 @@ async def test_the_slack_side_records_withheld_text_and_passes_forms_on() -> Non
         assert traded["ok"] and str(traded["access_token"]).startswith("xoxb-")
     finally:
         await slack.stop()
+
+
+def test_no_replica_has_more_model_calls_at_once_than_its_cap() -> None:
+    """In a run whose replicas have `BOT_MAX_RUNS` 1, a process with two model requests
+    open at once broke it (a `/resume` that skipped admission did); other processes' and
+    other runs' requests are not its."""
+
+    def capped(*at_once: tuple[str, int], max_runs: int | None = 1) -> RunFacts:
+        found = facts([clean()])
+        found.max_runs = max_runs
+        found.model_requests = [
+            {"at": 3.0, "process": process, "at_once": count, "input": ["user: x"]}
+            for process, count in at_once
+        ]
+        return found
+
+    assert kinds(capped(("r0p1", 1), ("r1p1", 1), ("r0p2", 1))) == []
+    assert kinds(capped(("r0p1", 1), ("r0p1", 2))) == ["runs_over_cap"]
+    assert kinds(capped(("r0p1", 2), max_runs=2)) == []
+    assert kinds(capped(("r0p1", 3), max_runs=None)) == []  # (the default cap: not small)
+    resumed = capped(("r0p1", 1))
+    resumed.resumes_at_cap = [
+        ResumeAtCapFacts(0, "s1t1m300", 3.0, 3.2, 3.3, "tok", ["Queued: I'm busy with others."])
+    ]
+    counted = exercised(resumed)
+    assert counted["resumes at the run cap"] == counted["resumes told queued"] == 1
+    assert counted["most model calls at once in a capped replica"] == 1
+
+
+async def test_the_model_server_counts_each_process_open_requests() -> None:
+    """Requests to `/<process>/v1/responses` are logged with how many of that process's
+    requests were open (their connection too): one the client gave up on is not. A
+    `(flaky)` request fails once (a 500), and is not noted as given."""
+    model = ModelServer()
+    app = web.Application()
+    app.add_routes(model.routes())
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    base = f"http://127.0.0.1:{port}"
+
+    def body(text: str) -> dict[str, Any]:
+        return {"model": "m", "input": [{"role": "user", "content": text}]}
+
+    try:
+        async with aiohttp.ClientSession() as http:
+
+            async def ask(process: str, text: str) -> int:
+                url = f"{base}/{process}/v1/responses"
+                async with http.post(url, json=body(text)) as response:
+                    await response.read()
+                    return response.status
+
+            slow = asyncio.create_task(ask("r0p1", "hello (ponder 1.0s) #s1t0m0"))
+            await asyncio.sleep(0.3)
+            gone = asyncio.create_task(ask("r0p1", "hello (ponder 5.0s) #s1t1m0"))
+            await asyncio.sleep(0.3)
+            gone.cancel()  # the client gave up: its connection is closed
+            await asyncio.sleep(0.2)
+            assert await ask("r1p1", "hi #s1t2m0") == 200  # another process's
+            assert await slow == 200
+            assert await ask("r0p1", "and #s1t0m1") == 200
+            assert await ask("r0p1", "again (flaky) #s1t0m2") == 500
+            assert "s1t0m2" not in model.given
+            assert await ask("r0p1", "again (flaky) #s1t0m2") == 200
+    finally:
+        await runner.cleanup()
+    assert [(e["process"], e["at_once"]) for e in model.log] == [
+        ("r0p1", 1),
+        ("r0p1", 2),
+        ("r1p1", 1),
+        ("r0p1", 1),
+        ("r0p1", 1),
+        ("r0p1", 1),
+    ]
+    assert [e.get("fault") for e in model.log][-2:] == ["flaky", None]

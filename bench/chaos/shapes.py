@@ -21,9 +21,10 @@ that a seed's other draws are what they were before them:
 - unsigned slow requests: connections to `/slack/events` that send a bogus signature and
   their body slowly (or never finish it, or go away);
 - `/resume` at the run cap: the replicas run with `BOT_MAX_RUNS` 1 or 2 (and no retry of a
-  model call); a thread's first request fails at the model (`(flaky)`: a 500 once), which
-  interrupts its run; once the thread says so, another thread gets a request the model
-  ponders over (its run holds a slot), and the starter sends `/resume` while it works."""
+  model call); a thread's request fails at the model (`(flaky)`: a 500 once), which
+  interrupts its run; once the thread says so, another thread begins with a request the
+  model ponders over (its run holds a slot), and the starter sends `/resume` while it
+  works."""
 
 from __future__ import annotations
 
@@ -98,10 +99,11 @@ class UnsignedPlan:
 
 @dataclass
 class ResumeAtCapPlan:
-    """`thread`'s first request fails at the model once; when the thread says its run was
-    interrupted, the `holder` thread (`ThreadPlan.held`) begins with a request the model
-    ponders over for `ponder` s, and `delay` s after the model got it, `thread`'s starter
-    sends `/resume`. The replicas run with `BOT_MAX_RUNS` `max_runs`."""
+    """Two threads of their own: `thread`'s request fails at the model once; when the
+    thread says its run was interrupted, the `holder` thread (`ThreadPlan.held`) begins
+    with a request the model ponders over for `ponder` s, and `delay` s after the model got
+    it, `thread`'s starter sends `/resume`. The replicas run with `BOT_MAX_RUNS`
+    `max_runs`."""
 
     thread: int
     holder: int
@@ -226,39 +228,56 @@ def draw_shapes(rng: random.Random, plan: RunPlan) -> None:
             reinstall_after=round(rng.uniform(0.1, 1.5), 2),
             again_after=round(rng.uniform(0.0, 1.0), 2),
         )
-    if rng.random() < 0.2:  # `/resume` at the run cap
-        taken = {stop.thread for stop in plan.redelivered_stops}
-        taken |= {discard.thread for discard in plan.home_discards}
-        found = [
-            (thread, step)
-            for thread, step in plain(first_only=True)
-            if thread.index not in taken and not thread.stops
-        ]
-        if found:
-            thread, step = rng.choice(found)
-            step.text = step.text.replace(" #", f" {FLAKY} #", 1)
-            used.add(id(step))
-            del thread.steps[1:]  # a reply would continue the run before `/resume` does
-            # The holder: a thread of its own (one with an approval pending would keep the
-            # request for later), begun when the first one was interrupted.
-            index = len(plan.threads)
-            tag = f"s{plan.seed}t{index}m0"
-            ponder = round(rng.uniform(2.5, 3.5), 2)
-            starter = next(person for person in STARTERS if person != thread.starter)
-            text = f"hello {rng.choice(WORDS)}? (ponder {ponder}s) #{tag}"
-            plan.threads.append(
-                ThreadPlan(
-                    index,
-                    rng.choice(plan.channels),
-                    starter,
-                    [Step("say", 0.0, text, tag, starter, mention=True)],
-                    [Decision(True, "button", starter, 0.5)],
-                    held=True,
-                )
+    # `/resume` at the run cap; not in an expiry run: a thread waiting for a slot does not
+    # touch its state, and behind a cap of 1 the wait can pass a 5 s TTL (no real one).
+    # Two threads of their own: the other threads' steps stay as they were.
+    if rng.random() < 0.3 and plan.state_ttl is None:
+        interrupted, holding = len(plan.threads), len(plan.threads) + 1
+        starter = rng.choice(STARTERS)
+        flaky = f"s{plan.seed}t{interrupted}m0"
+        plan.threads.append(
+            ThreadPlan(
+                interrupted,
+                rng.choice(plan.channels),
+                starter,
+                [
+                    Step(
+                        "say",
+                        round(rng.uniform(0.0, 1.0), 3),
+                        f"hello {rng.choice(WORDS)}? {FLAKY} #{flaky}",
+                        flaky,
+                        starter,
+                        mention=True,
+                    )
+                ],
+                [Decision(True, "button", starter, 0.5)],
             )
-            plan.resume_at_cap = ResumeAtCapPlan(
-                thread.index, index, rng.choice((1, 1, 2)), ponder, round(rng.uniform(0.0, 0.6), 3)
+        )
+        holder = next(person for person in STARTERS if person != starter)
+        ponder = round(rng.uniform(2.5, 3.5), 2)
+        held = f"s{plan.seed}t{holding}m0"
+        plan.threads.append(
+            ThreadPlan(
+                holding,
+                rng.choice(plan.channels),
+                holder,
+                [
+                    Step(
+                        "say",
+                        0.0,
+                        f"hello {rng.choice(WORDS)}? (ponder {ponder}s) #{held}",
+                        held,
+                        holder,
+                        mention=True,
+                    )
+                ],
+                [Decision(True, "button", holder, 0.5)],
+                held=True,
             )
+        )
+        plan.resume_at_cap = ResumeAtCapPlan(
+            interrupted, holding, rng.choice((1, 1, 2)), ponder, round(rng.uniform(0.0, 0.6), 3)
+        )
 
 
 def _asks_approval(thread: ThreadPlan) -> bool:

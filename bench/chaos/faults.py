@@ -84,10 +84,13 @@ class Cluster:
     async def configure(self, values: dict[str, str | None]) -> None:
         """Settings for the replicas' environment (None: unset): those that run with others
         are stopped (SIGTERM), for `ensure` to start again with these."""
-        for replica in self.replicas:
-            if all(replica.env.get(name) == value for name, value in values.items()):
-                continue
-            await replica.stop()
+        changed = [
+            replica
+            for replica in self.replicas
+            if any(replica.env.get(name) != value for name, value in values.items())
+        ]
+        await asyncio.gather(*(replica.stop() for replica in changed))  # each its own grace
+        for replica in changed:
             for name, value in values.items():
                 if value is None:
                     replica.env.pop(name, None)
@@ -95,8 +98,7 @@ class Cluster:
                     replica.env[name] = value
 
     async def shutdown(self) -> None:
-        for replica in self.replicas:
-            await replica.stop()
+        await asyncio.gather(*(replica.stop() for replica in self.replicas))
 
 
 class ImmutableDirs:

@@ -13,6 +13,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,8 +67,12 @@ async def soak(options: SoakOptions) -> tuple[list[RunResult], dict[str, Any]]:
         stack.enter_context(_stopped_by_signals(options))
         proxies: dict[str, FaultProxy] = {}
         if "aws" in options.backends:
-            dynamodb_url = stack.enter_context(dynamodb_local())
-            s3_url = stack.enter_context(moto_s3())
+            # Started side by side (each waits seconds for its process to answer); each
+            # one started is stopped with the stack, whether or not the other started.
+            with ThreadPoolExecutor(2) as pool:
+                dynamodb = pool.submit(stack.enter_context, dynamodb_local())
+                s3 = pool.submit(stack.enter_context, moto_s3())
+                dynamodb_url, s3_url = dynamodb.result(), s3.result()
             stack.enter_context(environment(aws_environment(dynamodb_url, s3_url)))
             proxies["dynamodb"] = stack.enter_context(
                 FaultProxy(dynamodb_url, "dynamodb", seed=options.seed)

@@ -73,6 +73,14 @@ def check_stops(
             told_kind(p) == "expiry" and p.at >= stop.sent_at for p in posts
         )
         told = told or expired_unserved(facts, thread)  # as an unanswered message is
+        # A reply `stop` the run had finished before is a message to the thread: a discard
+        # after it explains it as it does any message (chaos aws 6: taken as a message by a
+        # replica whose lease the discard took before it asked the model).
+        told = told or (
+            stop.via == "reply"
+            and not stop.answers
+            and any(p.what.notice == "discarded" and p.at >= stop.sent_at for p in posts)
+        )
         # Slack's own stop needs no answer: while nothing runs, the session just ends.
         told = told or stop.via == "session"
         if not (applied or answered or given or told):

@@ -544,6 +544,13 @@ async def test_a_stop_overtaken_by_a_discard_is_applied_by_it() -> None:
     # Not when its run went on first: the discard came after the stop was lost.
     answer = post("answer #s1t0m0 | call_s1t0m0_1=ran [resp 2]", at=3.5)
     assert kinds(with_stops(clean(posts=[answer, discarded]), pressed)) == ["stop_unanswered"]
+    # A reply `stop` after the run finished is a message (chaos aws 6): the discard after
+    # it explains it, as it does any message; not when the bot answered it otherwise.
+    said = stop(via="reply")
+    assert kinds(with_stops(clean(posts=[answer, discarded]), said)) == []
+    assert kinds(with_stops(clean(posts=[answer]), said)) == ["stop_unanswered"]
+    accepted = stop(via="reply", answers=["Stopping it now."])
+    assert kinds(with_stops(clean(posts=[answer, discarded]), accepted)) == ["stop_unanswered"]
 
 
 async def test_nothing_of_a_stopped_run_comes_after_its_notice() -> None:

@@ -33,7 +33,7 @@ from bench.chaos.slack import Deliverer, SlackSide
 from storage import ConversationKey
 
 LINK = re.compile(r'<a href="([^"]+)"')
-INSTALL_TRIES = 4
+INSTALL_SECONDS = 30.0  # an install is tried again this long: past a restart under load
 CARD_WAIT = 4.0  # seconds a step waits for a conversation's approval request at most
 
 
@@ -44,25 +44,29 @@ class Installer:
         self.note = note
 
     async def install(self, team: str) -> bool:
-        """Install the app in `team` through the OAuth flow (tried again a few times when
-        no replica could finish it: faults strike meanwhile)."""
+        """Install the app in `team` through the OAuth flow (tried again, at each replica in
+        turn, for as long as a replica may take to restart: faults strike meanwhile)."""
         timeout = aiohttp.ClientTimeout(total=10)
+        deadline = time.monotonic() + INSTALL_SECONDS
+        attempt = 0
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            for attempt in range(INSTALL_TRIES):
+            while True:
                 try:
-                    if await self._install(http, team):
+                    if await self._install(http, team, attempt):
                         self.note("installed", team=team, attempt=attempt)
                         return True
                 except (aiohttp.ClientError, TimeoutError, AssertionError) as exc:
                     self.note("install_failed", team=team, attempt=attempt, error=repr(exc))
+                if time.monotonic() > deadline:
+                    return False
+                attempt += 1
                 await asyncio.sleep(0.5)
-        return False
 
-    async def _install(self, http: aiohttp.ClientSession, team: str) -> bool:
+    async def _install(self, http: aiohttp.ClientSession, team: str, attempt: int) -> bool:
         live = self.cluster.endpoints()
         if not live:
             return False
-        async with http.get(f"{live[0]}/slack/install") as page:
+        async with http.get(f"{live[attempt % len(live)]}/slack/install") as page:
             assert page.status == 200, f"install page {page.status}"
             cookie = page.headers["Set-Cookie"].split(";", 1)[0]
             found = LINK.search(await page.text())

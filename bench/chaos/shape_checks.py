@@ -45,7 +45,7 @@ from bench.chaos.plan import ADMIN
 from storage import Status
 
 RUN_ENDING = EXPLAINING_NOTICES | {"stopped", "guardrail", "expiry"}
-UNFINISHED = (Status.RUNNING, Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.NEEDS_RESTART)
+UNFINISHED = (Status.RUNNING, Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.SET_ASIDE)
 ADMIN_STOPPED = re.compile(rf"Stopped by <@{ADMIN}>")
 NOTHING_DONE = ("Nothing was done.", "so I did not act on it")
 ALREADY_DONE = re.compile(r"Already done \(it ran once and is not repeated\): (.*?)\.(?:\s|$)")

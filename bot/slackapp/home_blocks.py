@@ -19,7 +19,7 @@ from bot.runtime import Listed, Waiting, status_name
 from bot.slackapp.blocks import asked, decision_buttons, readable_arguments
 from bot.slackapp.text import truncate
 from storage import Conversation, ConversationKey, Status
-from storage.durations import format_duration
+from storage.config import format_duration
 
 DISCARD = "home_discard"
 BLOCKS_LIMIT = 100

@@ -1,6 +1,6 @@
 """The ledgers part of the storage contract: Slack event ids claimed once, and each tool
-call's `started` / `completed` record, fenced by the lease, that makes a completed side
-effect never run twice."""
+call's `approved` / `started` / `completed` record, fenced by the lease, that makes a
+completed side effect never run twice."""
 
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ class ToolLedger:
     def begin_tool_call(
         self, lease: Lease, call_id: str, tool_name: str, arguments: str
     ) -> ToolCallClaim:
-        """Record that a tool call starts, once per call id (fenced)."""
+        """Record that a tool call starts, once per call id (fenced): created when the call
+        is absent or `approved` (armed by the commit that approved it, not started yet),
+        else the record as it is (`created` False)."""
         with self.translating:
             return self.ledger.begin(lease, call_id, tool_name, arguments)
 
@@ -64,7 +66,8 @@ class ToolLedger:
         the lease was taken from the writer (a discard, a takeover), by the fence the call
         was started under (False): only that writer ran it, so only it knows the result.
         Raises `LeaseLost` when neither holds. With status `CANCELLED`: it was recorded as
-        started but never ran (a stop came first)."""
+        approved or started but never ran (a stop came first); an `approved` call is
+        cancelled under the lease only (once it is taken, its new holder may start it)."""
         with self.translating:
             return self.ledger.complete(lease, call_id, output, status=status)
 

@@ -408,9 +408,12 @@ class CheckpointMeta(BaseModel):
 
 
 class ToolCallStatus(StrEnum):
+    # Approved by the checkpoint commit that lets it run, not started yet: it may start
+    # (`begin_tool_call` makes it `started`), or be cancelled; it has not run.
+    APPROVED = "approved"
     STARTED = "started"
     COMPLETED = "completed"
-    CANCELLED = "cancelled"  # recorded as started, and never ran: a stop came first
+    CANCELLED = "cancelled"  # approved or started, and never ran: a stop came first
 
 
 class ToolCallRecord(BaseModel):
@@ -431,7 +434,8 @@ class ToolCallRecord(BaseModel):
 
 
 class ToolCallClaim(BaseModel):
-    """Result of trying to start a tool call: `created` is False when it was seen before."""
+    """Result of trying to start a tool call: `created` when this claim started it (it was
+    absent, or `approved` and not started); False when it was started or settled before."""
 
     record: ToolCallRecord
     created: bool

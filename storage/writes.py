@@ -71,7 +71,7 @@ class Committed:
     next_seq: int | None  # None when the write neither appended nor checked the session
     checkpoint: CheckpointPointer | None  # the pointer this write committed, if any
     status: Status | None  # None: unchanged by this write
-    armed: tuple[str, ...] = ()  # call ids this write recorded as started (not seen before)
+    armed: tuple[str, ...] = ()  # call ids this write recorded as approved (not seen before)
 
 
 @dataclass
@@ -88,7 +88,7 @@ class Commit:
     release: bool = False
     touch: bool = True  # counts as activity (moves last_activity_at and expires_at)
     consume: Sequence[str] = ()  # inbox entry ids this write consumes (at most CONSUME_LIMIT)
-    arm: Sequence[ToolCallRecord] = ()  # calls this write records as started (ledger rows)
+    arm: Sequence[ToolCallRecord] = ()  # calls this write approves (ledger rows, `approved`)
     delivered: bool = False  # every outcome of the (resulting) checkpoint was delivered
     delivery: DeliveryMark | None = None  # where delivery stands (overrides `delivered`)
     inbox_seen: int | None = None  # fail with InboxChanged if messages arrived since

@@ -1,5 +1,5 @@
 """What a commit's transaction carries beside the record's update (`commits`): the moves
-between the status counters' buckets, and the calls it records as started."""
+between the status counters' buckets, and the calls it records as approved."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ def ledger_actions(
     now: datetime,
     put_blob: Callable[[str, bytes], None],
 ) -> list[TransactWriteItemTypeDef]:
-    """Calls armed by this commit: recorded as started in the same write."""
+    """Calls armed by this commit: recorded as approved in the same write (each is
+    recorded as started just before it runs: `Ledger.begin`)."""
     return [
         {
             "Put": {

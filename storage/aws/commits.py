@@ -153,7 +153,7 @@ class Commits:
         in_rows: list[str],
         note: Written | None,
     ) -> list[str]:
-        """The transaction; the calls it recorded as started."""
+        """The transaction; the calls it recorded as approved."""
         armed = [call.call_id for call in commit.arm]
         try:
             self._transact(commit, base_seq, update, rows, extra, in_rows, note)

@@ -73,7 +73,10 @@ class Ledger:
                 "Put": {
                     "TableName": self.t.table,
                     "Item": item,
-                    "ConditionExpression": "attribute_not_exists(sk)",
+                    # absent, or approved by a commit and not started yet: this starts it
+                    "ConditionExpression": "attribute_not_exists(sk) OR #status = :approved",
+                    "ExpressionAttributeNames": {"#status": "status"},
+                    "ExpressionAttributeValues": {":approved": s(ToolCallStatus.APPROVED.value)},
                 }
             },
         ]
@@ -93,9 +96,10 @@ class Ledger:
         return ToolCallClaim(record=record, created=True)
 
     def complete(self, lease: Lease, call_id: str, output: str, *, status: ToolCallStatus) -> bool:
-        """One write (fenced, conditional on the call being started); no read. True when
-        recorded under the lease; False when recorded after the lease was taken from us,
-        under the fence the call was started with (see `Store.complete_tool_call`)."""
+        """One write (fenced, conditional on the call being started, or, for a cancellation,
+        approved); no read. True when recorded under the lease; False when recorded after the
+        lease was taken from us, under the fence the call was started with (see
+        `Store.complete_tool_call`)."""
         now = self.t.clock()
         output = plain_text(output)
         update = ledger_rows.completion(
@@ -127,7 +131,9 @@ class Ledger:
 
     def _complete_orphan(self, lease: Lease, update: Update, key: Item) -> bool:
         """The lease is gone (a discard took it): record the result all the same, if the
-        call is still `started` under our fence: nobody else can have run it."""
+        call is still `started` under our fence: nobody else can have run it (an
+        `approved` one is its new holder's to start or cancel)."""
+        update.require(f"{update.name('status')} = {update.value('our_start', s('started'))}")
         update.require(f"{update.name('fence')} = {update.value('our_fence', n(lease.fence))}")
         try:
             self.t.dynamodb.update_item(TableName=self.t.table, Key=key, **update.expression())

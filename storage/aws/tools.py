@@ -1,4 +1,5 @@
-"""Tool-call ledger rows: one per call id, `started` then `completed` with the output.
+"""Tool-call ledger rows: one per call id, `approved` (by the commit that lets it run),
+`started` (just before it runs), then `completed` with the output.
 
 Fields are plain attributes, so completing a call is one conditional update (no read);
 an output too big for the row lives in S3 (write-once) and the row points at it."""
@@ -53,7 +54,7 @@ def completion(
     status: ToolCallStatus = ToolCallStatus.COMPLETED,
 ) -> Update:
     """The update that completes a started call, or records that it never ran
-    (`CANCELLED`) (condition: it is still `started`)."""
+    (`CANCELLED`) (condition: it is still `started`, or, cancelled, `approved`)."""
     update = Update()
     update.set("status", s(status.value))
     update.set("completed_ms", n(ms(now)))
@@ -65,7 +66,11 @@ def completion(
         update.set("output_blob", s(blob_key))
     else:
         update.set("output", s(output))
-    update.require(f"{update.name('status')} = {update.value('started', s('started'))}")
+    started = f"{update.name('status')} = {update.value('started', s('started'))}"
+    if status is ToolCallStatus.CANCELLED:
+        approved = update.value("approved", s(ToolCallStatus.APPROVED.value))
+        started = f"{started} OR {update.name('status')} = {approved}"
+    update.require(started)
     return update
 
 

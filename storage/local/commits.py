@@ -49,7 +49,7 @@ class Commits:
                 )
             next_seq = record.next_seq
             armed = []
-            for call in commit.arm:  # calls recorded as started with this checkpoint
+            for call in commit.arm:  # calls approved with this checkpoint (not started yet)
                 if read_tool(db, commit.key, call.call_id) is None:  # else it says more
                     self.ledger.save_tool(db, call)
                     armed.append(call.call_id)

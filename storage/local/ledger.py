@@ -1,4 +1,4 @@
-"""The local backend's ledgers: event claims, and tool calls started and completed."""
+"""The local backend's ledgers: event claims, and tool calls approved, started and completed."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ from storage.models import (
     ToolCallStatus,
 )
 from storage.text import plain_text
+
+# What a call may be settled from: a result comes from a started call; a call cancelled
+# (a stop came first) was approved or started, and never ran.
+_SETTLES_FROM = {
+    ToolCallStatus.COMPLETED: (ToolCallStatus.STARTED,),
+    ToolCallStatus.CANCELLED: (ToolCallStatus.STARTED, ToolCallStatus.APPROVED),
+}
 
 
 class Ledger:
@@ -52,7 +59,7 @@ class Ledger:
         with self.d.write() as db:
             fenced(db, lease)
             existing = read_tool(db, lease.key, call_id)
-            if existing is not None:
+            if existing is not None and existing.status is not ToolCallStatus.APPROVED:
                 return ToolCallClaim(record=existing, created=False)
             record = ToolCallRecord(
                 key=lease.key,
@@ -81,7 +88,7 @@ class Ledger:
                 or record.fence != lease.fence
             ):
                 raise LeaseLost(str(lease.key), lease.fence)
-            if record is None or record.status is not ToolCallStatus.STARTED:
+            if record is None or record.status not in _SETTLES_FROM.get(status, ()):
                 raise StorageError(f"tool call {call_id} is not started in {lease.key}")
             record = record.model_copy(
                 update={"status": status, "output": plain_text(output), "completed_at": now}

@@ -15,7 +15,10 @@ from storage import (
     LeaseBusy,
     LeaseLost,
     Status,
+    StorageError,
     Store,
+    ToolCallRecord,
+    ToolCallStatus,
 )
 from testkit.runtime import record_of
 from tests.conftest import Backend
@@ -194,6 +197,60 @@ def test_tool_calls_are_recorded_once_and_completed(store: Store) -> None:
     later, _ = store.acquire(KEY, "b")
     claim = store.begin_tool_call(later, "call-1", "send_email", '{"to":"x"}')
     assert claim.created is False and claim.record.output == big_output
+
+
+def test_a_call_approved_by_a_commit_is_started_by_its_claim_once(backend: Backend) -> None:
+    """A commit records the calls it approves as `approved`; the claim just before a call
+    runs makes it `started` (once: a second claim finds it started), fenced by the lease,
+    so a holder whose lease was taken cannot start it; an approved call may be cancelled
+    (a stop before it started), never completed, and a cancelled one is not started."""
+    store = backend.open(lease_seconds=30)
+    old, _ = store.acquire(KEY, "old", status=Status.RUNNING)
+    approved = [
+        ToolCallRecord(
+            key=KEY,
+            call_id=call_id,
+            tool_name="send_email",
+            arguments='{"to":"x"}',
+            status=ToolCallStatus.APPROVED,
+            fence=old.fence,
+            started_at=store.clock(),
+        )
+        for call_id in ("c1", "c2", "c3")
+    ]
+    done = store.commit(old, state={"v": 1}, meta=META, expected_version=0, arm=approved)
+    assert done.armed == ("c1", "c2", "c3")
+    assert ledger(store, "c1", "c2", "c3") == ["approved"] * 3
+    with pytest.raises(StorageError):  # not started: nothing ran to have a result
+        store.complete_tool_call(old, "c1", "sent")
+    first = store.begin_tool_call(old, "c1", "send_email", '{"to":"x"}')
+    again = store.begin_tool_call(old, "c1", "send_email", '{"to":"x"}')
+    assert (first.created, first.record.status) == (True, "started")
+    assert (again.created, again.record.status) == (False, "started")
+    assert store.complete_tool_call(old, "c1", "sent")
+    assert store.complete_tool_call(old, "c2", "stopped", status=ToolCallStatus.CANCELLED)
+    cancelled = store.begin_tool_call(old, "c2", "send_email", '{"to":"x"}')
+    assert (cancelled.created, cancelled.record.status) == (False, "cancelled")
+    # A new holder (a restart): the old one can neither start nor cancel c3 any more.
+    new, _ = store.acquire(KEY, "new", force=True)
+    with pytest.raises(LeaseLost):
+        store.begin_tool_call(old, "c3", "send_email", '{"to":"x"}')
+    with pytest.raises(LeaseLost):
+        store.complete_tool_call(old, "c3", "stopped", status=ToolCallStatus.CANCELLED)
+    claim = store.begin_tool_call(new, "c3", "send_email", '{"to":"x"}')
+    assert (claim.created, claim.record.status, claim.record.fence) == (True, "started", new.fence)
+    # A commit that approves a call the ledger holds already leaves it as it is.
+    redo = store.commit(new, state={"v": 2}, meta=META, expected_version=1, arm=approved)
+    assert redo.armed == ()
+    assert ledger(store, "c1", "c2", "c3") == ["completed", "cancelled", "started"]
+
+
+def ledger(store: Store, *call_ids: str) -> list[str | None]:
+    """What the tool ledger says of each call (None: nothing)."""
+    return [
+        None if (record := store.get_tool_call(KEY, call_id)) is None else record.status
+        for call_id in call_ids
+    ]
 
 
 def test_status_index_lists_paused_conversations_and_counts(store: Store) -> None:

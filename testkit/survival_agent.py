@@ -1,7 +1,8 @@
 """An agent for process-level tests (`BOT_AGENT=testkit.survival_agent:build_agent`): `transfer`
 is a side effect a person approves; it records each execution in `$EFFECTS_FILE` (outside
 every process) and then takes `$TRANSFER_SECONDS` to finish, so a signal can land mid-tool;
-`balance` is read-only."""
+`balance` is read-only. A crash point named in the environment is installed with it
+(`testkit.crash_points`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from agents import Agent, function_tool
 from agents.tool_context import ToolContext
 
 from bot.runtime import retry_safe
+from testkit import crash_points
 
 
 @function_tool(needs_approval=True)
@@ -37,6 +39,7 @@ def balance(account: str) -> str:
 
 
 def build_agent() -> Agent[Any]:
+    crash_points.install_from_env()
     return Agent(
         name="assistant",
         instructions="Move money when asked.",

@@ -1,7 +1,8 @@
 """Keep a history valid for the model after a run is set aside (fail-closed, discard): every
 function call that never got an output gets one, and what it says is what the tool ledger
 says: a call that completed gets its recorded output (it ran, once), one that started and
-never completed is "outcome unknown", one the ledger never saw was not run."""
+never completed is "outcome unknown", one approved and never started was not run (the
+closer cancels it in the ledger: it never will), one the ledger never saw was not run."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from storage.session import dump_item
 
 NOT_RUN = "Not run: the saved state of this run was set aside, so this call never executed."
 STOPPED_BEFORE_IT_RAN = "Not run: the run was stopped on request before this call started."
+NOT_STARTED = "Not run: it was approved, but the run ended before this call started."
 UNKNOWN_OUTCOME = (
     "The outcome of this call is unknown: it was started, then the bot restarted before it "
     "recorded a result. It was not run again. Tell the user, and do not assume it succeeded."
@@ -56,6 +58,7 @@ class ClosedCalls:
     unknown: list[PendingCall] = field(default_factory=list)
     not_run: list[PendingCall] = field(default_factory=list)
     stopped: list[PendingCall] = field(default_factory=list)  # armed, never started
+    approved: list[PendingCall] = field(default_factory=list)  # approved, never started
 
     def add(self, call: dict[str, Any], record: ToolCallRecord | None) -> None:
         pending = PendingCall(
@@ -67,6 +70,8 @@ class ClosedCalls:
             output, bucket = record.output or "", self.ran
         elif record is not None and record.status is ToolCallStatus.CANCELLED:
             output, bucket = STOPPED_BEFORE_IT_RAN, self.stopped
+        elif record is not None and record.status is ToolCallStatus.APPROVED:
+            output, bucket = NOT_STARTED, self.approved
         elif record is not None:
             output, bucket = UNKNOWN_OUTCOME, self.unknown
         else:
@@ -86,6 +91,8 @@ class ClosedCalls:
             self.ran.append(call)
         elif record is not None and record.status is ToolCallStatus.CANCELLED:
             self.stopped.append(call)
+        elif record is not None and record.status is ToolCallStatus.APPROVED:
+            self.approved.append(call)
         elif record is not None:
             self.unknown.append(call)
         else:
@@ -107,12 +114,12 @@ class ClosedCalls:
 
     @property
     def all(self) -> list[PendingCall]:
-        return self.ran + self.unknown + self.not_run + self.stopped
+        return self.ran + self.unknown + self.not_run + self.stopped + self.approved
 
     @property
     def undecided(self) -> list[PendingCall]:
         """The calls whose approval requests (if they have one) are still open: those the
-        ledger never saw. The others were decided (approved, then run or armed), and their
+        ledger never saw. The others were decided (approved, then run or not), and their
         cards say by whom; a notice does not overwrite that."""
         return self.not_run
 
@@ -133,6 +140,8 @@ class ClosedCalls:
             parts.append(f"Not run: {_names(self.not_run)}.")
         if self.stopped:
             parts.append(f"Stopped before it ran (not run): {_names(self.stopped)}.")
+        if self.approved:
+            parts.append(f"Approved, never started (not run): {_names(self.approved)}.")
         return " ".join(parts)
 
 

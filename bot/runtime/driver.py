@@ -326,11 +326,41 @@ def _restart_notices(serving: ServingView, scope: TurnScope) -> list[Outcome]:
         )
         for call_id, tool_name in scope.started_again
     ]
+    across = _across_restart(scope)
+    if across:
+        outcomes.append(
+            Notice(key=serving.key, kind=NoticeKind.TOOL_COMPLETED_AFTER_RESTART, text=across)
+        )
     outcomes += [
         Notice(key=serving.key, kind=NoticeKind.TOOL_OUTCOME_UNKNOWN, text=_unanswered(call))
         for call in scope.unanswered
     ]
     return outcomes
+
+
+def _across_restart(scope: TurnScope) -> str:
+    """What became of the turn's side effects that a restart came between: those approved
+    and not started before it, run now, and those that had run before it (said when another
+    call of the turn was cut short, so that the thread knows of each what it did)."""
+    said = [
+        f"`{tool_name}` (call {call_id}) was approved before a restart and had not started; "
+        f"it was run once after the restart{_ended(scope.fates.get(call_id))}"
+        for call_id, tool_name in scope.started_late
+    ]
+    if said or scope.unknown_outcomes or scope.started_again:
+        said += [
+            f"`{tool_name}` (call {call_id}) had run before the restart; it was not run again."
+            for call_id, tool_name in scope.ran_before
+        ]
+    return " ".join(said)
+
+
+def _ended(fate: Step | None) -> str:
+    if fate is Step.DONE:
+        return " and completed."
+    if fate is Step.FAILED:
+        return " and failed."
+    return "."  # no answer came: the notice that follows says so
 
 
 def _unanswered(call: Unanswered) -> str:

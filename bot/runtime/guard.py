@@ -2,9 +2,11 @@
 
 Every function tool is wrapped. A side-effecting call (any tool not marked `retry_safe`)
 always pauses first, so the runtime checkpoints after the model chose the call and before it
-runs; the runtime then approves it itself unless a person must. While it runs, the ledger
-records it as started (in the same write as the checkpoint that approved it), then completed
-with its output. A call id seen again (after a crash
+runs; the runtime then approves it itself unless a person must. The ledger records it as
+approved (in the same write as the checkpoint that approved it), as started just before it
+runs, then completed with its output. The side effects of one model response run one at a
+time (retry-safe calls still run together), so a crash cuts short at most one of them; one
+approved that never started is run after the restart. A call id seen again (after a crash
 or on another replica) returns the recorded output, or, if it started but never completed,
 an "outcome unknown" result: it is never run twice.
 
@@ -28,6 +30,7 @@ import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agents import (
@@ -263,38 +266,57 @@ def _guarded_invoke(
             output, _ = await watched_call(server, lambda: original(ctx, arguments), safe=True)
             await scope.show(call_id, tool.name, _fate(output))
             return output
-        # A stop that came first: the call never runs. If it was recorded as started, it
-        # stays armed, and the stop records it as cancelled once the turn is over (one
-        # writer, after every tool of the turn is done with it).
+        # A stop that came first: the call never runs. Approved by this serve (armed), the
+        # stop records it as cancelled once the turn is over (one writer, after every tool
+        # of the turn is done with it); approved before a restart, so does whoever closes
+        # the run's calls (`state_checks.close_calls`).
         if scope.stop_requested():
             return STOPPED_BEFORE_IT_RAN
-        if call_id not in scope.armed:  # else this serve's commit recorded it
+        # The run's side effects start one at a time, each recorded as started just before
+        # it runs: a crash leaves at most one of them started and unfinished (its outcome
+        # unknown), and the others approved, to be run after the restart.
+        async with scope.one_at_a_time():
+            if scope.stop_requested():  # while an earlier one ran
+                return STOPPED_BEFORE_IT_RAN
+            # From its claim on it counts as running: a stop waits for it to start or not
+            # (never abandons the turn between its claim and the tool's start).
+            scope.running += 1
+            scope.idle.clear()
             try:
-                claim = await _begin(scope, call_id, tool.name, arguments)
-            except StorageError as fault:
-                scope.fault = fault
-                raise
-            if not claim.created:
-                record: ToolCallRecord | None = claim.record
-                if claim.record.status is ToolCallStatus.STARTED and keyed:
-                    record = await start_again(scope, call_id, tool.name, claim.record)
-                if record is not None:  # not started again: what the ledger says of it
-                    if record.status is ToolCallStatus.COMPLETED:
-                        await scope.show(call_id, tool.name, Step.DONE)
-                        return record.output
-                    if record.status is ToolCallStatus.CANCELLED:
-                        return STOPPED_BEFORE_IT_RAN
-                    scope.unknown_outcomes.append((call_id, tool.name))
-                    await scope.show(call_id, tool.name, Step.UNKNOWN)
-                    return UNKNOWN_OUTCOME
-            scope.armed.add(call_id)
+                output = await claim_and_run(scope, ctx, arguments)
+            finally:
+                scope.running -= 1
+                if scope.running == 0:
+                    scope.idle.set()
+        if not isinstance(output, _Settled):
+            await scope.show(call_id, tool.name, scope.fates[call_id])
+            return output
+        return output.output
+
+    async def claim_and_run(scope: TurnScope, ctx: ToolContext[Any], arguments: str) -> Any:
+        """Claim the call and run it, or say what the ledger says of it (`_Settled`)."""
+        call_id = ctx.tool_call_id
+        approved_here = call_id in scope.armed  # by this serve's commit, not before a restart
+        try:
+            claim = await _begin(scope, call_id, tool.name, arguments)
+        except StorageError as fault:
+            scope.fault = fault
+            raise
+        if not claim.created:
+            record: ToolCallRecord | None = claim.record
+            if claim.record.status is ToolCallStatus.STARTED and keyed:
+                record = await start_again(scope, call_id, tool.name, claim.record)
+            if record is not None:  # not started again: what the ledger says of it
+                scope.armed.discard(call_id)
+                return _Settled(await _as_recorded(scope, call_id, tool.name, record))
+        scope.armed.add(call_id)
         # Until the tool itself starts the call stays armed: a stop that lands meanwhile
         # (while the progress is shown, say) has it recorded as cancelled, not as started.
         if key_argument:  # a keyed MCP tool receives its key as an argument
             arguments = with_key(arguments, key_argument, ctx)
         await scope.show(call_id, tool.name, Step.RUNNING)
         if scope.stop_requested():
-            return STOPPED_BEFORE_IT_RAN
+            return _Settled(STOPPED_BEFORE_IT_RAN)
         # Cancellation, KeyboardInterrupt and SystemExit pass through unrecorded: the call
         # stays `started`, its outcome unknown; so does a call that got no answer (`attempt`),
         # unless it is keyed: then it is sent again with its key, while its attempts last.
@@ -302,38 +324,53 @@ def _guarded_invoke(
         # `original`) is a known outcome: it ran and failed; so is an MCP server found down
         # before the call was first sent (it did not run).
         scope.armed.discard(call_id)
-        scope.running += 1
-        scope.idle.clear()
+        if not approved_here and claim.created:
+            scope.started_late.append((call_id, tool.name))
         try:
+            output, why = await attempt(ctx, arguments)
+        except Exception as exc:
+            await _failed(scope, call_id, tool.name, exc)
+            raise
+        while why is not None and keyed and await send_again(scope, call_id, tool.name, why):
             try:
                 output, why = await attempt(ctx, arguments)
+            except McpServerDown:
+                raise  # not sent again yet: it stays `started`, sent when the run goes on
             except Exception as exc:
                 await _failed(scope, call_id, tool.name, exc)
                 raise
-            while why is not None and keyed and await send_again(scope, call_id, tool.name, why):
-                try:
-                    output, why = await attempt(ctx, arguments)
-                except McpServerDown:
-                    raise  # not sent again yet: it stays `started`, sent when the run goes on
-                except Exception as exc:
-                    await _failed(scope, call_id, tool.name, exc)
-                    raise
-            if why is not None:
-                return await _unanswered(scope, call_id, tool.name, server, why)
-            try:
-                await _complete(scope, call_id, tool.name, as_text(output))
-            except StorageError as fault:
-                scope.fault = fault
-                raise
-        finally:
-            scope.running -= 1
-            if scope.running == 0:
-                scope.idle.set()
+        if why is not None:
+            return _Settled(await _unanswered(scope, call_id, tool.name, server, why))
+        try:
+            await _complete(scope, call_id, tool.name, as_text(output))
+        except StorageError as fault:
+            scope.fault = fault
+            raise
         scope.fates[call_id] = _fate(output)
-        await scope.show(call_id, tool.name, _fate(output))
         return output
 
     return invoke
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """What a call returns when it did not run here to completion: the ledger's word, a
+    stop's, or no answer (each shown already)."""
+
+    output: Any
+
+
+async def _as_recorded(scope: TurnScope, call_id: str, tool: str, record: ToolCallRecord) -> Any:
+    """What the model is given for a call the ledger settled or saw started before."""
+    if record.status is ToolCallStatus.COMPLETED:
+        scope.ran_before.append((call_id, tool))
+        await scope.show(call_id, tool, Step.DONE)
+        return record.output
+    if record.status is ToolCallStatus.CANCELLED:
+        return STOPPED_BEFORE_IT_RAN
+    scope.unknown_outcomes.append((call_id, tool))
+    await scope.show(call_id, tool, Step.UNKNOWN)
+    return UNKNOWN_OUTCOME
 
 
 async def _failed(scope: TurnScope, call_id: str, tool: str, exc: Exception) -> None:

@@ -6,6 +6,7 @@ did not act on it" is said only when no call of the request ran or may have."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from agents.exceptions import (
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, HeldMessage
 from bot.runtime.outcomes import Notice, NoticeKind
-from storage import Status, ToolCallStatus
+from storage import LeaseLost, Status, ToolCallStatus
 
 if TYPE_CHECKING:
     from bot.runtime.serving_view import ServingView
@@ -87,16 +88,17 @@ async def guardrail_tripped(
 
 
 async def _not_started(serving: ServingView) -> None:
-    """Calls recorded as started and never started (a tool input guardrail stopped an
+    """Calls approved (or claimed) and never started (a tool input guardrail stopped an
     approved call before it ran): the ledger says they did not run, not "outcome unknown".
     A result recorded after the lease was taken (the call's fence still holds it) is the
     truth as well."""
     for call_id in sorted(serving.armed):
-        await serving.io(
-            serving.store.complete_tool_call,
-            serving.lease,
-            call_id,
-            NOT_RUN_GUARDED,
-            status=ToolCallStatus.CANCELLED,
-        )
+        with contextlib.suppress(LeaseLost):  # approved, not started: its new holder's
+            await serving.io(
+                serving.store.complete_tool_call,
+                serving.lease,
+                call_id,
+                NOT_RUN_GUARDED,
+                status=ToolCallStatus.CANCELLED,
+            )
     serving.armed.clear()

@@ -84,7 +84,7 @@ class Serving(Holding):
         self.closed_to: Envelope | None = None  # what failing closed left as the checkpoint
         self.paused = False  # it waits for MCP servers that are down (`paused_for`)
         self.decided: dict[str, DecisionMade] = {}  # carried from envelope to envelope
-        self.armed: set[str] = set()  # recorded as started by this serve, not started yet
+        self.armed: set[str] = set()  # approved by this serve's commits, not started yet
         self.showing = False  # progress was shown for this thread: end it when done
         self.notes: list[Outcome] = []  # for the thread, with the next commit (`model_input`)
         self.stopped_by = ""  # who stopped a run of this serve (a later stop is told so)
@@ -265,8 +265,10 @@ class Serving(Holding):
         """Commit the checkpoint with the turn's session items, consuming inbox entries,
         then deliver its outcomes. The status stays `running` until the release that
         records their delivery, so a crash in between is found by `recover`. Calls in `arm`
-        (approved by this checkpoint, about to run) are recorded as started in the same
-        write. Returns the session's next sequence number."""
+        (approved by this checkpoint, to run next) are recorded as approved in the same
+        write; each is recorded as started just before it runs (`guard`), so a crash
+        before then leaves it approved, to be run after the restart. Returns the session's
+        next sequence number."""
         self.check()
         outcomes, self.notes = [*self.notes, *outcomes], []
         envelope.outbox = self.outbox.for_commit(self.version + 1, outcomes, self.record.generation)
@@ -277,7 +279,7 @@ class Serving(Holding):
                 call_id=call.call_id,
                 tool_name=call.tool_name,
                 arguments=call.arguments,
-                status=ToolCallStatus.STARTED,
+                status=ToolCallStatus.APPROVED,
                 fence=self.lease.fence,
                 started_at=now,
             )

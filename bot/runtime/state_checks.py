@@ -17,14 +17,19 @@ from agents import RunState
 from agents.exceptions import ModelBehaviorError, UserError
 from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
-from bot.runtime.closing import ClosedCalls, answered_calls_of_the_run, unanswered_calls
+from bot.runtime.closing import (
+    NOT_STARTED,
+    ClosedCalls,
+    answered_calls_of_the_run,
+    unanswered_calls,
+)
 from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
 from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
 from bot.runtime.mcp_servers import paused_for
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
 from bot.runtime.references import new_reference
 from bot.runtime.request_context import for_restore, request_context
-from storage import CheckpointError, Conversation, Status, ToolCallStatus
+from storage import CheckpointError, Conversation, Status, ToolCallRecord, ToolCallStatus
 
 if TYPE_CHECKING:
     from bot.runtime.serving_view import ServingView
@@ -227,30 +232,45 @@ async def close_calls(
     of `run` (the checkpoint's) that the history does not hold, those inside an agent used
     as a tool, are told as the ledger says too: one still waiting for a person was not run,
     one approved and started but never completed is "outcome unknown" (it was left started,
-    and nobody told, when the run stopped before it finished). With `answered` (the history
-    ends with the run in progress), the calls of the run already answered are told too."""
+    and nobody told, when the run stopped before it finished). A call approved and never
+    started never will be now: the ledger records it cancelled. With `answered` (the
+    history ends with the run in progress), the calls of the run already answered are told
+    too."""
     io, store, key = serving.io, serving.store, serving.key
     generation = serving.record.generation
+
+    async def ledger(call_id: str) -> ToolCallRecord | None:
+        record = await io(store.get_tool_call, key, call_id, generation)
+        if record is not None and record.status is ToolCallStatus.APPROVED:
+            await io(
+                store.complete_tool_call,
+                serving.lease,
+                call_id,
+                NOT_STARTED,
+                status=ToolCallStatus.CANCELLED,
+            )
+        return record
+
     page = await io(store.read_items, key, window)
     closed = ClosedCalls()
     for call in answered_calls_of_the_run(page.items) if answered else []:
-        record = await io(store.get_tool_call, key, call["call_id"], generation)
-        closed.add_answered(call, record)
+        closed.add_answered(call, await ledger(call["call_id"]))
     calls = unanswered_calls(page.items)
     for call in calls:
-        record = await io(store.get_tool_call, key, call["call_id"], generation)
-        closed.add(call, record)
+        closed.add(call, await ledger(call["call_id"]))
     seen = {call["call_id"] for call in calls}
     for pending in run.awaiting if run else []:
         if pending.call_id not in seen:
             seen.add(pending.call_id)
-            record = await io(store.get_tool_call, key, pending.call_id, generation)
-            closed.add_nested(pending, record)
+            closed.add_nested(pending, await ledger(pending.call_id))
     approved = [c for c, made in (run.decided if run else {}).items() if made.approved]
     for call_id in approved:
         if call_id not in seen:
-            record = await io(store.get_tool_call, key, call_id, generation)
-            if record is not None and record.status is ToolCallStatus.STARTED:
+            record = await ledger(call_id)
+            if record is not None and record.status in (
+                ToolCallStatus.STARTED,
+                ToolCallStatus.APPROVED,
+            ):
                 closed.add_nested(
                     PendingCall(
                         call_id=call_id, tool_name=record.tool_name, arguments=record.arguments

@@ -29,6 +29,7 @@ from storage import (
     CheckpointError,
     Commit,
     InboxEntry,
+    LeaseLost,
     Status,
     ToolCallStatus,
 )
@@ -81,7 +82,7 @@ async def stopped(serving: ServingView, consume: list[str], *, by: str | None = 
         details=quotes[:QUOTED],
     )
     decided = dict(serving.decided)
-    for call in closed.not_run + closed.stopped:
+    for call in closed.not_run + closed.stopped + closed.approved:
         decided[call.call_id] = DecisionMade(approved=False, user=who or "", stopped=True)
     serving.note_decisions(decided)
     tombstone = Envelope(
@@ -148,19 +149,23 @@ async def stop_requests(serving: ServingView, entries: Entries, runnable: Envelo
 
 
 async def _cancel_armed(serving: ServingView) -> None:
-    """Calls this serve recorded as started (with the commit that approved them, or claimed
-    just before running them) and never started (the stop came first): the ledger says they
-    did not run, rather than "outcome unknown". When the thread was taken from this serve
-    meanwhile (a discard, which may have read such a call as started and said its outcome
-    is unknown), the ledger is still set right, and the thread is told."""
+    """Calls this serve approved (with the commit that approved them) or claimed just
+    before running them, and never started (the stop came first): the ledger says they did
+    not run, rather than "outcome unknown". When the thread was taken from this serve
+    meanwhile (a discard, which may have read a claimed call as started and said its
+    outcome is unknown), the ledger is still set right, and the thread is told; an approved
+    call is then its new holder's to settle (`LeaseLost`)."""
     for call_id in sorted(serving.armed):
-        held = await serving.io(
-            serving.store.complete_tool_call,
-            serving.lease,
-            call_id,
-            STOPPED_BEFORE_IT_RAN,
-            status=ToolCallStatus.CANCELLED,
-        )
+        try:
+            held = await serving.io(
+                serving.store.complete_tool_call,
+                serving.lease,
+                call_id,
+                STOPPED_BEFORE_IT_RAN,
+                status=ToolCallStatus.CANCELLED,
+            )
+        except LeaseLost:
+            continue  # approved, not started: its new holder's (the others still are ours)
         if not held:
             await _tell_cancelled_late(serving, call_id)
     serving.armed.clear()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ class TurnScope:
 
     storage: StorageCalls
     lease: Lease
-    armed: set[str] = field(default_factory=set)  # recorded as started, not started yet
+    armed: set[str] = field(default_factory=set)  # approved or claimed here, not started yet
     human_approval: dict[str, bool] = field(default_factory=dict)
     unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
     fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn
@@ -44,6 +45,11 @@ class TurnScope:
     unanswered: list[Unanswered] = field(default_factory=list)  # sent, no answer came
     late: list[tuple[str, str, str]] = field(default_factory=list)  # (call, tool, output)
     # recorded after the lease was taken from us (a discard): the thread is told after
+    ran_before: list[tuple[str, str]] = field(default_factory=list)  # its result recorded
+    # Approved by an earlier serve's commit (before a restart), never started: run now.
+    started_late: list[tuple[str, str]] = field(default_factory=list)
+    # One side effect at a time (`one_at_a_time`): a crash cuts short at most one.
+    side_effects: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def store(self) -> Store:
@@ -58,7 +64,25 @@ class TurnScope:
         self.started_again.clear()
         self.fates.clear()
         self.unanswered.clear()
+        self.ran_before.clear()
+        self.started_late.clear()
         self.fault = None
+
+    @asynccontextmanager
+    async def one_at_a_time(self) -> AsyncIterator[None]:
+        """Held while a side-effecting call starts, runs and is recorded: the calls the
+        model asked for together run one after the other, so a crash leaves at most one
+        of them started and unfinished, and the others approved, to run after it. A call
+        made from inside a side effect (a tool that runs an agent) does not wait for it."""
+        if _INSIDE.get():
+            yield
+            return
+        async with self.side_effects:
+            token = _INSIDE.set(True)
+            try:
+                yield
+            finally:
+                _INSIDE.reset(token)
 
     async def show(self, call_id: str, tool: str, state: Step) -> None:
         if self.on_step is not None:
@@ -67,3 +91,4 @@ class TurnScope:
 
 
 CURRENT_SCOPE: ContextVar[TurnScope | None] = ContextVar("bot_turn_scope", default=None)
+_INSIDE: ContextVar[bool] = ContextVar("bot_inside_side_effect", default=False)

@@ -39,7 +39,7 @@ SCENARIOS = [
     ("after_commit", 2, "0"),
     ("after_commit", 3, "0"),
 ]
-ARMING_COMMIT = {None: 1, "0": 2}  # the commit that approves the email and arms it
+ARMING_COMMIT = {None: 1, "0": 2}  # the commit that approves the email (not started yet)
 
 
 def _child(env: dict[str, str], *args: str) -> int:
@@ -85,13 +85,22 @@ def test_kill_at_boundary_then_recover(
     if boundary != "none":
         assert "resumed_after_restart" in notices
     unknown = "tool_outcome_unknown" in notices
-    # The call is recorded as started in the same write as the checkpoint that approves it:
-    # dying after that write, it is never run again, and said so.
-    started = boundary in ("before_side_effect", "after_side_effect") or (boundary, nth) == (
-        "after_commit",
-        ARMING_COMMIT[interval],
-    )
+    # The checkpoint that approves the call records it as approved, and it is recorded as
+    # started just before it runs: dying once it started, it is never run again, and said
+    # so; dying after the approving commit, before it started, it is run after the restart
+    # (once), and said so.
+    started = boundary in ("before_side_effect", "after_side_effect")
     assert unknown == started
+    run_late = [
+        o["text"]
+        for o in outcomes
+        if o["type"] == "Notice" and o["kind"] == "tool_completed_after_restart"
+    ]
+    if (boundary, nth) == ("after_commit", ARMING_COMMIT[interval]):
+        [told] = run_late
+        assert "`send_email`" in told and "was run once after the restart and completed" in told
+    else:
+        assert run_late == []
     assert answers == ["Done: email unknown."] if unknown else ["Done: email sent."]
     if not unknown:
         assert len(sends) == 1

@@ -202,14 +202,14 @@ async def test_messages_a_stopped_run_was_given_are_named_by_its_notice(
     assert backend.open().read_inbox(KEY) == []
 
 
-async def test_a_stop_after_a_restart_names_a_started_call_inside_an_agent_tool(
+async def test_a_stop_after_a_restart_names_an_approved_call_inside_an_agent_tool(
     backend: Backend, effects: SideEffects
 ) -> None:
     """A call inside an agent used as a tool is approved (the decision's commit records it
-    started), the replica drains before it runs, and a stop is served by the other one. The
-    history does not hold the nested call: the notice used to name only the outer one ("Not
-    run: `pay`") and left the nested call started in the ledger, with nobody told (chaos
-    150104)."""
+    approved, not started), the replica drains before it runs, and a stop is served by the
+    other one. The history does not hold the nested call: the notice used to name only the
+    outer one ("Not run: `pay`") and left the nested call in the ledger, with nobody told
+    (chaos 150104). It never started: it is named as such, and cancelled in the ledger."""
 
     @function_tool(needs_approval=True)
     def transfer(amount: int) -> str:
@@ -240,15 +240,16 @@ async def test_a_stop_after_a_restart_names_a_started_call_inside_an_agent_tool(
         KEY, call_id="c-in", approve=True, user="U1", checkpoint_version=request.checkpoint_version
     )
     store = backend.open()
-    started = store.get_tool_call(KEY, "c-in")
-    assert started is not None and started.status is ToolCallStatus.STARTED
+    approved = store.get_tool_call(KEY, "c-in")
+    assert approved is not None and approved.status is ToolCallStatus.APPROVED
     await b.recover()
     [notice] = sink.notices(NoticeKind.STOPPED)
-    assert "Started, outcome unknown (not run again; check it): `transfer` (call c-in)" in (
-        notice.text
-    )
+    assert "Approved, never started (not run): `transfer`" in notice.text
+    assert "unknown" not in notice.text
     assert "c-in" not in [c.call_id for c in notice.settles]  # its card keeps who approved it
     assert effects.calls() == []
+    cancelled = store.get_tool_call(KEY, "c-in")
+    assert cancelled is not None and cancelled.status is ToolCallStatus.CANCELLED
 
 
 async def test_a_message_after_a_stop_starts_a_fresh_run_in_the_same_serve(
@@ -312,11 +313,16 @@ async def test_approve_then_stop_before_the_call_says_not_run(
 async def test_a_call_stopped_before_it_ran_after_a_discard_said_unknown_is_told_so(
     backend: Backend, effects: SideEffects
 ) -> None:
-    """Approve; a stop lands, then an admin discards on another replica, before the armed
-    call starts: the discard reads the call as started (outcome unknown), the stopped serve
-    records that it never ran, and the thread is told so (chaos seed 140011: the ledger said
-    cancelled, and the thread only ever heard "outcome unknown")."""
-    a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
+    """Approve; a stop lands, then an admin discards on another replica, after the call was
+    recorded as started and before the tool itself starts: the discard reads the call as
+    started (outcome unknown), the stopped serve records that it never ran, and the thread
+    is told so (chaos seed 140011: the ledger said cancelled, and the thread only ever heard
+    "outcome unknown")."""
+    progress = StopWhileShowing(after=0)  # the call is started in the ledger when shown
+    sink = Sink()
+    agent = build_agent(email_then_answer(), effects)
+    a = ConversationRuntime(backend.open(), agent, on_outcome=sink, progress=progress, owner="A")
+    b = ConversationRuntime(backend.open(), agent, on_outcome=sink, owner="B")
     [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
 
@@ -324,7 +330,7 @@ async def test_a_call_stopped_before_it_ran_after_a_discard_said_unknown_is_told
         assert (await a.request_stop(KEY, "U1")).accepted
         await b.discard(KEY, by="UADMIN")
 
-    sink.when(Decided, stop_then_discard)  # the decision is committed (the call armed)
+    progress.act = stop_then_discard
     await a.decide(
         KEY,
         call_id="call-email",
@@ -338,6 +344,38 @@ async def test_a_call_stopped_before_it_ran_after_a_discard_said_unknown_is_told
     [late] = sink.notices(NoticeKind.TOOL_FINISHED_LATE)
     assert "`send_email` (call call-email)" in late.text and "never ran" in late.text
     assert sink.sent.index(late) > sink.sent.index(discarded)
+    call = backend.open().get_tool_call(KEY, "call-email")
+    assert call is not None and call.status is ToolCallStatus.CANCELLED
+
+
+async def test_a_call_approved_then_discarded_before_it_started_is_told_not_run(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """Approve; a stop lands, then an admin discards on another replica, before the approved
+    call is claimed: it never started, so the discard says it was not run (not "outcome
+    unknown") and records it cancelled; the stopped serve, whose lease is gone, runs
+    nothing."""
+    a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
+    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+
+    async def stop_then_discard() -> None:
+        assert (await a.request_stop(KEY, "U1")).accepted
+        await b.discard(KEY, by="UADMIN")
+
+    sink.when(Decided, stop_then_discard)  # the decision is committed (the call approved)
+    await a.decide(
+        KEY,
+        call_id="call-email",
+        approve=True,
+        user="U1",
+        checkpoint_version=request.checkpoint_version,
+    )
+    assert effects.calls() == []
+    [discarded] = sink.notices(NoticeKind.DISCARDED)
+    assert "Approved, never started (not run): `send_email`" in discarded.text
+    assert "unknown" not in discarded.text
+    assert sink.notices(NoticeKind.TOOL_FINISHED_LATE) == []
     call = backend.open().get_tool_call(KEY, "call-email")
     assert call is not None and call.status is ToolCallStatus.CANCELLED
 

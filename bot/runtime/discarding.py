@@ -218,7 +218,7 @@ async def _discard(serving: Serving, by: str | None) -> None:
         Discarded(
             key=serving.key,
             removed_checkpoint=old.object_key if old else None,
-            pending_calls=closed.not_run,
+            pending_calls=closed.not_run + closed.approved,  # none of them ran
             ran_calls=closed.ran,
             unknown_calls=closed.unknown,
             dropped_messages=dropped,

@@ -19,9 +19,11 @@ from bot.runtime import (
     ApprovalRequest,
     ConversationRuntime,
     Decided,
+    Discarded,
     Kept,
     Notice,
     NoticeKind,
+    Outcome,
     Refused,
 )
 from bot.runtime.progress import Quiet, Step
@@ -359,9 +361,11 @@ async def test_a_call_approved_then_discarded_before_it_started_is_told_not_run(
     [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
 
+    discarded_by_admin: list[Outcome] = []
+
     async def stop_then_discard() -> None:
         assert (await a.request_stop(KEY, "U1")).accepted
-        await b.discard(KEY, by="UADMIN")
+        discarded_by_admin.extend(await b.discard(KEY, by="UADMIN"))
 
     sink.when(Decided, stop_then_discard)  # the decision is committed (the call approved)
     await a.decide(
@@ -375,6 +379,9 @@ async def test_a_call_approved_then_discarded_before_it_started_is_told_not_run(
     [discarded] = sink.notices(NoticeKind.DISCARDED)
     assert "Approved, never started (not run): `send_email`" in discarded.text
     assert "unknown" not in discarded.text
+    [summary] = [o for o in discarded_by_admin if isinstance(o, Discarded)]  # the admin's
+    assert [c.call_id for c in summary.pending_calls] == ["call-email"]
+    assert summary.unknown_calls == [] and summary.ran_calls == []
     assert sink.notices(NoticeKind.TOOL_FINISHED_LATE) == []
     call = backend.open().get_tool_call(KEY, "call-email")
     assert call is not None and call.status is ToolCallStatus.CANCELLED

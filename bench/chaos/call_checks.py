@@ -147,6 +147,18 @@ def check_calls(
     return out
 
 
+def completed_calls(text: str) -> set[str]:
+    """The calls a notice says completed: each call's own words (from its name to the next
+    call's), as one notice can tell of several calls, some completed and some not run again."""
+    found = list(NAMED_CALL.finditer(text))
+    ends = [m.start() for m in found[1:]] + [len(text)]
+    return {
+        m.group(1)
+        for m, end in zip(found, ends, strict=True)
+        if "completed." in text[m.end() : end]
+    }
+
+
 def _notices_against_ledger(
     thread: ThreadFacts, mine: dict[str, CallMade], effects: Counter[str], said_unknown: set[str]
 ) -> list[tuple[str, str]]:
@@ -168,8 +180,8 @@ def _notices_against_ledger(
                     )
                 )
         if post.what.notice == "tool_completed_after_restart":
-            for call_id in NAMED_CALL.findall(post.text):
-                if call_id in mine and "completed." in post.text and not effects.get(call_id):
+            for call_id in completed_calls(post.text):
+                if call_id in mine and not effects.get(call_id):
                     out.append(("notice_contradicts_ledger", f"{call_id} completed; it never ran"))
     if expired or thread.record is None:
         return out  # a state that expired took its tool ledger with it
@@ -203,8 +215,8 @@ def check_keyed(
     completed = {
         call
         for p in thread.posts
-        if p.what.notice == "tool_completed_after_restart" and "completed." in p.text
-        for call in NAMED_CALL.findall(p.text)
+        if p.what.notice == "tool_completed_after_restart"
+        for call in completed_calls(p.text)
     }
     closed = set()  # said unknown by a stop or a discard: that run did not finish
     for post in thread.posts:

@@ -1308,3 +1308,14 @@ async def test_the_model_server_counts_each_process_open_requests() -> None:
         ("r0p1", 1),
     ]
     assert [e.get("fault") for e in model.log][-2:] == ["flaky", None]
+
+
+def test_a_restart_notice_counts_as_completed_only_the_calls_it_says_completed() -> None:
+    from bench.chaos.call_checks import completed_calls
+
+    text = (
+        "`transfer` (call call_ab_1) was approved before a restart and had not started; it "
+        "was run once after the restart and completed. `transfer` (call call_ab_2) had run "
+        "before the restart; it was not run again."
+    )
+    assert completed_calls(text) == {"call_ab_1"}

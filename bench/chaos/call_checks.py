@@ -131,6 +131,14 @@ def check_calls(
                     f"{call_id} left started in the ledger, its run over; no notice names it",
                 )
             )
+        if record is not None and record.status is ToolCallStatus.APPROVED and finished:
+            out.append(
+                (
+                    "approved_never_settled",
+                    f"{call_id} left approved in the ledger, its run over: neither run nor "
+                    "cancelled",
+                )
+            )
     out += _notices_against_ledger(thread, mine, effects, said_unknown)
     for post in thread.posts:
         if post.what.kind is not PostKind.ANSWER:

@@ -25,6 +25,8 @@ Kinds of violation:
                              and what a later replay returns)
   unknown_outcome_unannounced a call ended "outcome unknown" without a notice naming it (a
                              channel that fails permanently cannot be told)
+  approved_never_settled     a call approved but never started is still `approved` once its
+                             thread's run is over (it should have run, or been cancelled)
   unknown_outcome_uncaused   a call ended "outcome unknown" in a run where nothing could
                              have interrupted it (no process or storage fault, no discard)
   answer_posted_twice        one answer posted twice, or one message answered by two runs
@@ -131,6 +133,7 @@ KINDS = (
     "notice_contradicts_ledger",
     "record_contradicts_ledger",
     "unknown_outcome_unannounced",
+    "approved_never_settled",
     "unknown_outcome_uncaused",
     "answer_posted_twice",
     "approval_posted_twice",

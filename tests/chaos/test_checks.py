@@ -292,6 +292,13 @@ def test_each_check_fires() -> None:
         tool_records={"call_s1t0m0_1": started},
     )
     assert kinds(facts([unknown])) == ["unknown_outcome_unannounced"]
+    approved = started.model_copy(update={"status": ToolCallStatus.APPROVED})
+    never_settled = clean(
+        posts=[post("answer #s1t0m0 | call_s1t0m0_1=not_run [resp 2]")],
+        items=session("not run"),
+        tool_records={"call_s1t0m0_1": approved},
+    )
+    assert "approved_never_settled" in kinds(facts([never_settled], effects=0))
     unknown.dead_channel = True  # nothing can be posted there
     assert kinds(facts([unknown])) == []
     unknown.dead_channel = False

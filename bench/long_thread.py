@@ -353,7 +353,7 @@ async def run_backend(
             await measured(rt, thread, side.windows.setdefault(start, Window()))
     for start, thread in threads.items():
         record = store.get(thread.key)
-        known = rt.history.get(record) if record is not None else None
+        known = rt.parts.history.get(record) if record is not None else None
         side.cached_kb[start] = sum(map(len, known.items)) / 1024 if known else 0.0
         side.stored_mb[start] = sum(map(len, store.read_items(thread.key).items)) / 2**20
     for _ in range(fresh):

@@ -115,7 +115,7 @@ async def scenarios(
     figures.append(await measured(bot, served, "plain reply, thread this replica served", again))
 
     async def cold() -> int:
-        runtime.history = HistoryCache()  # as on another replica, or after a restart
+        runtime.parts.history = HistoryCache()  # as on another replica, or after a restart
         await reply(bot, thread[0].ts, "once more")
         return 1
 

@@ -114,18 +114,18 @@ class AdminCommands:
             return AdminReply(str(exc), ok=False)
 
     async def status(self) -> str:
-        counts = await self.runtime.counts()
+        counts = await self.runtime.queries.counts()
         lines = ["*Conversations by status*"]
         lines += [f"• {status_name(status)}: {count}" for status, count in counts.items()]
         for status in (Status.AWAITING_APPROVAL, Status.INTERRUPTED):
-            oldest = await self.runtime.oldest(status)
+            oldest = await self.runtime.queries.oldest(status)
             if oldest:
                 lines.append(f"Oldest {status_name(status)}: {self._line(oldest)}")
-        lines.append(_feedback_line(await self.runtime.feedback_totals()))
+        lines.append(_feedback_line(await self.runtime.queries.feedback_totals()))
         return "\n".join(lines)
 
     async def one(self, key: ConversationKey) -> str:
-        record = await self.runtime.conversation(key)
+        record = await self.runtime.queries.conversation(key)
         if record is None:
             return "There is no conversation in that thread."
         lines = [self._line(record), _feedback_line(record.feedback)]
@@ -138,7 +138,7 @@ class AdminCommands:
     async def listing(self, *, stale: bool, older_than: timedelta | None) -> str:
         default = self.runtime.settings.stale_after if stale else timedelta(0)
         age = older_than if older_than is not None else default
-        records = await self.runtime.stale(age)
+        records = await self.runtime.queries.stale(age)
         title = f"idle longer than {format_duration(age)}" if age else "paused or set aside"
         if not records:
             return f"No conversations {title}."
@@ -156,7 +156,7 @@ class AdminCommands:
         return ""
 
     async def discard_stale(self, older_than: timedelta, *, dry_run: bool, by: str | None) -> str:
-        records = await self.runtime.stale(older_than)
+        records = await self.runtime.queries.stale(older_than)
         if dry_run:
             if not records:
                 return f"Dry run: nothing idle longer than {format_duration(older_than)}."

@@ -39,7 +39,7 @@ from bot.runtime.outcomes import (
     StatusReply,
 )
 from bot.runtime.progress import Progress, Step
-from bot.runtime.queries import PAUSED
+from bot.runtime.queries import PAUSED, Waiting
 from bot.runtime.request_context import RequestContext
 from bot.runtime.runtime import (
     EXPIRED_RESUME,
@@ -58,7 +58,6 @@ from bot.runtime.tagged_unions import validating_by_tag
 from bot.runtime.text import quote
 from bot.runtime.turns import run_turns
 from bot.runtime.viewing import VIEWED_ITEMS, ViewedItem, Viewing
-from bot.runtime.waiting import Waiting
 from bot.runtime.warm_up import warm_up
 
 __all__ = [

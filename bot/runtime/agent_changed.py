@@ -21,7 +21,7 @@ import contextlib
 import logging
 
 from bot.runtime.lease_owner import new_owner
-from bot.runtime.runtime_parts import RuntimeParts
+from bot.runtime.scheduler import Scheduler
 from bot.runtime.state_checks import newer_schema
 from storage import Conversation, LeaseBusy, LeaseLost, NotFound, Status
 
@@ -45,22 +45,23 @@ def made_by_another(record: Conversation | None, fingerprint: str) -> bool:
     )
 
 
-async def set_aside_changed(rt: RuntimeParts, *, limit: int = LIMIT) -> int:
+async def set_aside_changed(scheduler: Scheduler, *, limit: int = LIMIT) -> int:
     """Set aside what another agent paused for approval; how many this process did."""
-    await rt.mcp.start()
-    while not rt.mcp.all_listed() and not rt.draining:
+    parts = scheduler.parts
+    await parts.mcp.start()
+    while not parts.mcp.all_listed() and not parts.draining:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(rt.mcp.until_listed(), LISTED_CHECK)
-    if rt.draining:
+            await asyncio.wait_for(parts.mcp.until_listed(), LISTED_CHECK)
+    if parts.draining:
         return 0
-    listed = await rt.io(rt.store.list_by_status, Status.AWAITING_APPROVAL, limit=limit)
+    listed = await parts.io(parts.store.list_by_status, Status.AWAITING_APPROVAL, limit=limit)
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(found: Conversation) -> bool:
         async with gate:
-            if rt.draining:
+            if parts.draining:
                 return False
-            return await _set_aside(rt, found)
+            return await _set_aside(scheduler, found)
 
     done = sum(await asyncio.gather(*(one(found) for found in listed)))
     if done:
@@ -68,26 +69,29 @@ async def set_aside_changed(rt: RuntimeParts, *, limit: int = LIMIT) -> int:
     return done
 
 
-async def _set_aside(rt: RuntimeParts, found: Conversation) -> bool:
+async def _set_aside(scheduler: Scheduler, found: Conversation) -> bool:
+    parts = scheduler.parts
     key = found.key
-    record = await rt.io(rt.store.get, key)
-    if not made_by_another(record, rt.fingerprint) or rt.admission.waits(key):
+    record = await parts.io(parts.store.get, key)
+    if not made_by_another(record, parts.fingerprint) or parts.admission.waits(key):
         return False  # (a thread that waits for a slot here is served, and told, by that)
     assert record is not None
     person = record.run_by
-    slot = rt.admission.try_take(person) or await rt.admission.take(key, person)
+    slot = parts.admission.try_take(person) or await parts.admission.take(key, person)
     if slot is None:  # stopping, or it waits for a slot here now
         return False
     with slot:
         try:
-            lease, fresh = await rt.io(rt.store.acquire, key, new_owner(rt.process), create=False)
+            lease, fresh = await parts.io(
+                parts.store.acquire, key, new_owner(parts.process), create=False
+            )
         except (LeaseBusy, NotFound):
             return False  # served elsewhere (which verifies it), or gone
-        if not made_by_another(fresh, rt.fingerprint):  # set aside, decided, or answered
+        if not made_by_another(fresh, parts.fingerprint):  # set aside, decided, or answered
             with contextlib.suppress(LeaseLost):
-                await rt.io(rt.store.release, lease, touch=False)
+                await parts.io(parts.store.release, lease, touch=False)
             return False
-        served = await rt.serve_under_lease(lease, fresh)
+        served = await scheduler.serve_under_lease(lease, fresh)
     if served.yielded:  # messages came meanwhile and others wait: back in line
-        await rt.serve_when_admitted(key, person)
+        await scheduler.serve_when_admitted(key, person)
     return True

@@ -10,6 +10,7 @@ decision are ordinary messages."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,6 @@ from bot.runtime.outcomes import (
     Refused,
     StatusReply,
 )
-from bot.runtime.replies import parse_decision
 from bot.runtime.request_context import state_document
 from storage import Status
 
@@ -36,6 +36,26 @@ if TYPE_CHECKING:
     from bot.runtime.serving_view import ServingView
 
 Verdict = tuple[bool, str, str | None]  # approve, deciding user, reason
+APPROVE_WORDS = frozenset({"approve", "approved", "yes", "y", "ok", "okay", "go ahead", "lgtm"})
+REJECT_WORDS = frozenset({"reject", "rejected", "no", "n", "deny", "denied", "cancel", "stop"})
+
+
+def reply_words(text: str) -> str:
+    """A reply as a word to act on: without a leading mention of the bot, trailing
+    punctuation or case."""
+    words = re.sub(r"<@[A-Z0-9]+>", "", text)
+    return re.sub(r"[\s.!,:;]+$", "", words.strip()).strip().lower()
+
+
+def parse_decision(text: str) -> bool | None:
+    """A plain reply while a run waits for approval: True to approve, False to reject, None
+    when the text is not a decision word alone."""
+    words = reply_words(text)
+    if words in APPROVE_WORDS:
+        return True
+    if words in REJECT_WORDS:
+        return False
+    return None
 
 
 def allowed(serving: ServingView, envelope: Envelope, user: str) -> bool:

@@ -93,7 +93,7 @@ class StaleFilter:
 
 
 async def discard_conversation(
-    rt: RuntimeParts,
+    parts: RuntimeParts,
     key: ConversationKey,
     *,
     by: str | None,
@@ -101,17 +101,17 @@ async def discard_conversation(
 ) -> list[Outcome]:
     gone = [Refused(key=key, text="There is no conversation in that thread.")]
     try:
-        lease, record = await rt.io(
-            rt.store.acquire, key, new_owner(rt.process), create=False, force=only_if is None
+        lease, record = await parts.io(
+            parts.store.acquire, key, new_owner(parts.process), create=False, force=only_if is None
         )
     except NotFound:
         return list(gone)
     except LeaseBusy:
         return []  # a stale sweep leaves a thread that is active right now alone
-    if only_if is not None and not only_if.holds(record, rt.store.clock()):
-        await rt.io(rt.store.release, lease, touch=False)
+    if only_if is not None and not only_if.holds(record, parts.store.clock()):
+        await parts.io(parts.store.release, lease, touch=False)
         return []
-    serving = Serving(rt, lease, record)
+    serving = Serving(parts, lease, record)
 
     async def opening() -> None:
         await _discard(serving, by)
@@ -120,7 +120,7 @@ async def discard_conversation(
 
 
 async def discard_team(
-    rt: RuntimeParts,
+    parts: RuntimeParts,
     team: str | None,
     enterprise: str | None,
     *,
@@ -131,14 +131,16 @@ async def discard_team(
     of theirs goes on. With `started_before`, only conversations (generations) begun before
     then: a workspace that installed the app again keeps what it began since. Returns the
     keys discarded."""
-    found = await rt.io(rt.store.list_by_team, team, enterprise=enterprise, statuses=UNFINISHED)
+    found = await parts.io(
+        parts.store.list_by_team, team, enterprise=enterprise, statuses=UNFINISHED
+    )
     if started_before is not None:
         found = [record for record in found if began(record) < started_before]
     gate = asyncio.Semaphore(TEAM_SWEEP_CONCURRENCY)
 
     async def one(key: ConversationKey) -> ConversationKey | None:
         async with gate:
-            outcomes = await discard_conversation(rt, key, by=None)
+            outcomes = await discard_conversation(parts, key, by=None)
         return key if any(isinstance(o, Discarded) for o in outcomes) else None
 
     done = await asyncio.gather(*(one(record.key) for record in found))

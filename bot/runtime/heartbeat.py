@@ -21,29 +21,29 @@ log = logging.getLogger(__name__)
 BEAT = 1.0  # seconds between beats (SILENCE is four of them)
 
 
-async def keep_beating(rt: ConversationRuntime, interval: float = BEAT) -> None:
+async def keep_beating(runtime: ConversationRuntime, interval: float = BEAT) -> None:
     """Beat until cancelled (after the drain: a stopping replica's threads are released,
     not taken over)."""
     silent: set[str] = set()  # replicas already swept for
     sweeps: set[asyncio.Task[Any]] = set()
     previous: datetime | None = None  # when this replica's last successful beat began
     while True:
-        began = rt.store.clock()
+        began = runtime.store.clock()
         try:
-            await rt.io(rt.store.beat, rt.process)
-            beats = await rt.io(rt.store.beats)
+            await runtime.io(runtime.store.beat, runtime.process)
+            beats = await runtime.io(runtime.store.beats)
         except Exception:  # a storage blip: the next beat comes well within SILENCE
             log.warning("heartbeat failed; beating again in %ss", interval, exc_info=True)
             await asyncio.sleep(interval)
             continue
         since = silent_before(began, previous, interval)
         previous = began
-        rt.silent_before = since
-        gone = {name for name, at in beats.items() if at < since and name != rt.process}
-        if gone - silent and not rt.draining:
+        runtime.parts.silent_before = since
+        gone = {name for name, at in beats.items() if at < since and name != runtime.process}
+        if gone - silent and not runtime.draining:
             news = sorted(gone - silent)
             log.info("replicas stopped beating: %s; taking their threads over", news)
-            task = asyncio.create_task(_sweep(rt))
+            task = asyncio.create_task(_sweep(runtime))
             sweeps.add(task)
             task.add_done_callback(sweeps.discard)
         silent = gone
@@ -61,9 +61,9 @@ def silent_before(now: datetime, previous: datetime | None, interval: float) -> 
     return min(now, previous + timedelta(seconds=interval)) - SILENCE
 
 
-async def _sweep(rt: ConversationRuntime) -> None:
+async def _sweep(runtime: ConversationRuntime) -> None:
     try:
-        outcomes = await rt.recover()
+        outcomes = await runtime.recover()
         if outcomes:
             metrics.RESUMES.labels("takeover").inc(len({o.key for o in outcomes}))
     except Exception:

@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from bot.runtime.admission import Admission
 from bot.runtime.delivery import Outbox
 from bot.runtime.envelope import UserMessage, parse_payload
 from bot.runtime.outcomes import ApprovalRequest, AwaitingDecision, Notice, NoticeKind, Outcome
 from bot.runtime.references import new_reference
+from bot.runtime.slots import Slots
 from storage import (
     CONSUME_LIMIT,
     Conversation,
@@ -57,7 +57,7 @@ class Holding:
         record: Conversation,
         *,
         outbox: Outbox,
-        admission: Admission,
+        admission: Slots,
         by_recovery: bool,
         note: PersonKey | None = None,
     ) -> None:

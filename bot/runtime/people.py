@@ -1,7 +1,6 @@
 """What the runtime keeps of people beside their conversations (`storage.people`): that they
 were greeted in the agent's container, what they were last seen viewing there (`viewing`),
-their recent conversations; and what waits on them (`waiting`). Mixed into the runtime, like
-`queries`: nothing here serves a thread."""
+their recent conversations. Nothing here serves a thread."""
 
 from __future__ import annotations
 
@@ -16,10 +15,9 @@ log = logging.getLogger(__name__)
 
 
 class People:
-    """Mixed into `ConversationRuntime`, which owns these:"""
-
-    store: Store
-    io: StorageCalls
+    def __init__(self, store: Store, io: StorageCalls) -> None:
+        self.store = store
+        self.io = io
 
     async def greet_once(self, person: PersonKey) -> bool:
         """True the first time (the caller greets them now), False after."""

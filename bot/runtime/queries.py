@@ -1,28 +1,59 @@
 """What the Slack layer and operators may ask of the runtime without serving a thread:
-who may act on a conversation, conversations and counts, verdicts, health."""
+who may act on a conversation, conversations and counts, verdicts, health, and the
+approvals that wait on a person.
+
+The approvals a surface lists (Slack's Home tab): the person who started the run may
+decide its calls, and approvers (`BOT_APPROVERS`) any of the workspace's. Bounded: one
+index query (a few capped pages for approvers; `Store.list_waiting_in`) and one checkpoint
+read per conversation listed, at most `WAITING_LISTED` of them. A conversation that has
+just begun waiting may be named (`including`): read by its key, it is listed even before
+the index shows it (DynamoDB's indexes are eventually consistent)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import timedelta
 
+from bot.runtime.envelope import AwaitingCall, Envelope
 from bot.settings import RuntimeSettings
-from storage import Conversation, ConversationKey, FeedbackTally, Status, Store, Verdict
+from storage import (
+    CheckpointError,
+    Conversation,
+    ConversationKey,
+    FeedbackTally,
+    PersonKey,
+    Status,
+    Store,
+    Verdict,
+)
 from storage.calls import StorageCalls
 
 log = logging.getLogger(__name__)
 PAUSED = (Status.AWAITING_APPROVAL, Status.INTERRUPTED, Status.SET_ASIDE)
 LISTED = 20  # paused threads `/resume` lists (the most recently active)
 PROBE = ConversationKey(team="healthz", channel="healthz", thread_ts="0")  # never stored
+WAITING_LISTED = 10
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A conversation awaiting a decision on `calls`, at checkpoint `version` (what a
+    decision names, as the thread's own request does)."""
+
+    record: Conversation
+    calls: list[AwaitingCall]
+    version: int
+    requested_by: str
 
 
 class Queries:
-    """Mixed into `ConversationRuntime`, which owns these:"""
-
-    store: Store
-    io: StorageCalls
-    settings: RuntimeSettings
+    def __init__(self, store: Store, io: StorageCalls, settings: RuntimeSettings) -> None:
+        self.store = store
+        self.io = io
+        self.settings = settings
 
     def may_act(self, record: Conversation, user: str) -> bool:
         """The people who may act on a conversation: those who wrote in it (its starter
@@ -108,3 +139,56 @@ class Queries:
                 self.store.list_by_status, status, idle_for=older_than, limit=limit
             )
         return found
+
+    async def waiting_for(
+        self, person: PersonKey, including: Collection[ConversationKey] = ()
+    ) -> list[Waiting]:
+        """What `person` may decide, the most recently waiting first; `including`: conversations
+        that began waiting just now, listed when the person may decide them, whether or not the
+        index shows them yet."""
+        approver = person.user in self.settings.approvers
+        if approver:
+            records = await self.io(
+                self.store.list_waiting_in,
+                person.team,
+                enterprise=person.enterprise,
+                limit=WAITING_LISTED,
+            )
+        else:
+            records = await self.io(
+                self.store.list_waiting_on,
+                person.team,
+                person.user,
+                enterprise=person.enterprise,
+                limit=WAITING_LISTED,
+            )
+        listed = {record.key for record in records}
+        missing = [key for key in including if key not in listed]
+        fresh = await asyncio.gather(*(self.io(self.store.get, key) for key in missing))
+        new = [
+            record
+            for record in fresh
+            if record is not None
+            and record.status is Status.AWAITING_APPROVAL
+            and PersonKey.of(record.key, person.user) == person
+            and (approver or record.waiting_on == person.user)
+        ]
+        found = await asyncio.gather(
+            *(self._calls(record) for record in [*new, *records][:WAITING_LISTED])
+        )
+        return [waiting for waiting in found if waiting is not None]
+
+    async def _calls(self, record: Conversation) -> Waiting | None:
+        """The calls a person must decide, from the checkpoint the listing names (None: there
+        is none to decide any more, or it cannot be read: the thread says so itself)."""
+        if record.checkpoint is None:
+            return None
+        try:
+            document = await self.io(self.store.load_checkpoint, record.checkpoint)
+            envelope = Envelope.model_validate(document)
+        except (CheckpointError, ValueError):
+            log.info("%s: its checkpoint could not be read for the listing", record.key)
+            return None
+        if not envelope.runnable or not envelope.humans:
+            return None
+        return Waiting(record, envelope.humans, record.checkpoint.version, envelope.started_by)

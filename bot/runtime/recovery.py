@@ -5,7 +5,7 @@ runs (`holder.provably_dead`), or when its replica stopped beating (`storage.rep
 another host's replica is taken over a few seconds after it died, not a lease later). The
 taker bumps the fence, so the silent holder's late writes are refused. Threads with no
 holder (waiting for a slot, or given up by a shutdown) wait for a slot here like any other
-(`admission`), in the order the index lists them: least recently active first."""
+(`slots`), in the order the index lists them: least recently active first."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from bot import metrics
 from bot.runtime.lease_owner import new_owner, provably_dead
 from bot.runtime.outcomes import Outcome
 from bot.runtime.progress import shown
-from bot.runtime.runtime_parts import RuntimeParts
+from bot.runtime.scheduler import Scheduler
 from storage import Conversation, LeaseBusy, LeaseLost, NotFound, Status
 from storage.replicas import silent
 
@@ -26,22 +26,23 @@ log = logging.getLogger(__name__)
 SILENCE = timedelta(seconds=4)  # a replica whose last beat is older is taken for dead
 
 
-async def recover_conversations(rt: RuntimeParts, *, limit: int) -> list[Outcome]:
+async def recover_conversations(scheduler: Scheduler, *, limit: int) -> list[Outcome]:
     """Resume conversations whose holder died (status `running`, lease expired, absent,
     held by a process on this host that no longer runs, or by a replica that stopped
     beating), each once across replicas, with bounded concurrency; failed deliveries wait
     for their backoff."""
-    if rt.draining:
+    parts = scheduler.parts
+    if parts.draining:
         return []
-    running = await rt.io(rt.store.list_by_status, Status.RUNNING, limit=limit)
-    now = rt.store.clock()
-    cutoff = rt.store.takeover_cutoff(now)
-    gate = asyncio.Semaphore(rt.settings.recovery_concurrency)
+    running = await parts.io(parts.store.list_by_status, Status.RUNNING, limit=limit)
+    now = parts.store.clock()
+    cutoff = parts.store.takeover_cutoff(now)
+    gate = asyncio.Semaphore(parts.settings.recovery_concurrency)
     held = any(r.lease_expires_at and r.lease_expires_at >= cutoff for r in running)
-    beats = await rt.io(rt.store.beats) if held else {}  # one read, for every thread held
+    beats = await parts.io(parts.store.beats) if held else {}  # one read, for every thread held
     # Silence over a time this replica could not beat either (a storage stall) proves
     # nothing: counted as the heartbeat counts it (`heartbeat.silent_before`).
-    quiet_since = min(now - SILENCE, rt.silent_before or now)
+    quiet_since = min(now - SILENCE, parts.silent_before or now)
 
     async def recover_one(record: Conversation) -> list[Outcome]:
         if record.delivery_retry_at is not None and record.delivery_retry_at > now:
@@ -57,23 +58,23 @@ async def recover_conversations(rt: RuntimeParts, *, limit: int) -> list[Outcome
                 return []  # a live holder serves it
             dead = record.lease_owner
         key, person = record.key, record.run_by
-        if rt.admission.waits(key):
+        if parts.admission.waits(key):
             return []  # it waits for a slot here already
-        slot = rt.admission.try_take(person)
+        slot = parts.admission.try_take(person)
         if slot is None:
-            await shown(lambda: rt.progress.queued(key, person))
-            slot = await rt.admission.take(key, person)
+            await shown(lambda: parts.progress.queued(key, person))
+            slot = await parts.admission.take(key, person)
             if slot is None:
                 return []
         with slot:
             async with gate:
-                if rt.draining:
+                if parts.draining:
                     return []
                 try:
-                    lease, fresh = await rt.io(
-                        rt.store.acquire,
+                    lease, fresh = await parts.io(
+                        parts.store.acquire,
                         key,
-                        new_owner(rt.process),
+                        new_owner(parts.process),
                         create=False,
                         takeover_from=dead,
                     )
@@ -83,16 +84,18 @@ async def recover_conversations(rt: RuntimeParts, *, limit: int) -> list[Outcome
                     # Finished meanwhile by another replica (which may take it again before
                     # this lets go, once this lease has run out: then it is theirs anyway).
                     with contextlib.suppress(LeaseLost):
-                        await rt.io(rt.store.release, lease, touch=False)
+                        await parts.io(parts.store.release, lease, touch=False)
                     return []
                 if dead:
                     log.info("%s: took over from %s (%s)", key, dead, why)
                     metrics.TAKEOVERS.labels(why.split()[1]).inc()
                 unheld = record.lease_owner is None
-                served = await rt.serve_under_lease(lease, fresh, recovering=True, unheld=unheld)
+                served = await scheduler.serve_under_lease(
+                    lease, fresh, recovering=True, unheld=unheld
+                )
         outcomes = served.outcomes
         if served.yielded:
-            outcomes += await rt.serve_when_admitted(key, person)
+            outcomes += await scheduler.serve_when_admitted(key, person)
         return outcomes
 
     results = await asyncio.gather(*(recover_one(r) for r in running))

@@ -1,88 +1,108 @@
-"""The runtime as its rooms see it: the members of `ConversationRuntime` that a serve
-(`serving`, `serving_view`) and the operations kept in their own modules (`discarding`,
-`recovery`) use. Typed against this protocol rather than the class, they need nothing of
-`runtime`, which builds them: no import circle, and each says what it uses. Read-only
-members are properties, so that a plain attribute of the class satisfies them."""
+"""What every serve of this replica shares: the storage and its bridge, the agent and its
+fingerprint, the model's window, the ports to the chat surface, the run slots, and the
+tasks that outlive the request that began them. One instance per runtime, built whole from
+its arguments; the serves, recovery and discards are given it."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Coroutine, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
-from agents import Agent, RunConfig
+from agents import Agent
 from agents.memory import SessionSettings
+from agents.run_state import CURRENT_SCHEMA_VERSION
 
-from bot.runtime.admission import Admission
-from bot.runtime.admitting import Served
+from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
-from bot.runtime.context_source import ContextSource
+from bot.runtime.context_source import ContextSource, NoSource
 from bot.runtime.context_window import ContextWindow
-from bot.runtime.delivery import OutcomeSink
+from bot.runtime.delivery import Outbox, OutcomeSink
+from bot.runtime.fingerprint import agent_fingerprint
+from bot.runtime.guard import guard_agent
 from bot.runtime.history_cache import HistoryCache
+from bot.runtime.lease_owner import process_identity
 from bot.runtime.mcp_servers import McpServers
 from bot.runtime.not_taken import NotTaken
 from bot.runtime.outcomes import Outcome
-from bot.runtime.progress import Progress
+from bot.runtime.progress import Progress, Quiet
+from bot.runtime.rate_gate import RateGate
+from bot.runtime.run_options import base_run_config
+from bot.runtime.slots import Slots
 from bot.settings import RuntimeSettings
-from storage import CheckpointMeta, Conversation, ConversationKey, Lease, PersonKey, Store
+from storage import CheckpointMeta, Store
 from storage.calls import StorageCalls
 
+log = logging.getLogger(__name__)
 
-class RuntimeParts(Protocol):
-    """What the runtime's rooms use of `ConversationRuntime`."""
 
-    @property
-    def settings(self) -> RuntimeSettings: ...
-    @property
-    def store(self) -> Store: ...
-    @property
-    def io(self) -> StorageCalls: ...
-    @property
-    def process(self) -> str: ...
-    @property
-    def agent(self) -> Agent[Any]: ...
-    @property
-    def fingerprint(self) -> str: ...
-    @property
-    def mcp(self) -> McpServers: ...
-    @property
-    def run_config(self) -> RunConfig: ...
-    @property
-    def session_settings(self) -> SessionSettings: ...
-    @property
-    def history(self) -> HistoryCache: ...
-    @property
-    def window(self) -> ContextWindow: ...
-    @property
-    def files(self) -> SharedFiles: ...
-    @property
-    def source(self) -> ContextSource: ...
-    @property
-    def sink(self) -> OutcomeSink | None: ...
-    @property
-    def progress(self) -> Progress: ...
-    @property
-    def not_taken(self) -> NotTaken: ...
-    @property
-    def admission(self) -> Admission: ...
-    @property
-    def draining(self) -> bool: ...
-    @property
-    def silent_before(self) -> datetime | None: ...
-
-    def meta(self, *, finished: bool = False) -> CheckpointMeta: ...
-
-    async def serve_under_lease(
+class RuntimeParts:
+    def __init__(
         self,
-        lease: Lease,
-        record: Conversation,
+        store: Store,
+        agent: Agent[Any],
+        settings: RuntimeSettings,
         *,
-        remind: bool = False,
-        recovering: bool = False,
-        unheld: bool = False,
-        note: PersonKey | None = None,
-    ) -> Served: ...
+        io: StorageCalls,
+        sink: OutcomeSink | None,
+        progress: Progress | None,
+        source: ContextSource | None,
+        owner: str | None,
+        agent_version: str,
+    ) -> None:
+        self.store = store
+        self.io = io
+        self.settings = settings
+        self.agent = guard_agent(agent)
+        self.agent_version = agent_version
+        self.fingerprint = agent_fingerprint(self.agent, agent_version)
+        # With MCP servers, the fingerprint is final once each listed its tools (`start`, or
+        # the first serve): nothing is verified or committed before.
+        self.mcp = McpServers(agents_of(self.agent), check_interval=settings.mcp_check_interval)
+        self.mcp.on_change = self._listings_changed
+        self.process = owner or process_identity()
+        self.sink = sink
+        self.progress: Progress = progress or Quiet()
+        self.source: ContextSource = source or NoSource()  # earlier messages, names, files
+        self.files = SharedFiles(io)
+        self.history = HistoryCache()
+        self.not_taken = NotTaken(lambda: self.sink, store, io)
+        # At most `max_runs` threads served at once; the rest wait without their leases.
+        self.admission = Slots(settings.max_runs)
+        self.rate_gate = RateGate()  # a 429 from the model service holds every run back
+        self.window = ContextWindow(settings)  # the model's view: budgets, summaries
+        self.run_config = base_run_config(settings, self.files, self.rate_gate, self.window)
+        self.session_settings = SessionSettings(limit=settings.history_items)
+        self.draining = False  # shutting down: nothing new starts
+        # Replicas whose last beat is older are taken for dead (set by `heartbeat`).
+        self.silent_before: datetime | None = None
+        self.background: set[asyncio.Task[None]] = set()  # work that outlives its request
 
-    async def serve_when_admitted(
-        self, key: ConversationKey, person: str | None
-    ) -> list[Outcome]: ...
+    def _listings_changed(self) -> None:
+        self.fingerprint = agent_fingerprint(self.agent, self.agent_version, mcp=self.mcp.listings)
+
+    def meta(self, *, finished: bool = False) -> CheckpointMeta:
+        return CheckpointMeta(
+            schema_version=CURRENT_SCHEMA_VERSION,
+            agent_fingerprint=self.fingerprint,
+            finished=finished,
+        )
+
+    def in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run `work` in a task that `drain` waits for."""
+        task = asyncio.create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        return task
+
+    def emit_later(self, outcomes: Sequence[Outcome]) -> None:
+        """Deliver outcomes after the request that caused them is acknowledged."""
+        self.in_background(self.emit(outcomes))
+
+    async def emit(self, outcomes: Sequence[Outcome]) -> None:
+        """Deliver outcomes that are not recorded anywhere (best effort)."""
+        outbox = Outbox(self.sink, self.store.clock)
+        for outcome in outcomes:
+            await outbox.emit_now(outcome)

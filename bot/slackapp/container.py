@@ -85,13 +85,13 @@ class ContainerListeners:
         latest message, as the current experience wants). A greeting that could not be
         posted is tried again at their next opening; prompts that could not be set are not
         (the greeting stands)."""
-        if not await self.runtime.greet_once(person):
+        if not await self.runtime.people.greet_once(person):
             return
         try:
             await client.chat_postMessage(channel=channel, text=self.suggestions.greeting)
         except ERRORS as exc:
             log.warning("%s: not greeted: %s", person, error_of(exc))
-            await self.runtime.greeting_failed(person)
+            await self.runtime.people.greeting_failed(person)
             return
         await self._prompts(client, channel, None)
 
@@ -118,7 +118,7 @@ class ContainerListeners:
             return
         at = _moment(body, event)
         viewing = from_entities(event.get("context"), at) or Viewing(at=at)  # {}: nothing
-        await self.runtime.note_viewing(person, viewing)
+        await self.runtime.people.note_viewing(person, viewing)
 
     async def thread_started(
         self, body: dict[str, Any], event: dict[str, Any], context: AsyncBoltContext
@@ -148,7 +148,7 @@ class ContainerListeners:
         if parsed is None or person is None:
             return
         thread_ts, viewing = parsed
-        await self.runtime.note_viewing(
+        await self.runtime.people.note_viewing(
             person, viewing or Viewing(at=_moment(body, event), thread_ts=thread_ts)
         )
 

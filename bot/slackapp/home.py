@@ -157,15 +157,17 @@ class HomeTab:
     ) -> dict[str, Any]:
         rt = self.runtime
         waiting, recent = await asyncio.gather(
-            self._waiting(person, including), rt.recent_conversations(person)
+            self._waiting(person, including), rt.people.recent_conversations(person)
         )
         if waiting is None:
             waiting, note = [], note or "The approvals waiting on you could not be listed."
         admin = None
         if person.user in self.admins:
-            stale = await rt.stale(rt.settings.stale_after, limit=STALE_READ)
+            stale = await rt.queries.stale(rt.settings.stale_after, limit=STALE_READ)
             mine = [r for r in stale if PersonKey.of(r.key, person.user) == person]
-            admin = AdminPart(await rt.counts(), mine[:STALE_SHOWN], rt.settings.stale_after)
+            admin = AdminPart(
+                await rt.queries.counts(), mine[:STALE_SHOWN], rt.settings.stale_after
+            )
         workspace = f"{person.enterprise}:{person.team}" if person.enterprise else person.team
         link = linker(self.urls.get(workspace, DEFAULT_URL))
         return home_view(waiting, recent, link, admin, note)
@@ -176,7 +178,7 @@ class HomeTab:
         """None when they cannot be listed (e.g. a table still without the approval index,
         an upgrade half done): the rest of the tab is published."""
         try:
-            return await self.runtime.waiting_for(person, including)
+            return await self.runtime.queries.waiting_for(person, including)
         except Exception:
             log.exception("%s: the approvals waiting on them could not be listed", person)
             return None
@@ -249,7 +251,7 @@ class HomeTab:
     async def _after_decision(self, decided: Decided) -> None:
         key = decided.key
         try:
-            record = await self.runtime.conversation(key)
+            record = await self.runtime.queries.conversation(key)
         except StorageError as exc:
             log.info("%s: Home not refreshed: %r", key, exc)
             return

@@ -158,7 +158,7 @@ class Listeners:
         told = from_entities(event.get("app_context"), now)
         if told is not None:
             return told
-        return await self.runtime.viewing_for(PersonKey.of(key, user), key.thread_ts)
+        return await self.runtime.people.viewing_for(PersonKey.of(key, user), key.thread_ts)
 
     # -- approvals ----------------------------------------------------------------------
 
@@ -237,7 +237,7 @@ class Listeners:
             context["refusal"] = "That button is not one of mine."
             await ack()
             return
-        tally = await self.runtime.record_feedback(key, answer, user, verdict)
+        tally = await self.runtime.queries.record_feedback(key, answer, user, verdict)
         await ack()
         if tally is None:
             context["refusal"] = "That conversation has expired; your feedback was not kept."
@@ -296,7 +296,7 @@ class Listeners:
         enterprise, link = self._enterprise(context), self._link(context)
         if not text:
             try:
-                paused = await self.runtime.paused_in(
+                paused = await self.runtime.queries.paused_in(
                     team, str(body.get("channel_id", "")), user, enterprise=enterprise
                 )
             except Exception:  # e.g. a table that lacks the index yet (an upgrade half done)
@@ -335,7 +335,7 @@ class Listeners:
         link = self._link(context)
         text = await self._resume(key, user, link, body.get("response_url"), event_id, replace=True)
         try:
-            paused = await self.runtime.paused_in(
+            paused = await self.runtime.queries.paused_in(
                 key.team, key.channel, user, enterprise=key.enterprise
             )
         except Exception:  # the answer is what matters; the list can be asked for again

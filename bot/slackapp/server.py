@@ -43,7 +43,7 @@ def health_routes(runtime: ConversationRuntime) -> list[web.RouteDef]:
     key_missing = needs_openai_key(runtime.agent, runtime.settings)
 
     async def healthz(request: web.Request) -> web.Response:
-        ok = not runtime.draining and await runtime.healthy()
+        ok = not runtime.draining and await runtime.queries.healthy()
         body: dict[str, object] = {"ok": ok}
         if key_missing:
             body["openai_key_missing"] = key_missing
@@ -140,7 +140,7 @@ async def run(
     await runtime.start()  # the agents' MCP servers connected and listed
     await warm_up(runtime.io, freeze=own_process)  # Slack's and the storage's first connections
     web_app = web.Application()
-    metrics.watch_requests(lambda: runtime.keeps.in_flight)
+    metrics.watch_requests(lambda: runtime.acks_first.in_flight)
     if not settings.socket_mode:
         assert settings.signing_secret, "HTTP mode needs the signing secret (settings check)"
         verifier = SignatureVerifier(settings.signing_secret)
@@ -167,7 +167,7 @@ async def run(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
     # A third of the lease: a dead replica's threads resume about a lease after it died.
-    sweep = asyncio.create_task(recovery_sweep(runtime, runtime.lease_seconds / 3))
+    sweep = asyncio.create_task(recovery_sweep(runtime, runtime.queries.lease_seconds / 3))
     # What another agent paused for approval is set aside, its threads told (in the
     # background, once the MCP servers listed their tools: the fingerprint is final then).
     runtime.set_aside_changed_soon()

@@ -72,7 +72,7 @@ async def test_an_mcp_servers_tools_are_guarded_and_in_the_fingerprint(
     async with running(ConversationRuntime(store, agent)) as rt:  # not started: on first use
         first = await rt.handle_message(KEY, event_id="E1", user="U1", text="pay bob 5")
         assert [c.tool_name for c in pay_requests(first).calls] == ["pay"]
-        listed = rt.fingerprint
+        listed = rt.parts.fingerprint
     assert [e["tool"] for e in effects.calls()] == ["balance"]  # read-only: no pause, ran
     assert store.get_tool_call(KEY, "c-bal") is None  # retry-safe: outside the ledger
     assert record_of(store).status is Status.AWAITING_APPROVAL
@@ -82,7 +82,7 @@ async def test_an_mcp_servers_tools_are_guarded_and_in_the_fingerprint(
     restarted = payments_agent(payments_stdio(**env), model)
     async with running(ConversationRuntime(store, restarted)) as again:
         await again.start()
-        assert again.fingerprint == listed
+        assert again.parts.fingerprint == listed
         done = await again.decide(
             KEY,
             call_id="c-pay",
@@ -105,7 +105,7 @@ async def test_an_mcp_servers_tools_are_guarded_and_in_the_fingerprint(
     changed = payments_agent(payments_stdio(MCP_PAY_CURRENCY="1", **env), ScriptedModel([]))
     async with running(ConversationRuntime(store, changed)) as upgraded:
         await upgraded.start()
-        assert upgraded.fingerprint != listed
+        assert upgraded.parts.fingerprint != listed
         outcomes = await upgraded.decide(
             OTHER,
             call_id="c-7",

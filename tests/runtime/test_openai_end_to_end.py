@@ -108,10 +108,10 @@ async def test_a_429_holds_back_the_replicas_other_runs_once(
         first = asyncio.create_task(
             runtime.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
         )
-        await asyncio.to_thread(wait_until, lambda: runtime.rate_gate.closed_times, 30)
+        await asyncio.to_thread(wait_until, lambda: runtime.parts.rate_gate.closed_times, 30)
         other = KEY.model_copy(update={"thread_ts": "1700000200.000200"})
         second = await runtime.handle_message(other, event_id="Ev2", user="U2", text="hello")
         answers = [getattr(o, "text", None) for o in [*await first, *second]]
     assert sorted(a for a in answers if a) == ["First.", "Second."]
-    assert script.failed == [429] and runtime.rate_gate.closed_times == 1
-    assert runtime.rate_gate.waited == 1  # the second run waited at the gate
+    assert script.failed == [429] and runtime.parts.rate_gate.closed_times == 1
+    assert runtime.parts.rate_gate.waited == 1  # the second run waited at the gate

@@ -230,7 +230,7 @@ async def test_a_checkpoint_of_a_newer_version_is_left_alone(
     store.commit(
         lease,
         state=store.load_checkpoint(record.checkpoint),
-        meta=CheckpointMeta(schema_version="1.99", agent_fingerprint=rt.fingerprint),
+        meta=CheckpointMeta(schema_version="1.99", agent_fingerprint=rt.parts.fingerprint),
         expected_version=record.checkpoint.version,
         status=Status.AWAITING_APPROVAL,
     )

@@ -73,7 +73,7 @@ def dynamodb_reads(store: Store) -> Iterator[Reads]:
 
 
 async def listed(rt: ConversationRuntime, user: str) -> list[ConversationKey]:
-    return [r.key for r in await rt.paused_in(KEY.team, KEY.channel, user)]
+    return [r.key for r in await rt.queries.paused_in(KEY.team, KEY.channel, user)]
 
 
 async def test_my_thread_is_listed_among_a_thousand_paused_elsewhere(
@@ -107,6 +107,6 @@ async def test_my_thread_is_listed_among_a_thousand_paused_elsewhere(
     assert await listed(rt, "U3") == []  # took part in none
     assert await listed(rt, APPROVER) == [theirs, KEY]  # newest first
     assert await listed(rt, ADMIN) == [theirs, KEY]
-    other = await rt.paused_in("T1", KEY.channel, APPROVER)  # another workspace's list
+    other = await rt.queries.paused_in("T1", KEY.channel, APPROVER)  # another workspace's list
     assert len(other) == 20 and all(r.key.team == "T1" for r in other)
-    assert await rt.paused_in("T1", KEY.channel, "U1") == []  # U1 took part in none there
+    assert await rt.queries.paused_in("T1", KEY.channel, "U1") == []  # U1 took part in none there

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.runtime.replies import parse_decision
+from bot.runtime.approvals import parse_decision
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ async def test_unsupported_schema(store: Store, effects: SideEffects) -> None:
     store.commit(
         lease,
         state=document,
-        meta=CheckpointMeta(schema_version="0.1", agent_fingerprint=rt.fingerprint),
+        meta=CheckpointMeta(schema_version="0.1", agent_fingerprint=rt.parts.fingerprint),
         expected_version=record.checkpoint.version,
         status=Status.AWAITING_APPROVAL,
     )
@@ -147,7 +147,7 @@ async def test_state_the_sdk_refuses(store: Store, effects: SideEffects) -> None
     done = store.commit(
         lease,
         state=document,
-        meta=rt.meta(),
+        meta=rt.parts.meta(),
         expected_version=record.checkpoint.version,
         status=Status.AWAITING_APPROVAL,
     )
@@ -222,8 +222,8 @@ async def test_stale_lists_paused_conversations_idle_too_long(
     store: Store, effects: SideEffects
 ) -> None:
     rt, _ = await paused(store, effects)
-    assert await rt.stale(timedelta(hours=1)) == []
-    [record] = await rt.stale(timedelta(0))
+    assert await rt.queries.stale(timedelta(hours=1)) == []
+    [record] = await rt.queries.stale(timedelta(0))
     assert record.key == KEY
 
 

@@ -120,12 +120,12 @@ async def test_an_unexpected_error_in_a_serve_leaves_the_thread_free_and_is_said
     its traceback go to the log, the thread is given up at once (it used to stay held, and
     idle with its message unread, for nobody's recovery), and `/resume` answers it."""
     rt = ConversationRuntime(store, build_agent(echo_model(), effects))
-    cached = rt.history.get
+    cached = rt.parts.history.get
 
     def broken(record: Any) -> Any:
         raise RuntimeError("a defect")
 
-    rt.history.get = broken  # type: ignore[method-assign]
+    rt.parts.history.get = broken  # type: ignore[method-assign]
     outcomes = await rt.handle_message(KEY, event_id="E1", user="U1", text="hello")
     [notice] = [o for o in outcomes if isinstance(o, Notice)]
     assert notice.kind is NoticeKind.RUN_FAILED and notice.reference
@@ -135,7 +135,7 @@ async def test_an_unexpected_error_in_a_serve_leaves_the_thread_free_and_is_said
     record = store.get(KEY)
     assert record is not None and record.lease_owner is None
     assert record.status is Status.INTERRUPTED and len(store.read_inbox(KEY)) == 1
-    rt.history.get = cached  # type: ignore[method-assign]
+    rt.parts.history.get = cached  # type: ignore[method-assign]
     again = await rt.resume(KEY)
     assert [o.text for o in again if isinstance(o, Answer)] == ["echo: hello"]
     assert store.read_inbox(KEY) == []
@@ -429,7 +429,7 @@ async def test_a_stale_sweep_leaves_a_conversation_that_became_active(
     rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
     await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     await asyncio.sleep(0.3)
-    listed = await rt.stale(timedelta(seconds=0.2))
+    listed = await rt.queries.stale(timedelta(seconds=0.2))
     assert [r.key for r in listed] == [KEY]  # the sweep's list...
     # ...then someone writes in the thread, before the sweep reaches it.
     await rt.keep_message(KEY, event_id="E2", user="U1", text="still here")
@@ -461,7 +461,7 @@ async def test_a_discard_from_a_listing_leaves_a_conversation_changed_since_it_w
 
     rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
     await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    [shown] = await rt.stale(timedelta(0))
+    [shown] = await rt.queries.stale(timedelta(0))
     listed = Listed.of(shown)
     # A message while it waits: kept for after the run, and it waits again as before.
     await rt.handle_message(KEY, event_id="E2", user="U1", text="and cc Bo")
@@ -473,7 +473,7 @@ async def test_a_discard_from_a_listing_leaves_a_conversation_changed_since_it_w
     assert record is not None and record.status is Status.AWAITING_APPROVAL
     assert record.lease_owner is None  # given back untouched
     # As listed now (read from the listing: on aws, the status index's copy): discarded.
-    [shown] = await rt.stale(timedelta(0))
+    [shown] = await rt.queries.stale(timedelta(0))
     again = StaleFilter(statuses=PAUSED, older_than=timedelta(0), listed=Listed.of(shown))
     outcomes = await rt.discard(KEY, by="UADMIN", only_if=again)
     assert any(isinstance(o, Discarded) for o in outcomes)

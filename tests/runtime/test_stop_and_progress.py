@@ -162,7 +162,9 @@ async def test_who_may_stop_a_run(store: Store, effects: SideEffects) -> None:
     refusals = [o for o in told if isinstance(o, Refused)]
     assert [(r.user, "started this run" in r.text) for r in refusals] == [("U2", True)] * 2
     assert not running.done()
-    assert [rt.may_stop(record, u) for u in ("U1", "UADM", "UAPP", "U2")] == [True] * 3 + [False]
+    assert [rt.queries.may_stop(record, u) for u in ("U1", "UADM", "UAPP", "U2")] == [True] * 3 + [
+        False
+    ]
     assert (await rt.request_stop(KEY, "UAPP")).accepted
     notice = next(o for o in await running if isinstance(o, Notice))
     assert notice.kind is NoticeKind.STOPPED and "<@UAPP>" in notice.text
@@ -214,7 +216,7 @@ async def test_whoever_starts_the_next_run_may_stop_it_and_the_last_starter_may_
     await started.wait()  # U1's run answered; U2's held message started the next one
     record = store.get(KEY)
     assert record is not None and record.run_by == "U2"
-    assert [rt.may_stop(record, u) for u in ("U1", "U2")] == [False, True]
+    assert [rt.queries.may_stop(record, u) for u in ("U1", "U2")] == [False, True]
     assert (await rt.request_stop(KEY, "U1")).refused
     assert (await rt.request_stop(KEY, "U2")).accepted
     outcomes = await approved

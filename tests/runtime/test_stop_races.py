@@ -235,7 +235,7 @@ async def test_a_stop_after_a_restart_names_an_approved_call_inside_an_agent_too
 
     async def stop_then_drain() -> None:
         assert (await b.request_stop(KEY, "U1")).accepted
-        a.draining = True  # A shuts down before the approved call starts
+        a.parts.draining = True  # A shuts down before the approved call starts
 
     sink.when(Decided, stop_then_drain)
     await a.decide(

@@ -114,7 +114,7 @@ async def test_the_history_a_replica_keeps_of_a_thread_is_what_a_run_reads(
     )
     for turn in range(30):
         await rt.handle_message(key, event_id=f"Ev{turn}", user="U1", text=f"turn {turn}")
-        known = rt.history.get(record_of(local_store, key))
+        known = rt.parts.history.get(record_of(local_store, key))
         assert known is not None and len(known.items) <= 10, f"turn {turn}"
 
 

@@ -58,19 +58,19 @@ async def test_a_listing_that_names_a_conversation_finds_it_before_the_index_doe
     ]
     unindexed(store, KEY)  # as a DynamoDB index that has not caught up yet
     alice, bob, approver = (PersonKey.of(KEY, user) for user in (ALICE, BOB, APPROVER))
-    assert await rt.waiting_for(alice) == []
-    [found] = await rt.waiting_for(alice, [KEY])
+    assert await rt.queries.waiting_for(alice) == []
+    [found] = await rt.queries.waiting_for(alice, [KEY])
     assert (found.record.key, found.version, found.requested_by) == (
         KEY,
         request.checkpoint_version,
         ALICE,
     )
     assert [c.call_id for c in found.calls] == [c.call_id for c in request.calls]
-    [found] = await rt.waiting_for(approver, [KEY])
+    [found] = await rt.queries.waiting_for(approver, [KEY])
     assert found.record.key == KEY
-    assert await rt.waiting_for(bob, [KEY]) == []  # not his to decide
+    assert await rt.queries.waiting_for(bob, [KEY]) == []  # not his to decide
     elsewhere = PersonKey(team="T2", user=ALICE)
-    assert await rt.waiting_for(elsewhere, [KEY]) == []  # another workspace's Alice
+    assert await rt.queries.waiting_for(elsewhere, [KEY]) == []  # another workspace's Alice
     # Once decided, naming it lists nothing.
     await rt.decide(
         KEY,
@@ -79,7 +79,7 @@ async def test_a_listing_that_names_a_conversation_finds_it_before_the_index_doe
         user=ALICE,
         checkpoint_version=request.checkpoint_version,
     )
-    assert await rt.waiting_for(alice, [KEY]) == []
+    assert await rt.queries.waiting_for(alice, [KEY]) == []
 
 
 def unindexed(store: Store, key: ConversationKey) -> None:

@@ -226,9 +226,9 @@ async def test_slow_unsigned_requests_hold_nothing_back_and_leave_one_line_each(
         slow = [await slow_unsigned(port) for _ in range(8)]
         top = await bot.mention("UALICE", "hello")  # after the slow ones' headers
         await bot.bot_replies(top.ts, 1)
-        assert bot.runtime.keeps.in_flight == 0 and not bot.runtime.keeps.crowded
+        assert bot.runtime.acks_first.in_flight == 0 and not bot.runtime.acks_first.crowded
         assert await requests_in_flight(bot) == 0  # and /metrics says so
-        with bot.runtime.keeps.keeping():  # as a request Slack signed, while it is answered
+        with bot.runtime.acks_first.keeping():  # as a request Slack signed, while it is answered
             assert await requests_in_flight(bot) == 1
         for _, writer in slow[:4]:  # these go away
             writer.close()

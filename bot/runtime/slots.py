@@ -1,6 +1,6 @@
-"""Admission: at most `BOT_MAX_RUNS` threads are served at once in a replica.
+"""Run slots: at most `BOT_MAX_RUNS` threads are served at once in a replica.
 
-Keeping a message never waits for this (the keep and the ack come first, see `keeps_first`).
+Keeping a message never waits for this (the keep and the ack come first, see `acks_first`).
 A thread that finds no slot gives its lease up at once, as `running` with its inbox
 untouched, so it waits durably: any replica's recovery sweep finds it, one with room takes
 it, and a replica that dies while threads wait loses none. Here it waits in arrival order
@@ -32,15 +32,15 @@ class _Waiter:
 class Slot:
     """One run's place; `release` (or leaving `with`) gives it to the next waiter."""
 
-    def __init__(self, admission: Admission, person: str | None) -> None:
-        self.admission = admission
+    def __init__(self, slots: Slots, person: str | None) -> None:
+        self.slots = slots
         self.person = person
         self.held = True
 
     def release(self) -> None:
         if self.held:
             self.held = False
-            self.admission._freed(self.person)
+            self.slots._freed(self.person)
 
     def __enter__(self) -> Slot:
         return self
@@ -49,7 +49,7 @@ class Slot:
         self.release()
 
 
-class Admission:
+class Slots:
     def __init__(self, slots: int) -> None:
         self.slots = slots
         self.per_person = max(1, slots // 2)

@@ -1,5 +1,5 @@
-"""Keeps first: Slack requests waiting to be acknowledged (each message must be durable first,
-within Slack's 3 seconds) go ahead of new runs.
+"""Acknowledgements first: Slack requests waiting to be acknowledged (each message must be
+durable first, within Slack's 3 seconds) go ahead of new runs.
 
 Requests are counted from when the HTTP layer receives one until it is answered (`keeping`;
 in Socket Mode, a listener's keep). Under ordinary load they come and go in milliseconds: a
@@ -30,10 +30,10 @@ PATIENCE = 3.0  # seconds a run may wait after a crowd (Slack's ack deadline)
 SHORT_PATIENCE = 0.1  # seconds a run may wait for the requests in flight, otherwise
 LULL = 0.1  # seconds without a new request after which a crowd is over
 CROWD = 8  # requests in flight at once, or arriving within a lull, that make a burst
-_COUNTED: ContextVar[bool] = ContextVar("keeps_first_counted", default=False)
+_COUNTED: ContextVar[bool] = ContextVar("acks_first_counted", default=False)
 
 
-class KeepsFirst:
+class AcksFirst:
     def __init__(
         self,
         patience: float = PATIENCE,

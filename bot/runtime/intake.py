@@ -1,24 +1,29 @@
-"""Keeping a request in its thread's inbox: one durable write, acknowledged only after it.
+"""Where requests come in: each is kept in its thread's inbox by one durable write,
+acknowledged only after it; and which threads this replica holds, and for whom.
 
 A message or a decision is kept (deduplicated by its event id); the write may take the
-thread when it is free, for `serve` to go on with at once. A request about a thread whose
-state expired is kept as a probe, which brings the thread back to be told (`expiry`).
-Mixed into `ConversationRuntime`, like `queries`."""
+thread when it is free, for the scheduler's `serve` to go on with at once. A request about
+a thread whose state expired is kept as a probe, which brings the thread back to be told
+(`expiry`). `Intake` alone records the threads this replica holds: taken by a keep and not
+yet served, served now (a stop reaches that serve at once), and whose message each serve
+answers (whose run slot it takes)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
-from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
+from typing import Any
 
+from bot.runtime.acks_first import AcksFirst
 from bot.runtime.context_source import SharedFile
 from bot.runtime.envelope import DecisionRequest, Probe, UserMessage, payload_text
-from bot.runtime.keeps_first import KeepsFirst
 from bot.runtime.lease_owner import new_owner
-from bot.runtime.not_taken import NotTaken
 from bot.runtime.queries import Queries
-from bot.runtime.replies import is_stop_word
+from bot.runtime.runtime_parts import RuntimeParts
+from bot.runtime.serving import Serving
 from bot.runtime.text import clean_text
 from bot.runtime.viewing import Viewing
 from storage import Conversation, ConversationKey, Lease, NotFound, Refusal
@@ -36,20 +41,58 @@ class Kept(StrEnum):
     NOT_TAKEN = "not_taken"  # the thread's backlog is full: the thread is told
 
 
-class Keeping(Queries):
-    """Mixed into `ConversationRuntime`, which owns these:"""
+class Intake:
+    def __init__(self, parts: RuntimeParts, queries: Queries, acks_first: AcksFirst) -> None:
+        self.parts = parts
+        self.store = parts.store
+        self.io = parts.io
+        self.queries = queries
+        self.acks_first = acks_first
+        # Threads taken by the write that kept their message, for `serve` to use at once.
+        self._taken: dict[ConversationKey, tuple[Lease, Conversation]] = {}
+        self._requesters: dict[ConversationKey, str] = {}  # whose slot a serve takes
+        self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
+        self.serving: set[asyncio.Task[Any]] = set()  # their tasks, which `drain` waits for
 
-    process: str
-    draining: bool
-    keeps: KeepsFirst
-    not_taken: NotTaken
-    # Threads taken by the write that kept their message, for `serve` to use at once.
-    _taken: dict[ConversationKey, tuple[Lease, Conversation]]
-    _requesters: dict[ConversationKey, str]  # whose slot a serve takes
+    # -- the threads this replica holds ---------------------------------------------------
 
-    @abstractmethod
-    async def _ask_stop(self, key: ConversationKey, user: str, event_id: str) -> Kept | None:
-        """The reply `stop` (see `stop_requests`)."""
+    def took(self, key: ConversationKey) -> bool:
+        """The write that kept a request just now took the thread (not served yet)."""
+        return key in self._taken
+
+    def taken(self, key: ConversationKey) -> tuple[Lease, Conversation] | None:
+        """The thread its keep took, handed to the serve that goes on with it (once)."""
+        return self._taken.pop(key, None)
+
+    def requester(self, key: ConversationKey) -> str | None:
+        """Who sent the message kept last, handed to the serve that answers it (once)."""
+        return self._requesters.pop(key, None)
+
+    def serves(self, key: ConversationKey) -> bool:
+        return key in self._live
+
+    @contextlib.contextmanager
+    def live(self, serving: Serving) -> Iterator[None]:
+        """Around a serve of this process: a stop reaches it, `drain` waits for it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self.serving.add(task)
+        self._live[serving.key] = serving
+        try:
+            yield
+        finally:
+            if self._live.get(serving.key) is serving:
+                del self._live[serving.key]
+            if task is not None:
+                self.serving.discard(task)
+
+    def ask_live_to_stop(self, key: ConversationKey, user: str) -> None:
+        """This process's own serve of the thread, if any, learns of the stop at once."""
+        serving = self._live.get(key)
+        if serving is not None:
+            serving.ask_stop(user)
+
+    # -- keeping requests -----------------------------------------------------------------
 
     async def keep_message(
         self,
@@ -65,14 +108,11 @@ class Keeping(Queries):
         viewing: Viewing | None = None,
     ) -> Kept:
         """Keep a user's message durably in its thread's inbox (deduplicated by event id).
-        Without `create`, only a thread the bot is already part of takes it. With `take`,
-        the same write takes the thread when it is free, for `serve` to go on with. `files`
-        describe what was shared with it (read later, when the model is given it);
-        `viewing`, what its author was looking at (given to the model with it)."""
-        if is_stop_word(text) and not files:
-            stopping = await self._ask_stop(key, user, event_id)
-            if stopping is not None:
-                return stopping
+                Without `create`, only a thread the bot is already part of takes it. With `take`,
+                the same write takes the thread when it is free, for `serve` to go on with. `files`
+                describe what was shared with it (read later, when the model is given it);
+                `viewing`, what its author was looking at (given to the model with it). The reply
+        `stop` is the stop inbox's (`StopInbox.reply`), asked first."""
         message = UserMessage(
             user=user,
             text=clean_text(text),
@@ -85,7 +125,7 @@ class Keeping(Queries):
         refusal = Refusal(
             event_id=event_id, user=user, text=message.text[:REFUSAL_TEXT], at=self.store.clock()
         )
-        kept = await self._keep(
+        kept = await self.keep(
             key, event_id, payload, create=create, user=user, take=take, refusal=refusal
         )
         if kept is Kept.KEPT:
@@ -109,7 +149,7 @@ class Keeping(Queries):
         take: bool = False,
     ) -> Kept:
         """Keep a click on Approve or Reject durably (never refused at the backlog cap: see
-        `_keep`); it never creates a conversation. `event_id` is the click's own (Slack's
+        `keep`); it never creates a conversation. `event_id` is the click's own (Slack's
         ids for it), so that another delivery of it is a duplicate."""
         payload = payload_text(
             DecisionRequest(
@@ -122,7 +162,7 @@ class Keeping(Queries):
                 reply_to=reply_to,
             )
         )
-        return await self._keep(key, event_id, payload, create=False, user=None, take=take)
+        return await self.keep(key, event_id, payload, create=False, user=None, take=take)
 
     def opens_conversation(self, key: ConversationKey) -> bool:
         """The message just kept took the thread, and nothing has happened in its
@@ -130,7 +170,7 @@ class Keeping(Queries):
         taken = self._taken.get(key)
         return taken is not None and taken[1].next_seq == 0 and taken[1].checkpoint is None
 
-    async def _keep(
+    async def keep(
         self,
         key: ConversationKey,
         event_id: str,
@@ -147,7 +187,7 @@ class Keeping(Queries):
         decision, a probe) is never refused at the backlog cap, nor counted in it: the
         thread's queued messages must not keep a run from being stopped or decided."""
         try:
-            with self.keeps.keeping():
+            with self.acks_first.keeping():
                 kept = await self.io.urgent(
                     self.store.keep,
                     key,
@@ -155,7 +195,9 @@ class Keeping(Queries):
                     payload,
                     create=create,
                     participant=user or None,
-                    owner=new_owner(self.process) if take and not self.draining else None,
+                    owner=new_owner(self.parts.process)
+                    if take and not self.parts.draining
+                    else None,
                     token=uuid.uuid4().hex,
                     stop_by=stop_by,
                     refusal_text=refusal.text if refusal else "",
@@ -167,20 +209,20 @@ class Keeping(Queries):
             self._taken[key] = (kept.lease, kept.record)
         if kept.refused:
             if refusal is not None:
-                self.not_taken.add(key, refusal, named=kept.named)
+                self.parts.not_taken.add(key, refusal, named=kept.named)
             return Kept.NOT_TAKEN
         return Kept.KEPT if kept.kept else Kept.DUPLICATE
 
-    async def _keep_probe(
+    async def keep_probe(
         self, key: ConversationKey, user: str, reason: str, *, event_id: str, take: bool
     ) -> Kept:
         """A request about a thread whose state expired: it brings the thread back, to be
         told (see `expiry`). Kept under the request's own `event_id`, as the request itself
         would have been, so that another delivery of it is a duplicate either way."""
         payload = payload_text(Probe(user=user, reason=reason))
-        return await self._keep(key, event_id, payload, create=False, user=None, take=take)
+        return await self.keep(key, event_id, payload, create=False, user=None, take=take)
 
-    async def _expired_for(self, key: ConversationKey, user: str) -> bool:
+    async def expired_for(self, key: ConversationKey, user: str) -> bool:
         """The conversation's state expired, and `user` may act on it."""
         gone = await self.io(self.store.expired_record, key)
-        return gone is not None and self.may_act(gone, user)
+        return gone is not None and self.queries.may_act(gone, user)

@@ -6,8 +6,8 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any, cast
 
-from bot.runtime.admission import Admission, Slot
 from bot.runtime.rate_gate import RateGate
+from bot.runtime.slots import Slot, Slots
 from storage import ConversationKey
 
 
@@ -16,7 +16,7 @@ def key(n: int) -> ConversationKey:
 
 
 async def test_waiters_are_admitted_in_arrival_order_one_person_at_most_half() -> None:
-    admission = Admission(2)
+    admission = Slots(2)
     first = admission.try_take("UANA")
     assert first is not None and admission.try_take("UANA") is not None
     assert admission.try_take("UBEN") is None  # both slots taken
@@ -50,7 +50,7 @@ async def test_waiters_are_admitted_in_arrival_order_one_person_at_most_half() -
 
 
 async def test_only_one_person_waiting_takes_every_slot() -> None:
-    admission = Admission(4)
+    admission = Slots(4)
     slots = [await admission.take(key(n), "UANA") for n in range(4)]
     assert all(slots) and admission.in_use == 4
 

@@ -11,20 +11,20 @@ import time
 from agents.testing import ScriptedModel, assistant_message
 
 from bot.runtime import Answer, ConversationRuntime
-from bot.runtime.keeps_first import KeepsFirst
+from bot.runtime.acks_first import AcksFirst
 from storage import Store
 from testkit.runtime import KEY, SideEffects, build_agent
 
 
 async def test_nothing_in_flight_means_no_wait() -> None:
-    keeps = KeepsFirst(patience=5, short_patience=5)
+    keeps = AcksFirst(patience=5, short_patience=5)
     start = time.perf_counter()
     await keeps.settled()
     assert time.perf_counter() - start < 0.5
 
 
 async def test_a_run_waits_for_the_last_keep_in_flight() -> None:
-    keeps = KeepsFirst(patience=5, short_patience=5)
+    keeps = AcksFirst(patience=5, short_patience=5)
     waiter = None
     with keeps.keeping():
         with keeps.keeping():
@@ -37,7 +37,7 @@ async def test_a_run_waits_for_the_last_keep_in_flight() -> None:
 
 
 async def test_a_run_never_waits_longer_than_its_patience() -> None:
-    keeps = KeepsFirst(patience=30, short_patience=0.2)
+    keeps = AcksFirst(patience=30, short_patience=0.2)
     with keeps.keeping():  # one request: not a crowd
         start = time.perf_counter()
         await keeps.settled()
@@ -46,7 +46,7 @@ async def test_a_run_never_waits_longer_than_its_patience() -> None:
 
 
 async def test_after_a_crowd_a_run_waits_longer_but_not_for_ever() -> None:
-    keeps = KeepsFirst(patience=0.6, short_patience=0.01, lull=30, crowd=2)
+    keeps = AcksFirst(patience=0.6, short_patience=0.01, lull=30, crowd=2)
     done = asyncio.Event()
 
     async def request() -> None:
@@ -70,9 +70,9 @@ async def test_serving_starts_once_the_keeps_in_flight_are_done(
     rt = ConversationRuntime(
         store, build_agent(ScriptedModel([[assistant_message("Hello!")]]), effects)
     )
-    rt.keeps.short_patience = 30
+    rt.acks_first.short_patience = 30
     await rt.keep_message(KEY, event_id="Ev1", user="U1", text="hi", take=True)
-    with rt.keeps.keeping():  # another message of the burst, still being kept
+    with rt.acks_first.keeping():  # another message of the burst, still being kept
         serving = asyncio.create_task(rt.serve(KEY))
         await asyncio.sleep(0.3)
         assert not serving.done()
@@ -89,7 +89,7 @@ async def test_a_slack_request_in_flight_holds_new_runs_back(
     rt = ConversationRuntime(
         store, build_agent(ScriptedModel([[assistant_message("Hello!")]]), effects)
     )
-    rt.keeps.short_patience = 30
+    rt.acks_first.short_patience = 30
     await rt.keep_message(KEY, event_id="Ev1", user="U1", text="hi", take=True)
     with rt.acknowledging():  # a request of the burst, not yet answered
         serving = asyncio.create_task(rt.serve(KEY))
@@ -100,7 +100,7 @@ async def test_a_slack_request_in_flight_holds_new_runs_back(
 
 async def test_a_lone_request_does_not_hold_its_own_run_back() -> None:
     """Its keep inside it is the same request, not a second one on top of it."""
-    keeps = KeepsFirst(patience=5, short_patience=5, lull=5, crowd=2)
+    keeps = AcksFirst(patience=5, short_patience=5, lull=5, crowd=2)
     with keeps.keeping(), keeps.keeping():
         assert keeps.in_flight == 1
     start = time.perf_counter()
@@ -110,7 +110,7 @@ async def test_a_lone_request_does_not_hold_its_own_run_back() -> None:
 
 async def test_after_a_crowd_a_run_waits_for_a_lull() -> None:
     """A burst still arriving has gaps between its requests: a run waits out the lull."""
-    keeps = KeepsFirst(patience=5, lull=0.3, crowd=2)
+    keeps = AcksFirst(patience=5, lull=0.3, crowd=2)
     arrived = asyncio.Event()
 
     async def request() -> None:
@@ -131,7 +131,7 @@ async def test_after_a_crowd_a_run_waits_for_a_lull() -> None:
 async def test_steady_traffic_does_not_hold_runs_back() -> None:
     """Requests that overlap two at a time and arrive fewer than `crowd` to a `lull` are not
     a burst: a run waits only for those in flight, never for a lull."""
-    keeps = KeepsFirst(patience=30, short_patience=30, lull=0.05, crowd=3)
+    keeps = AcksFirst(patience=30, short_patience=30, lull=0.05, crowd=3)
 
     async def request() -> None:
         with keeps.keeping():
@@ -151,7 +151,7 @@ async def test_steady_traffic_does_not_hold_runs_back() -> None:
 async def test_a_burst_of_arrivals_is_a_crowd_however_fast_it_is_kept() -> None:
     """On sqlite a burst's requests are kept so fast that few are in flight at once: the
     arrivals are what make it a burst."""
-    keeps = KeepsFirst(lull=0.5, crowd=4)
+    keeps = AcksFirst(lull=0.5, crowd=4)
     for _ in range(4):
         with keeps.keeping():
             pass  # kept at once: never two in flight
@@ -161,7 +161,7 @@ async def test_a_burst_of_arrivals_is_a_crowd_however_fast_it_is_kept() -> None:
 async def test_a_crowd_in_flight_is_a_burst_until_a_lull_after_it() -> None:
     """A burst's requests arrive at once and then wait for their keeps: while `crowd` are
     in flight, and for a lull after, a run waits."""
-    keeps = KeepsFirst(patience=30, lull=0.2, crowd=3)
+    keeps = AcksFirst(patience=30, lull=0.2, crowd=3)
     held = asyncio.Event()
 
     async def request() -> None:

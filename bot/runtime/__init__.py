@@ -3,8 +3,9 @@
 Everything outside `bot/runtime` imports from here; the modules inside are the runtime's
 own and may change shape without notice."""
 
+from bot.runtime.applying_stops import nothing_to_stop
 from bot.runtime.attribution import split_author
-from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME, ClosedCalls
+from bot.runtime.backlog_refusals import notice as not_taken_notice
 from bot.runtime.context_source import (
     ContextSource,
     EarlierMessage,
@@ -22,7 +23,7 @@ from bot.runtime.heartbeat import keep_beating
 from bot.runtime.history_cache import HistoryCache
 from bot.runtime.lease_owner import new_owner, owner_pid
 from bot.runtime.model_access import needs_openai_key
-from bot.runtime.not_taken import notice as not_taken_notice
+from bot.runtime.open_calls import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME, ClosedCalls
 from bot.runtime.outcomes import (
     Answer,
     ApprovalRequest,
@@ -37,6 +38,7 @@ from bot.runtime.outcomes import (
     PendingCall,
     Refused,
     StatusReply,
+    quote,
 )
 from bot.runtime.progress import Progress, Step
 from bot.runtime.queries import PAUSED, Waiting
@@ -53,9 +55,7 @@ from bot.runtime.runtime import (
     Stopping,
 )
 from bot.runtime.status_names import status_name
-from bot.runtime.stopping import nothing_to_stop
 from bot.runtime.tagged_unions import validating_by_tag
-from bot.runtime.text import quote
 from bot.runtime.turns import run_turns
 from bot.runtime.viewing import VIEWED_ITEMS, ViewedItem, Viewing
 from bot.runtime.warm_up import warm_up

@@ -73,11 +73,11 @@ async def _set_aside(scheduler: Scheduler, found: Conversation) -> bool:
     parts = scheduler.parts
     key = found.key
     record = await parts.io(parts.store.get, key)
-    if not made_by_another(record, parts.fingerprint) or parts.admission.waits(key):
+    if not made_by_another(record, parts.fingerprint) or parts.slots.waits(key):
         return False  # (a thread that waits for a slot here is served, and told, by that)
     assert record is not None
     person = record.run_by
-    slot = parts.admission.try_take(person) or await parts.admission.take(key, person)
+    slot = parts.slots.try_take(person) or await parts.slots.take(key, person)
     if slot is None:  # stopping, or it waits for a slot here now
         return False
     with slot:

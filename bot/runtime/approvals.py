@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents import Agent, RunState, ToolApprovalItem
 
-from bot.runtime import state_checks, stopping
+from bot.runtime import applying_stops, state_checks
 from bot.runtime.envelope import DecisionMade, DecisionRequest, Envelope, HeldMessage
 from bot.runtime.outcomes import (
     ApprovalRequest,
@@ -32,7 +32,7 @@ from bot.runtime.request_context import state_document
 from storage import Status
 
 if TYPE_CHECKING:
-    from bot.runtime.inbox_entries import Entries
+    from bot.runtime.envelope import Entries
     from bot.runtime.serving_view import ServingView
 
 Verdict = tuple[bool, str, str | None]  # approve, deciding user, reason
@@ -59,11 +59,11 @@ def parse_decision(text: str) -> bool | None:
 
 
 def allowed(serving: ServingView, envelope: Envelope, user: str) -> bool:
-    return user == envelope.started_by or user in serving.rt.settings.approvers
+    return user == envelope.started_by or user in serving.parts.settings.approvers
 
 
 def who_may_decide(serving: ServingView, envelope: Envelope) -> str:
-    approvers = sorted(serving.rt.settings.approvers - {envelope.started_by})
+    approvers = sorted(serving.parts.settings.approvers - {envelope.started_by})
     names = [f"<@{envelope.started_by}>"] + [f"<@{user}>" for user in approvers]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
@@ -102,7 +102,7 @@ def approval_request(serving: ServingView, envelope: Envelope) -> ApprovalReques
         calls=calls,
         checkpoint_version=serving.version + 1,
         requested_by=envelope.started_by,
-        approvers=sorted(serving.rt.settings.approvers - {envelope.started_by}),
+        approvers=sorted(serving.parts.settings.approvers - {envelope.started_by}),
     )
 
 
@@ -201,14 +201,14 @@ async def _decided(
     serving.note_decisions(decided)
     if serving.stop_asked:  # a stop came with the decision: nothing of it runs
         who = serving.keeper.stop_by if serving.keeper else None
-        for click in clicks:  # as a click read with the stop is told (see `stopping`)
+        for click in clicks:  # as a click read with the stop is told (see `applying_stops`)
             await serving.refuse(
                 click,
                 already(DecisionMade(approved=False, user=who, stopped=True))
                 if who
                 else "That call was stopped before it ran.",
             )
-        await stopping.stopped(serving, consume)
+        await applying_stops.stopped(serving, consume)
         return
     # The decision is durable before anything runs: a crash from here on is recovered from
     # this checkpoint (status `running`), not asked again.

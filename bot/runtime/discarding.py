@@ -20,13 +20,19 @@ from datetime import UTC, datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from bot.runtime import state_checks
-from bot.runtime.envelope import Envelope
-from bot.runtime.inbox_entries import Entries
+from bot.runtime.envelope import Entries, Envelope
 from bot.runtime.lease_owner import new_owner
-from bot.runtime.outcomes import Discarded, Notice, NoticeKind, Outcome, Refused
+from bot.runtime.outcomes import (
+    Discarded,
+    Notice,
+    NoticeKind,
+    Outcome,
+    Refused,
+    quote,
+    quoted_then_counted,
+)
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving import Serving
-from bot.runtime.text import quote, quoted_then_counted
 from storage import (
     CONSUME_LIMIT,
     KEEP,

@@ -25,14 +25,12 @@ from agents.exceptions import (
     UserError,
 )
 
-from bot.runtime import approvals, state_checks, stopping
-from bot.runtime.context_refusals import is_context_refusal
-from bot.runtime.context_window import RunView
+from bot.runtime import applying_stops, approvals, state_checks
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage, RunWindow
 from bot.runtime.guardrail_trips import guardrail_name, guardrail_tripped
 from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
 from bot.runtime.mcp_servers import paused_for
-from bot.runtime.model_input import render
+from bot.runtime.model_window import RunView
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
 from bot.runtime.progress import Step, shown
 from bot.runtime.request_context import request_context, state_document
@@ -43,6 +41,7 @@ from bot.runtime.too_large import too_large
 from bot.runtime.tool_failures import NoAnswer
 from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope, Unanswered
 from bot.runtime.turns import run_turns
+from bot.runtime.window_refusals import is_context_refusal
 from storage import ConversationSession, Status, StorageError
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ async def drive(
     """Run until it pauses for a person, finishes (then answer held messages), fails, or the
     process starts shutting down. `window`: what a run continued from its checkpoint was
     given of the history (`summaries`)."""
-    rt = serving.rt
+    parts = serving.parts
     session = _session(serving)
     from_checkpoint = isinstance(start, RunState)
     view = await resumed_view(serving, window) if from_checkpoint else RunView()
@@ -79,7 +78,7 @@ async def drive(
     try:
         while True:
             serving.check()
-            if rt.draining:
+            if parts.draining:
                 serving.give_back()  # released as `running`: the next process continues
                 return
             if isinstance(start, list):  # a fresh run: what it is given of the history
@@ -90,7 +89,7 @@ async def drive(
             session.lease = serving.lease
             if serving.stop_asked:
                 session.discard_pending()
-                await stopping.stopped(serving, consume)
+                await applying_stops.stopped(serving, consume)
                 return
             turn = _Turn(serving, session, scope, seen_down, consume)
             result = await turn.run(start, started_by, held, view, from_checkpoint=from_checkpoint)
@@ -115,7 +114,7 @@ async def drive(
             )
             if next_seq is not None:
                 session.committed(next_seq)
-                rt.history.put(serving.record, session.known)
+                parts.history.put(serving.record, session.known)
             consume = []
             from_checkpoint = False
             if humans:
@@ -127,7 +126,8 @@ async def drive(
                 if not held:
                     serving.release_as(Status.IDLE)
                     return
-                start, started_by, held = await render(serving, held), held[0].user, []
+                start, started_by = await serving.input_for(held), held[0].user
+                held = []
                 await serving.begin_run(started_by)
                 continue
             assert kept.state is not None  # neither finished nor waiting for a person
@@ -142,22 +142,22 @@ async def drive(
 def _session(serving: ServingView) -> ConversationSession:
     """The conversation's history for this serve: staged, so that a turn's items are written
     by its commit, together with the checkpoint."""
-    rt = serving.rt
+    parts = serving.parts
     return ConversationSession(
         serving.store,
         serving.key,
         lease=serving.lease,
         staged=True,
-        session_settings=rt.session_settings,
-        known=rt.history.get(serving.record),
-        calls=rt.io,
+        session_settings=parts.session_settings,
+        known=parts.history.get(serving.record),
+        calls=parts.io,
     )
 
 
 def _scope(serving: ServingView) -> TurnScope:
     """What the guarded tools of a turn see: the storage, the lease, the calls armed to run,
     where their steps are shown, and whether a stop was asked."""
-    progress, key = serving.rt.progress, serving.key
+    progress, key = serving.parts.progress, serving.key
 
     async def on_step(call_id: str, tool: str, state: Step) -> None:
         await progress.step(key, call_id, tool, state)
@@ -168,7 +168,7 @@ def _scope(serving: ServingView) -> TurnScope:
         armed=serving.armed,
         on_step=on_step,
         stop_requested=lambda: serving.stop_asked,
-        keyed_attempts=serving.rt.settings.idempotent_attempts,
+        keyed_attempts=serving.parts.settings.idempotent_attempts,
     )
 
 
@@ -200,26 +200,26 @@ class _Turn:
         *,
         from_checkpoint: bool,
     ) -> RunResultStreaming | None:
-        serving, rt, key = self.serving, self.serving.rt, self.serving.key
-        progress = rt.progress
+        serving, parts, key = self.serving, self.serving.parts, self.serving.key
+        progress = parts.progress
 
         async def on_text(delta: str) -> None:
             await shown(lambda: progress.text(key, delta))
 
-        interval = rt.settings.checkpoint_interval
+        interval = parts.settings.checkpoint_interval
         since = time.monotonic()
 
         def checkpoint_due() -> bool:
-            return rt.draining or time.monotonic() - since >= interval
+            return parts.draining or time.monotonic() - since >= interval
 
         turn = asyncio.create_task(
             run_turns(
-                rt.agent,
+                parts.agent,
                 start,
                 session=self.session,
-                run_config=for_run(rt.run_config, key, started_by, view=view),
-                max_turns=rt.settings.max_turns,
-                time_limit=rt.settings.turn_timeout,
+                run_config=for_run(parts.run_config, key, started_by, view=view),
+                max_turns=parts.settings.max_turns,
+                time_limit=parts.settings.turn_timeout,
                 on_text=on_text,
                 context=request_context(key, started_by, serving.decided, serving.lease.generation),
                 checkpoint_due=checkpoint_due,
@@ -235,7 +235,7 @@ class _Turn:
             raise
         if abandoned:
             self.session.discard_pending()
-            await stopping.stopped(serving, self.consume)
+            await applying_stops.stopped(serving, self.consume)
             return None
         try:
             return await turn
@@ -299,7 +299,7 @@ class _Turn:
         serving.check()
         if serving.stop_asked:  # before anything of this turn is kept or posted
             self.session.discard_pending()
-            await stopping.stopped(serving, self.consume)
+            await applying_stops.stopped(serving, self.consume)
             return False
         return True
 
@@ -404,7 +404,7 @@ class _Kept:
                 call_id=item.call_id or "",
                 tool_name=item.name or "",
                 arguments=item.arguments or "",
-                agent=approvals.asking_agent(item, serving.rt.agent),
+                agent=approvals.asking_agent(item, serving.parts.agent),
                 human=scope.human_approval.get(item.call_id or "", True),
                 asked_at=serving.store.clock(),
             )

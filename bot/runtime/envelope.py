@@ -1,9 +1,12 @@
 """What a checkpoint blob holds (the SDK's RunState plus the runtime's own facts about it),
-and what an inbox entry holds (a user's message, or a decision on a pending call)."""
+and what an inbox entry holds (a user's message, a decision on a pending call, a stop, a
+probe), parsed for one pass of a serve (`Entries`)."""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -12,7 +15,12 @@ from pydantic import BaseModel, Field
 from bot.runtime.context_source import SharedFile
 from bot.runtime.outcomes import PendingCall
 from bot.runtime.viewing import Viewing
+from storage import InboxEntry
 from storage.text import json_text
+
+log = logging.getLogger("bot.runtime.serving")  # an unreadable entry is the serve's line
+# In a Python string every surrogate is unpaired: JSON's escaped pairs become one character.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 ENVELOPE_FORMAT = 1
 
@@ -172,3 +180,47 @@ def parse_payload(text: str) -> InboxPayload:
     if data.get("kind") == "stop":
         return StopRequest.model_validate(data)
     return UserMessage.model_validate(data)
+
+
+def clean_text(text: str) -> str:
+    """Unpaired surrogates (what `json.loads` makes of a broken `\\ud83d` escape) cannot be
+    encoded as UTF-8: replace them with U+FFFD, so that the message is kept, not dropped."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+class Entries:
+    """One pass's share of the inbox, parsed, in arrival order (probes left out: they only
+    bring a thread back, and are consumed with the rest)."""
+
+    def __init__(self, inbox: list[InboxEntry]) -> None:
+        self.ids = [entry.entry_id for entry in inbox]
+        self.items: list[UserMessage | DecisionRequest] = []
+        self.item_ids: list[str] = []  # the entry id of each item
+        self.arrived: list[datetime] = []  # when each item was kept
+        self.stops: list[StopRequest] = []  # requests to stop the run (in arrival order)
+        self.stop_ids: list[str] = []
+        self.stop_arrived: list[datetime] = []
+        for entry in inbox:
+            try:
+                payload = parse_payload(entry.payload)
+            except ValueError:
+                log.error("%s: unreadable inbox entry %s dropped", entry.event_id, entry.entry_id)
+                continue
+            if isinstance(payload, Probe):
+                continue
+            if isinstance(payload, StopRequest):
+                self.stops.append(payload)
+                self.stop_ids.append(entry.entry_id)
+                self.stop_arrived.append(entry.received_at)
+                continue
+            self.items.append(payload)
+            self.item_ids.append(entry.entry_id)
+            self.arrived.append(entry.received_at)
+
+    @property
+    def messages(self) -> list[UserMessage]:
+        return [item for item in self.items if isinstance(item, UserMessage)]
+
+    @property
+    def decisions(self) -> list[DecisionRequest]:
+        return [item for item in self.items if isinstance(item, DecisionRequest)]

@@ -15,13 +15,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from bot.runtime.envelope import DecisionRequest, Envelope, UserMessage, parse_payload
-from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
+from bot.runtime.outcomes import Notice, NoticeKind, PendingCall, quote, quoted_then_counted
 from bot.runtime.state_checks import human_age
-from bot.runtime.text import quote, quoted_then_counted
 from storage import CheckpointError, CheckpointPointer, Expiry, Status
 
 if TYPE_CHECKING:
-    from bot.runtime.inbox_entries import Entries
+    from bot.runtime.envelope import Entries
     from bot.runtime.serving_view import ServingView
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Fitting a model request into its window: a pure function of the items, the thread's
-summary and the room the budget leaves (`context_budget`), so that the same history gives
+summary and the room the budget leaves (`window_budget`), so that the same history gives
 the same request, before a restart and after.
 
 What the model is given (never what is stored: the items passed in are the session's and the
@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from agents import TResponseInputItem
 
-from bot.runtime.context_budget import item_size, text_size
+from bot.runtime.window_budget import item_size, text_size
 
 SHARE = 4  # an item may take a quarter of the room
 PREVIEW = 2_000  # bytes a cut-down tool output (or run item) keeps at most

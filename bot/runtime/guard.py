@@ -48,10 +48,10 @@ from agents.mcp._logging import get_mcp_server_log_name as mcp_server_log_name
 from agents.tool_context import ToolContext
 
 from bot.runtime.agent_graph import agents_of, is_agent_tool
-from bot.runtime.closing import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
 from bot.runtime.keyed_calls import send_again, start_again, with_key
 from bot.runtime.mcp_failures import McpServerDown
 from bot.runtime.mcp_servers import watched_call
+from bot.runtime.open_calls import STOPPED_BEFORE_IT_RAN, UNKNOWN_OUTCOME
 from bot.runtime.progress import Step
 from bot.runtime.tool_failures import NoAnswer, no_answer, noting_failures, unanswered_output
 from bot.runtime.tool_marks import (

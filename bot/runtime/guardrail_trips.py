@@ -25,7 +25,7 @@ from storage import LeaseLost, Status, ToolCallStatus
 if TYPE_CHECKING:
     from bot.runtime.serving_view import ServingView
 
-log = logging.getLogger("bot.runtime.driver")  # these were the driver's own lines
+log = logging.getLogger("bot.runtime.driver")  # a run's lines, under one name
 NOT_RUN_GUARDED = "Not run: a check stopped the request before this call started."
 
 
@@ -92,7 +92,7 @@ async def _not_started(serving: ServingView) -> None:
     approved call before it ran): the ledger says they did not run, not "outcome unknown".
     A result recorded after the lease was taken (the call's fence still holds it) is the
     truth as well."""
-    for call_id in sorted(serving.armed):
+    for call_id in serving.take_armed():
         with contextlib.suppress(LeaseLost):  # approved, not started: its new holder's
             await serving.io(
                 serving.store.complete_tool_call,
@@ -101,4 +101,3 @@ async def _not_started(serving: ServingView) -> None:
                 NOT_RUN_GUARDED,
                 status=ToolCallStatus.CANCELLED,
             )
-    serving.armed.clear()

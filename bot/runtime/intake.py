@@ -19,12 +19,11 @@ from typing import Any
 
 from bot.runtime.acks_first import AcksFirst
 from bot.runtime.context_source import SharedFile
-from bot.runtime.envelope import DecisionRequest, Probe, UserMessage, payload_text
+from bot.runtime.envelope import DecisionRequest, Probe, UserMessage, clean_text, payload_text
 from bot.runtime.lease_owner import new_owner
 from bot.runtime.queries import Queries
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving import Serving
-from bot.runtime.text import clean_text
 from bot.runtime.viewing import Viewing
 from storage import Conversation, ConversationKey, Lease, NotFound, Refusal
 from storage.models import REFUSAL_TEXT
@@ -209,7 +208,7 @@ class Intake:
             self._taken[key] = (kept.lease, kept.record)
         if kept.refused:
             if refusal is not None:
-                self.parts.not_taken.add(key, refusal, named=kept.named)
+                self.parts.refusals.add(key, refusal, named=kept.named)
             return Kept.NOT_TAKEN
         return Kept.KEPT if kept.kept else Kept.DUPLICATE
 

@@ -424,7 +424,7 @@ class PausedServe(Protocol):
     @property
     def key(self) -> ConversationKey: ...
     @property
-    def rt(self) -> _HasServers: ...
+    def parts(self) -> _HasServers: ...
     def pause_for_servers(self) -> None: ...
     async def emit_now(self, outcome: Outcome) -> None: ...
 
@@ -436,7 +436,7 @@ async def paused_for(serving: PausedServe, servers: Sequence[str]) -> None:
     names = " and ".join(f"`{name}`" for name in servers)
     log.warning("%s: paused: MCP server(s) %s unavailable", serving.key, ", ".join(servers))
     serving.pause_for_servers()  # nothing more runs in this serve
-    serving.rt.mcp.wait_for(serving.key, servers)
+    serving.parts.mcp.wait_for(serving.key, servers)
     await serving.emit_now(
         Notice(
             key=serving.key,

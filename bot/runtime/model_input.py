@@ -12,31 +12,40 @@ for the thread (context or files not read) go out with that same commit."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from agents import TResponseInputItem
 
 from bot.runtime.attribution import attributed
 from bot.runtime.context_source import display_names
 from bot.runtime.envelope import HeldMessage
-from bot.runtime.outcomes import Notice, NoticeKind
+from bot.runtime.outcomes import Notice, NoticeKind, Outcome
+from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.thread_context import earlier_context
 from bot.runtime.viewing import describe
-
-if TYPE_CHECKING:
-    from bot.runtime.serving_view import ServingView
+from storage import ConversationKey
 
 
-async def render(serving: ServingView, messages: list[HeldMessage]) -> list[TResponseInputItem]:
-    rt, key = serving.rt, serving.key
+@dataclass
+class ModelInput:
+    items: list[TResponseInputItem]
+    notes: list[Outcome] = field(default_factory=list)  # for the thread, with the run's commit
+
+
+async def render(
+    parts: RuntimeParts, key: ConversationKey, next_seq: int, messages: list[HeldMessage]
+) -> ModelInput:
+    """The input for `messages`; `next_seq` is the session's (0: nothing in this
+    conversation's history yet)."""
     items: list[TResponseInputItem] = []
+    notes: list[Outcome] = []
     first = messages[0] if messages else None
-    starts = serving.record.next_seq == 0  # nothing in this conversation's history yet
-    if starts and first is not None and first.ts and first.ts != key.thread_ts:
-        context, notes = await earlier_context(rt, key, first.ts)
+    if next_seq == 0 and first is not None and first.ts and first.ts != key.thread_ts:
+        context, told = await earlier_context(parts.source, parts.settings, key, first.ts)
         items += context
-        serving.add_notes(notes)
-    names = await display_names(rt.source, key, {m.user for m in messages})
+        notes += told
+    names = await display_names(parts.source, key, {m.user for m in messages})
     skipped: list[tuple[str, str]] = []
     for message in messages:
         text = attributed(message.user, names.get(message.user), message.text)
@@ -46,14 +55,14 @@ async def render(serving: ServingView, messages: list[HeldMessage]) -> list[TRes
         if not message.files:
             item = {"role": "user", "content": text}
         else:
-            attached = await rt.files.attach(rt.source, key, message.files)
+            attached = await parts.files.attach(parts.source, key, message.files)
             skipped += attached.skipped
             text = "\n".join([text, *attached.lines])
             item = {"role": "user", "content": [{"type": "input_text", "text": text}]}
             item["content"] += attached.parts
         items.append(cast(TResponseInputItem, item))
     if skipped:
-        serving.notes.append(
+        notes.append(
             Notice(
                 key=key,
                 kind=NoticeKind.FILES_NOT_READ,
@@ -61,4 +70,4 @@ async def render(serving: ServingView, messages: list[HeldMessage]) -> list[TRes
                 details=[f"{name}: {why}" for name, why in skipped],
             )
         )
-    return items
+    return ModelInput(items, notes)

@@ -5,6 +5,8 @@ chat surface escapes it there."""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -167,3 +169,26 @@ def from_outbox(entry: dict[str, object]) -> tuple[str, Outcome]:
     kind = kinds[str(data.pop("type"))]
     outbox_id = str(data.pop("id", ""))
     return outbox_id, kind.model_validate(data)
+
+
+def new_reference() -> str:
+    """A short id that ties a notice shown to users to the log lines with the details."""
+    return "ref-" + secrets.token_hex(4)
+
+
+def quote(text: str, limit: int = 120) -> str:
+    """A short quote of someone's message, on one line (to name it in a notice); a message
+    without text (files only) is named as such, never as an empty quote."""
+    flat = " ".join(text.split())
+    if not flat:
+        return "(a message without text)"
+    cut = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return f"“{cut}”"
+
+
+def quoted_then_counted(quotes: Sequence[str], total: int, limit: int) -> list[str]:
+    """A notice's details naming messages: the first `limit` quotes, then how many more of
+    the `total` it is about ("… and 27 more")."""
+    shown = list(quotes[:limit])
+    rest = total - len(shown)
+    return shown + ([f"… and {rest} more"] if rest > 0 else [])

@@ -58,12 +58,12 @@ async def recover_conversations(scheduler: Scheduler, *, limit: int) -> list[Out
                 return []  # a live holder serves it
             dead = record.lease_owner
         key, person = record.key, record.run_by
-        if parts.admission.waits(key):
+        if parts.slots.waits(key):
             return []  # it waits for a slot here already
-        slot = parts.admission.try_take(person)
+        slot = parts.slots.try_take(person)
         if slot is None:
             await shown(lambda: parts.progress.queued(key, person))
-            slot = await parts.admission.take(key, person)
+            slot = await parts.slots.take(key, person)
             if slot is None:
                 return []
         with slot:

@@ -11,16 +11,15 @@ from typing import TYPE_CHECKING
 
 from agents.exceptions import MaxTurnsExceeded
 
-from bot.runtime.context_refusals import is_permanent_refusal
 from bot.runtime.model_access import model_access_reason
-from bot.runtime.outcomes import Notice, NoticeKind
-from bot.runtime.references import new_reference
+from bot.runtime.outcomes import Notice, NoticeKind, new_reference
+from bot.runtime.window_refusals import is_permanent_refusal
 from storage import Status
 
 if TYPE_CHECKING:
     from bot.runtime.serving_view import ServingView
 
-log = logging.getLogger("bot.runtime.driver")  # these were the driver's own lines
+log = logging.getLogger("bot.runtime.driver")  # a run's lines, under one name
 
 
 def plain_reason(exc: BaseException) -> str:

@@ -16,10 +16,10 @@ from agents.models.openai_provider import OpenAIProvider
 from agents.retry import ModelRetryBackoffSettings
 
 from bot.runtime.attachments import SharedFiles
-from bot.runtime.context_refusals import FittingProvider
-from bot.runtime.context_window import ContextWindow, ModelInputFilter, RunView
 from bot.runtime.model_access import offline
+from bot.runtime.model_window import ContextWindow, ModelInputFilter, RunView
 from bot.runtime.rate_gate import GatedProvider, RateGate
+from bot.runtime.window_refusals import FittingProvider
 from bot.settings import RuntimeSettings
 from storage import ConversationKey
 
@@ -61,8 +61,8 @@ def base_run_config(
     window: ContextWindow | None = None,
 ) -> RunConfig:
     """Every model request waits while the replica backs off a 429 (`rate_gate`), gets the
-    shared files' bytes back, and is fitted into the model's window (`context_window`),
-    whose refusal as too large gets one more try, smaller (`context_refusals`)."""
+    shared files' bytes back, and is fitted into the model's window (`model_window`),
+    whose refusal as too large gets one more try, smaller (`window_refusals`)."""
     provider = model_provider(settings, gate)
     if window is not None:
         provider = FittingProvider(provider, window.budget_for)

@@ -79,7 +79,7 @@ class ConversationRuntime:
             agent,
             settings or RuntimeSettings(),
             io=io,
-            sink=on_outcome,
+            on_outcome=on_outcome,
             progress=progress,
             source=source,
             owner=owner,
@@ -229,11 +229,13 @@ class ConversationRuntime:
     def opens_conversation(self, key: ConversationKey) -> bool:
         return self.intake.opens_conversation(key)
 
-    async def serve(self, key: ConversationKey, *, note: PersonKey | None = None) -> list[Outcome]:
-        return await self.scheduler.serve(key, note=note)
+    async def serve(
+        self, key: ConversationKey, *, opened_by: PersonKey | None = None
+    ) -> list[Outcome]:
+        return await self.scheduler.serve(key, opened_by=opened_by)
 
-    def serve_soon(self, key: ConversationKey, *, note: PersonKey | None = None) -> None:
-        self.scheduler.serve_soon(key, note=note)
+    def serve_soon(self, key: ConversationKey, *, opened_by: PersonKey | None = None) -> None:
+        self.scheduler.serve_soon(key, opened_by=opened_by)
 
     async def resume(
         self,
@@ -304,8 +306,8 @@ class ConversationRuntime:
         `grace` seconds (they then give their threads up as `running`); cancel what is left
         (a tool cut short stays `started`: its outcome is unknown, never "failed")."""
         self.parts.draining = True
-        self.parts.admission.close()  # threads waiting for a slot wait in storage instead
-        await self.parts.not_taken.flush()
+        self.parts.slots.close()  # threads waiting for a slot wait in storage instead
+        await self.parts.refusals.flush()
         pending = self.intake.serving | self.parts.background
         if pending:
             log.info("draining: %d threads in progress", len(pending))

@@ -17,15 +17,15 @@ from agents.run_state import CURRENT_SCHEMA_VERSION
 
 from bot.runtime.agent_graph import agents_of
 from bot.runtime.attachments import SharedFiles
+from bot.runtime.backlog_refusals import BacklogRefusals
 from bot.runtime.context_source import ContextSource, NoSource
-from bot.runtime.context_window import ContextWindow
 from bot.runtime.delivery import Outbox, OutcomeSink
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import guard_agent
 from bot.runtime.history_cache import HistoryCache
 from bot.runtime.lease_owner import process_identity
 from bot.runtime.mcp_servers import McpServers
-from bot.runtime.not_taken import NotTaken
+from bot.runtime.model_window import ContextWindow
 from bot.runtime.outcomes import Outcome
 from bot.runtime.progress import Progress, Quiet
 from bot.runtime.rate_gate import RateGate
@@ -46,7 +46,7 @@ class RuntimeParts:
         settings: RuntimeSettings,
         *,
         io: StorageCalls,
-        sink: OutcomeSink | None,
+        on_outcome: OutcomeSink | None,
         progress: Progress | None,
         source: ContextSource | None,
         owner: str | None,
@@ -63,14 +63,14 @@ class RuntimeParts:
         self.mcp = McpServers(agents_of(self.agent), check_interval=settings.mcp_check_interval)
         self.mcp.on_change = self._listings_changed
         self.process = owner or process_identity()
-        self.sink = sink
+        self.on_outcome = on_outcome
         self.progress: Progress = progress or Quiet()
         self.source: ContextSource = source or NoSource()  # earlier messages, names, files
         self.files = SharedFiles(io)
         self.history = HistoryCache()
-        self.not_taken = NotTaken(lambda: self.sink, store, io)
+        self.refusals = BacklogRefusals(lambda: self.on_outcome, store, io)
         # At most `max_runs` threads served at once; the rest wait without their leases.
-        self.admission = Slots(settings.max_runs)
+        self.slots = Slots(settings.max_runs)
         self.rate_gate = RateGate()  # a 429 from the model service holds every run back
         self.window = ContextWindow(settings)  # the model's view: budgets, summaries
         self.run_config = base_run_config(settings, self.files, self.rate_gate, self.window)
@@ -103,6 +103,6 @@ class RuntimeParts:
 
     async def emit(self, outcomes: Sequence[Outcome]) -> None:
         """Deliver outcomes that are not recorded anywhere (best effort)."""
-        outbox = Outbox(self.sink, self.store.clock)
+        outbox = Outbox(self.on_outcome, self.store.clock)
         for outcome in outcomes:
             await outbox.emit_now(outcome)

@@ -77,7 +77,7 @@ class Scheduler:
         self.parts = parts
         self.store = parts.store
         self.io = parts.io
-        self.slots = parts.admission
+        self.slots = parts.slots
         self.intake = intake
         self.queries = queries
         self.people = people
@@ -92,11 +92,11 @@ class Scheduler:
         remind: bool = False,
         recovering: bool = False,
         unheld: bool = False,
-        note: PersonKey | None = None,
+        opened_by: PersonKey | None = None,
     ) -> Served:
         """Serve a thread whose lease this process took, as one of its live threads (a stop
         reaches it, `drain` waits for it), until nothing is left to do (`serving`); its
-        release notes the conversation for `note`."""
+        release notes the conversation for `opened_by`."""
         serving = Serving(
             self.parts,
             lease,
@@ -104,16 +104,18 @@ class Scheduler:
             remind=remind,
             recovering=recovering,
             unheld=unheld,
-            note=note,
+            opened_by=opened_by,
         )
         with self.intake.live(serving):
             outcomes = await serving.run()
         return Served(outcomes, serving.yielded)
 
-    async def serve(self, key: ConversationKey, *, note: PersonKey | None = None) -> list[Outcome]:
+    async def serve(
+        self, key: ConversationKey, *, opened_by: PersonKey | None = None
+    ) -> list[Outcome]:
         """Serve the thread if it is free (or taken for us when its message was kept); if
         another holder has it, that holder reads the inbox before it lets go (and a dead
-        holder's thread is picked up by `recover`). `note`: the person who opened the
+        holder's thread is picked up by `recover`). `opened_by`: the person who opened the
         conversation, noted by the serve's release (else by a write of its own)."""
         await self.acks_first.settled()  # the burst's other messages are acknowledged first
         taken = self.intake.taken(key)
@@ -121,18 +123,18 @@ class Scheduler:
         if self.parts.draining:
             if taken is not None:  # give it up at once: the next process serves it
                 await self.io(
-                    self.store.release, taken[0], status=Status.RUNNING, touch=False, note=note
+                    self.store.release, taken[0], status=Status.RUNNING, touch=False, note=opened_by
                 )
             else:
-                await self._noted_alone(note, key)
+                await self._noted_alone(opened_by, key)
             return []  # kept already; the next process serves it
         slot = self.slots.try_take(person)
         if slot is None:  # every slot is taken: the thread waits, without its lease
             metrics.QUEUED.inc()
             if taken is not None:
-                await self._give_up(taken[0], note)
+                await self._give_up(taken[0], opened_by)
             else:
-                await self._noted_alone(note, key)
+                await self._noted_alone(opened_by, key)
             return await self.serve_when_admitted(key, person)
         with slot:
             if taken is not None and taken[0].expires_at > self.store.clock():
@@ -143,39 +145,41 @@ class Scheduler:
                         self.store.acquire, key, new_owner(self.parts.process), create=False
                     )
                 except LeaseBusy:
-                    await self._noted_alone(note, key)
+                    await self._noted_alone(opened_by, key)
                     text = "Queued: I'll answer next."
                     return [Notice(key=key, kind=NoticeKind.QUEUED, text=text)]
                 except NotFound:
                     return []
-            served = await self.serve_under_lease(lease, record, note=note)
+            served = await self.serve_under_lease(lease, record, opened_by=opened_by)
         outcomes = served.outcomes
         if served.yielded:
             outcomes += await self.serve_when_admitted(key, person)
         return outcomes
 
-    def serve_soon(self, key: ConversationKey, *, note: PersonKey | None = None) -> None:
+    def serve_soon(self, key: ConversationKey, *, opened_by: PersonKey | None = None) -> None:
         """`serve` in a task of its own (which `drain` waits for), for a request that is
         acknowledged as soon as its message is kept; a failure is logged."""
-        self.parts.in_background(self._serve_logged(key, note))
+        self.parts.in_background(self._serve_logged(key, opened_by))
 
-    async def _serve_logged(self, key: ConversationKey, note: PersonKey | None) -> None:
+    async def _serve_logged(self, key: ConversationKey, opened_by: PersonKey | None) -> None:
         try:
             with metrics.LATENCY.labels("message").time():
-                await self.serve(key, note=note)  # progress shows in the thread
+                await self.serve(key, opened_by=opened_by)  # progress shows in the thread
         except Exception:
             log.exception("%s: serving it failed", key)
 
-    async def _noted_alone(self, note: PersonKey | None, key: ConversationKey) -> None:
-        """No release of this serve can carry the note: a write of its own."""
-        if note is not None:
-            await self.people.note_conversation(note, key)
+    async def _noted_alone(self, opened_by: PersonKey | None, key: ConversationKey) -> None:
+        """No release of this serve can note the conversation for them: a write of its own."""
+        if opened_by is not None:
+            await self.people.note_conversation(opened_by, key)
 
-    async def _give_up(self, lease: Lease, note: PersonKey | None = None) -> None:
+    async def _give_up(self, lease: Lease, opened_by: PersonKey | None = None) -> None:
         """Release a thread taken by its keep, as `running` with its inbox untouched: it
         waits durably, found by any replica's recovery (see `slots`)."""
         with contextlib.suppress(LeaseLost):  # another replica took it meanwhile
-            await self.io(self.store.release, lease, status=Status.RUNNING, touch=False, note=note)
+            await self.io(
+                self.store.release, lease, status=Status.RUNNING, touch=False, note=opened_by
+            )
 
     async def serve_when_admitted(self, key: ConversationKey, person: str | None) -> list[Outcome]:
         """Wait for a slot (the thread says it is queued meanwhile), then serve the thread

@@ -1,37 +1,51 @@
-"""Serving one thread while holding its lease: until nothing is left to do.
+"""Serving one thread while holding its lease: passes until nothing is left to do, then the
+release. A serve is the one writer of its thread's working state: what the parts of a pass
+decide (approvals, expiry, stops, state checks, the run) it records here.
 
 Each pass reads the inbox (messages and decisions, in arrival order) and the checkpoint,
 delivers what the thread is still owed, then either applies decisions to a paused run,
-continues a run, or starts one. The lease is released only when the inbox has nothing new
-(`InboxChanged` sends us round again), with the delivery cursor, and as `running` when work
-is left (a failed delivery, a graceful shutdown) so that recovery picks the thread up.
-Holding the lease, the release and giving up after a fault are in `holding`; the inbox's
-entries, parsed, in `inbox_entries`; setting a state aside (a stop, a discard, failing
-closed) is `Serving.set_aside_state`."""
+continues a run, or starts one. The release records what the thread is left as and is
+conditioned on the inbox (`InboxChanged` sends the serve round again), with the delivery
+cursor, and as `running` when work is left (a failed delivery, a graceful shutdown) so that
+recovery picks the thread up. A fault or a cancellation gives the thread up at once, as
+`interrupted` or `running`, so that nothing kept is passed over."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
+from agents import TResponseInputItem
+
 from bot import metrics
-from bot.runtime import approvals, expiry, not_taken, state_checks, stopping
+from bot.runtime import applying_stops, approvals, backlog_refusals, expiry, state_checks
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
 from bot.runtime.envelope import (
     AwaitingCall,
     DecisionMade,
     DecisionRequest,
+    Entries,
     Envelope,
     HeldMessage,
     RunWindow,
+    UserMessage,
+    parse_payload,
 )
-from bot.runtime.holding import Holding
-from bot.runtime.inbox_entries import Entries
 from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_input import render
-from bot.runtime.outcomes import Notice, NoticeKind, Outcome, Refused
+from bot.runtime.outcomes import (
+    ApprovalRequest,
+    AwaitingDecision,
+    Notice,
+    NoticeKind,
+    Outcome,
+    Refused,
+    new_reference,
+)
 from bot.runtime.progress import shown
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving_view import Start
@@ -41,40 +55,65 @@ from storage import (
     CheckpointError,
     Commit,
     Conversation,
+    InboxChanged,
+    InboxEntry,
     Lease,
+    LeaseKeeper,
+    LeaseLost,
     PersonKey,
     Status,
+    StorageUnavailable,
     Summary,
     ToolCallRecord,
     ToolCallStatus,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)  # testkit listens to the serve's lines
+# What a run stopped by a fault says: why, and what happens when its inbox is owed an answer.
+STORAGE_DOWN = (
+    "I lost contact with my storage, so I stopped here.",
+    "I'll pick this up again as soon as it answers.",
+)
+# A serve that waits this long before letting go, and posts nothing meanwhile, does not
+# date the thread's activity to its release: its last commit did (the state would outlive
+# its TTL by the wait).
+QUIET_WAIT = timedelta(seconds=1)
+FAILED_HERE = ("Something went wrong on my side, so I stopped here.", "I'll try again shortly.")
 
 
-class Serving(Holding):
+class Serving:
     def __init__(
         self,
-        runtime: RuntimeParts,
+        parts: RuntimeParts,
         lease: Lease,
         record: Conversation,
         *,
         recovering: bool = False,
         remind: bool = False,
         unheld: bool = False,
-        note: PersonKey | None = None,
+        opened_by: PersonKey | None = None,
     ) -> None:
-        super().__init__(
-            runtime.store,
-            runtime.io,
-            lease,
-            record,
-            outbox=Outbox(runtime.sink, runtime.store.clock, runtime.store.state_ttl),
-            admission=runtime.admission,
-            by_recovery=recovering,
-            note=note,
-        )
-        self.rt = runtime
+        self.parts = parts
+        self.store = parts.store
+        self.io = parts.io
+        self.key = record.key
+        self.record = record
+        self.initial_lease = lease
+        self.keeper: LeaseKeeper | None = None
+        self.outbox = Outbox(parts.on_outcome, parts.store.clock, parts.store.state_ttl)
+        self.slots = parts.slots  # others waiting for a slot: a thread yields its own
+        self.outcomes: list[Outcome] = []
+        self.final_status: Status = Status.IDLE  # what the release leaves the thread as
+        self.by_recovery = recovering  # a recovery sweep's serve
+        self.yielded = False  # gave its slot to threads waiting (more arrived meanwhile)
+        self.active = False  # something was committed: the release counts as activity
+        self.backlog_left = False  # the inbox holds more than one commit may consume
+        self.reread = False  # this pass set the state aside: look at the inbox once more
+        self.stopped = False  # stopped for a graceful shutdown: release as `running`
+        self.waiting_on: str | None = None  # the person a decision waits on (see below)
+        self.read: set[str] = set()  # the inbox entries this serve's passes have read
+        # Who opened the conversation, to be noted by the release (`Store.release(note=)`).
+        self.opened_by = opened_by
         self.version = record.checkpoint_version
         self.recovering = recovering  # announce the resumption (once)
         # Found with no holder (it waited for a slot, or a shutdown gave it up): messages
@@ -96,25 +135,25 @@ class Serving(Holding):
         """Progress: this thread is being worked on."""
         if not self.showing:
             self.showing = True
-            await shown(lambda: self.rt.progress.begin(self.key, requester))
+            await shown(lambda: self.parts.progress.begin(self.key, requester))
 
     async def end_showing(self) -> None:
         """Progress: done here. Before the lease goes, so that whoever takes the thread
         next starts showing its own work, not onto this one's."""
         if self.showing:
             self.showing = False
-            await shown(lambda: self.rt.progress.end(self.key))
+            await shown(lambda: self.parts.progress.end(self.key))
 
     async def _tell_refusals(self, *, idle: bool) -> bool:
-        """Messages refused at the backlog cap that no live teller has told (`not_taken`);
+        """Messages refused at the backlog cap that no live teller has told (`backlog_refusals`);
         whether a notice was posted."""
-        self.record, posted = await not_taken.tell_untold(
-            self.rt.sink,
+        self.record, posted = await backlog_refusals.tell_untold(
+            self.parts.on_outcome,
             self.store,
             self.io,
             self.record,
             idle=idle,
-            telling=self.rt.not_taken.telling,
+            telling=self.parts.refusals.telling,
         )
         return posted
 
@@ -130,7 +169,7 @@ class Serving(Holding):
             inbox = await self.io(
                 self.store.read_inbox, self.key, self.record.generation, CONSUME_LIMIT + 1
             )
-        self.more = len(inbox) > CONSUME_LIMIT
+        self.backlog_left = len(inbox) > CONSUME_LIMIT
         entries = Entries(inbox[:CONSUME_LIMIT])
         self.read.update(entries.ids)
         if self.record.expired_from is not None:  # the thread is told first
@@ -138,7 +177,7 @@ class Serving(Holding):
             return
         if self.record.refusals_untold:  # a notice its process did not live to post
             await self._tell_refusals(idle=False)
-        unlisted = await self.rt.mcp.ready()
+        unlisted = await self.parts.mcp.ready()
         if unlisted:  # the fingerprint is not final: nothing can be verified or committed
             await paused_for(self, unlisted)
             return
@@ -171,7 +210,7 @@ class Serving(Holding):
             )
         self.outcomes.extend(owed)
         await self.outbox.deliver()
-        if entries.stops and await stopping.stop_requests(self, entries, runnable):
+        if entries.stops and await applying_stops.stop_requests(self, entries, runnable):
             return
         if runnable is not None and runnable.humans:
             await approvals.while_awaiting(self, runnable, entries)
@@ -193,10 +232,10 @@ class Serving(Holding):
         if current is not None and current.finished and current.held:
             # A run finished and messages held meanwhile wait for the next one.
             held = current.held + arrived
-            await self.drive(await render(self, held), held[0].user, [], entries.ids)
+            await self.drive(await self.input_for(held), held[0].user, [], entries.ids)
             return
         if arrived:
-            await self.drive(await render(self, arrived), arrived[0].user, [], entries.ids)
+            await self.drive(await self.input_for(arrived), arrived[0].user, [], entries.ids)
             return
         if entries.ids:
             await self._consume_only(entries.ids)
@@ -289,7 +328,7 @@ class Serving(Holding):
             self.store.commit,
             self.lease,
             state=envelope.document(),
-            meta=self.rt.meta(finished=envelope.finished and not envelope.held),
+            meta=self.parts.meta(finished=envelope.finished and not envelope.held),
             expected_version=self.version,
             items=items or (),
             base_seq=base_seq,
@@ -367,7 +406,7 @@ class Serving(Holding):
         """It waits, interrupted, for MCP servers that are down: nothing more runs here."""
         self.release_as(Status.INTERRUPTED)
         self.paused = True
-        self.more = False
+        self.backlog_left = False
 
     def note_decisions(self, decided: dict[str, DecisionMade]) -> None:
         """Who decided what, carried to the envelopes this serve writes next."""
@@ -379,6 +418,20 @@ class Serving(Holding):
     def add_notes(self, notes: Sequence[Outcome]) -> None:
         """For the thread, with the next commit."""
         self.notes += notes
+
+    async def input_for(self, messages: list[HeldMessage]) -> list[TResponseInputItem]:
+        """The model's input for the messages that start a run; its notes for the thread go
+        out with the run's next commit."""
+        given = await render(self.parts, self.key, self.record.next_seq, messages)
+        self.add_notes(given.notes)
+        return given.items
+
+    def take_armed(self) -> list[str]:
+        """The calls this serve armed that no tool started, handed to whoever settles them
+        (a stop, a guardrail's trip): the serve no longer counts them as its own."""
+        armed = sorted(self.armed)
+        self.armed.clear()
+        return armed
 
     def take_reminder(self) -> bool:
         """Whether to remind the thread of what it waits for (once)."""
@@ -403,3 +456,205 @@ class Serving(Holding):
         await self.emit_now(
             Refused(key=self.key, text=text, reply_to=decision.reply_to, user=decision.user)
         )
+
+    # -- what the release records ------------------------------------------------------
+
+    def release_as(self, status: Status) -> None:
+        """When nothing is left to do, the thread is released as `status`."""
+        self.final_status = status
+
+    def await_decision(self, started_by: str) -> None:
+        """The run waits for a decision: released as awaiting approval, listed for the
+        person who started it (`Store.list_waiting_on`)."""
+        self.release_as(Status.AWAITING_APPROVAL)
+        self.waiting_on = started_by or None
+
+    def look_again(self, when: bool = True) -> None:
+        """Whether the serve reads the inbox once more after this pass."""
+        self.reread = when
+
+    def give_back(self) -> None:
+        """Released as `running`, its messages queued: another process continues it."""
+        self.stopped = True
+
+    @property
+    def lease(self) -> Lease:
+        return self.keeper.lease if self.keeper else self.initial_lease
+
+    def check(self) -> None:
+        if self.keeper:
+            self.keeper.check()
+
+    def ask_stop(self, user: str) -> None:
+        """A stop was kept for this thread: the run learns of it at once."""
+        if self.keeper is not None:
+            self.keeper.ask_stop(user)
+
+    @property
+    def stop_asked(self) -> bool:
+        return self.keeper is not None and self.keeper.stop.is_set()
+
+    # -- the session --------------------------------------------------------------------
+
+    async def run(self, opening: Callable[[], Awaitable[None]] | None = None) -> list[Outcome]:
+        """Serve until nothing is left; `opening` replaces the first pass (e.g. a discard)."""
+        async with LeaseKeeper(self.store, self.initial_lease, calls=self.io) as keeper:
+            self.keeper = keeper
+            try:
+                await self._loop(opening)
+            except LeaseLost:
+                log.warning("lost the lease on %s; another process continues", self.key)
+                await self.outbox.recheck()
+            except StorageUnavailable as exc:
+                await self._stopped_by_fault(exc, STORAGE_DOWN)
+            except Exception as exc:  # a defect: logged, and the thread is not left held
+                await self._stopped_by_fault(exc, FAILED_HERE)
+            except asyncio.CancelledError:
+                await self._release_quietly()
+                raise
+            finally:
+                await self.end_showing()
+        return self.outcomes
+
+    async def _loop(self, opening: Callable[[], Awaitable[None]] | None) -> None:
+        while True:
+            if opening is not None:
+                await opening()
+                opening = None
+            else:
+                await self.step()
+            if (self.backlog_left or self.reread) and not self.stopped:
+                self.reread = False
+                continue
+            await self.outbox.deliver()
+            await self.end_showing()
+            quiet = True  # a wait that posted nothing is no activity
+            if self.record.refusals_untold and not self.stopped:  # none left untold
+                began = self.store.clock()
+                posted = await self._tell_refusals(idle=True)
+                quiet = posted or self.store.clock() - began < QUIET_WAIT
+            left = self.stopped or self.outbox.pending
+            status = Status.RUNNING if left else self.final_status
+            waiting = status is Status.AWAITING_APPROVAL
+            try:
+                await self._release(
+                    status=status,
+                    inbox_seen=None if self.stopped else self.record.inbox_seq,
+                    delivery=self.outbox.mark(),
+                    # A delivery still owed keeps the state alive for its retry.
+                    touch=(self.active and quiet) or self.outbox.pending,
+                    run_by=self.waiting_on if waiting else None,
+                )
+                if waiting:
+                    await self._now_listed()
+                return
+            except InboxChanged:
+                if self.slots.others_waiting and status is Status.IDLE:  # one run each
+                    await self._yield_slot()
+                    return
+                fresh = await self.io(self.store.get, self.key)
+                if fresh is None:
+                    return
+                self.record = fresh
+
+    async def _now_listed(self) -> None:
+        """Released awaiting a decision on the request this serve delivered: listings show
+        it only now, so surfaces that list approvals are told now (not with the request's
+        post, which comes before this release: a listing read then misses it)."""
+        request = next((o for o in reversed(self.outcomes) if isinstance(o, ApprovalRequest)), None)
+        if request is not None:
+            await self.outbox.emit_now(
+                AwaitingDecision(
+                    key=self.key, requested_by=request.requested_by, approvers=request.approvers
+                )
+            )
+
+    async def _release(self, **how: Any) -> None:
+        """The release (`Store.release`), noting the conversation for `note` the first
+        time it lands."""
+        await self.io(self.store.release, self.lease, note=self.opened_by, **how)
+        self.opened_by = None
+
+    async def _yield_slot(self) -> None:
+        """Messages arrived during the run while other threads wait for a slot: the thread
+        goes back in line, given up as `running` with its new messages in the inbox."""
+        await self._release(status=Status.RUNNING, delivery=self.outbox.mark(), touch=self.active)
+        self.yielded = True
+
+    async def _release_quietly(self) -> None:
+        """Cancelled (shutdown past its grace): give the thread up at once, as `running`, so
+        that the next process continues it without waiting for the lease to expire."""
+        try:
+            await asyncio.wait_for(
+                self._release(status=Status.RUNNING, delivery=self.outbox.mark(), touch=False),
+                timeout=5,
+            )
+        except Exception:
+            log.warning("%s: could not release the lease on shutdown", self.key, exc_info=True)
+
+    async def _stopped_by_fault(self, exc: Exception, said: tuple[str, str]) -> None:
+        """Storage failed through every retry, or an unexpected error: the run stops here,
+        its checkpoint intact. The thread waits, interrupted, for a person's `/resume` or
+        next message, unless its inbox holds what that notice does not answer (`_owed`):
+        then it is given up as `running`, and the recovery sweep serves it later (no
+        release may pass over a message or a stop)."""
+        reference = new_reference()
+        if isinstance(exc, StorageUnavailable):
+            log.error("%s [%s]: storage unavailable, run stopped: %s", self.key, reference, exc)
+        else:
+            log.error("%s [%s]: run stopped by an error", self.key, reference, exc_info=exc)
+        status: Status | None = None
+        try:
+            status = await self._give_up_after_fault()
+        except Exception:  # still down: the lease expires, and recovery tries again later
+            log.warning("%s [%s]: could not record the interruption", self.key, reference)
+        if status is not Status.INTERRUPTED and self.by_recovery:
+            return  # a sweep's attempt: the thread was told when its run first stopped
+        what, later = said
+        after = (
+            "send a message or use /resume to continue." if status is Status.INTERRUPTED else later
+        )
+        notice = Notice(
+            key=self.key,
+            kind=NoticeKind.RUN_FAILED,
+            text=f"{what} Nothing was lost; {after}",
+            reference=reference,
+        )
+        self.outcomes.append(notice)
+        if status is not None:  # else nothing could be written: it is not posted either
+            await self.outbox.emit_now(notice)
+
+    async def _give_up_after_fault(self) -> Status:
+        """Release the thread as `interrupted` when nothing in its inbox is owed an answer
+        (the inbox read after the record, the release conditioned on the record's inbox
+        counter, so that nothing kept meanwhile is passed over); else, or when storage
+        cannot say, as `running`."""
+        try:
+            inbox: list[InboxEntry] = []
+            record = await self.io(self.store.get, self.key)
+            if record is not None:
+                generation, limit = record.generation, CONSUME_LIMIT + 1
+                inbox = await self.io(self.store.read_inbox, self.key, generation, limit)
+        except StorageUnavailable:
+            record, inbox = None, []  # nobody can tell what waits: recovery looks again
+        if record is not None and not any(self._owed(entry) for entry in inbox):
+            try:
+                await self._release(
+                    status=Status.INTERRUPTED, inbox_seen=record.inbox_seq, touch=False
+                )
+                return Status.INTERRUPTED
+            except InboxChanged:
+                pass  # kept just now: it is owed an answer
+        await self._release(status=Status.RUNNING, touch=False)
+        return Status.RUNNING
+
+    def _owed(self, entry: InboxEntry) -> bool:
+        """An inbox entry that the storage notice does not answer: a message this serve never
+        read (sent after it looked), or a request to act (a stop, a decision) that it could
+        not carry out. The messages it read are its run's, continued by `/resume`."""
+        if entry.entry_id not in self.read:
+            return True
+        try:
+            return not isinstance(parse_payload(entry.payload), UserMessage)
+        except ValueError:  # unreadable: dropped by the next pass that reads it
+            return False

@@ -17,17 +17,16 @@ from agents import RunState
 from agents.exceptions import ModelBehaviorError, UserError
 from agents.run_state import CURRENT_SCHEMA_VERSION, SUPPORTED_SCHEMA_VERSIONS
 
-from bot.runtime.closing import (
+from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
+from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
+from bot.runtime.mcp_servers import paused_for
+from bot.runtime.open_calls import (
     NOT_STARTED,
     ClosedCalls,
     answered_calls_of_the_run,
     unanswered_calls,
 )
-from bot.runtime.envelope import ENVELOPE_FORMAT, Envelope
-from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
-from bot.runtime.mcp_servers import paused_for
-from bot.runtime.outcomes import Notice, NoticeKind, PendingCall
-from bot.runtime.references import new_reference
+from bot.runtime.outcomes import Notice, NoticeKind, PendingCall, new_reference
 from bot.runtime.request_context import for_restore, request_context
 from storage import CheckpointError, Conversation, Status, ToolCallRecord, ToolCallStatus
 
@@ -103,7 +102,7 @@ async def current_envelope(serving: ServingView) -> Envelope | None:
     try:
         verify(
             record,
-            fingerprint=serving.rt.fingerprint,
+            fingerprint=serving.parts.fingerprint,
             state_ttl=serving.store.state_ttl,
             now=serving.store.clock(),
         )
@@ -149,9 +148,9 @@ async def load_state(serving: ServingView, envelope: Envelope) -> RunState[Any] 
     down: set[str] = set()
     token = SEEN_DOWN.set(down)
     try:
-        await serving.rt.mcp.check_for(_current_agent_name(envelope.run_state))
+        await serving.parts.mcp.check_for(_current_agent_name(envelope.run_state))
         return await RunState.from_json(
-            serving.rt.agent,
+            serving.parts.agent,
             envelope.run_state,
             context_override=for_restore(context),
             # The state of a nested run paused inside an agent tool is restored by the

@@ -1,6 +1,6 @@
 """Requests to stop a run (the Stop control, Slack's stop, or the reply `stop`): kept in the
 thread's inbox, flagged on the record in the same write, for whoever serves the thread to
-apply (`stopping`). Honoured for the person who started the run (`run_by`, as the thread's
+apply (`applying_stops`). Honoured for the person who started the run (`run_by`, as the thread's
 holder wrote it: never whoever was kept or took the lease last), approvers and admins;
 refused privately to anyone else. Each is keyed by the id of the request that carried it
 (Slack's), so that a delivery Slack repeats is a duplicate, never a second stop; and none
@@ -109,7 +109,7 @@ class StopInbox:
         reply_to: str | None = None,
     ) -> Stopping:
         """Keep the request in the thread's inbox, flagged on the record in the same write
-        (see `stopping`); this process's own serve of the thread learns it at once, another
+        (see `applying_stops`); this process's own serve of the thread learns it at once, another
         replica's within `STOP_POLL`. When the thread was free (a run paused for approval)
         the write takes it, for the caller to serve. Never refused at the backlog cap: a
         full thread is the one whose run most needs stopping."""

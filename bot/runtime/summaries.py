@@ -21,7 +21,7 @@ a run that failed before its commit is kept in memory and used again (`ContextWi
 
 The stored session items are never changed: the run reads them as the SDK wrote them (its
 session limit set to the items chosen), and the summary reaches the model only through the
-run's `call_model_input_filter` (`context_window`)."""
+run's `call_model_input_filter` (`model_window`)."""
 
 from __future__ import annotations
 
@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 from agents import Agent, Runner
 
 from bot import metrics
-from bot.runtime.context_budget import ITEM_OVERHEAD, agent_tools_size, item_size, text_size
-from bot.runtime.context_window import MadeSummary, RunView
 from bot.runtime.envelope import RunWindow
 from bot.runtime.fitting import SMALLEST, cut_text, groups, left_out_note, summary_note
+from bot.runtime.model_window import MadeSummary, RunView
 from bot.runtime.run_options import for_run
+from bot.runtime.window_budget import ITEM_OVERHEAD, agent_tools_size, item_size, text_size
 from storage import SUMMARY_LIMIT, ConversationSession, Summary
 
 if TYPE_CHECKING:
@@ -137,19 +137,21 @@ async def open_window(
     """What a fresh run starting with `given` is given of the history (see the module's
     docstring: the summary or note, the session items it reads), and what its checkpoints
     say of it; makes the summary it needs, kept on the serve for its next commit."""
-    rt, record = serving.rt, serving.record
-    window = rt.window
-    limit = rt.settings.history_items
+    parts, record = serving.parts, serving.record
+    window = parts.window
+    limit = parts.settings.history_items
     known = await window.summary_of(serving.io, record)
     through = known.through if known is not None else 0
     # Only the items after the summary can be given (or folded into the next one): however
     # long the thread, a run reads no more than those, and at most `limit`.
     unsummed = record.next_seq - max(through, record.session_floor)
     read, next_seq = await _latest(session, min(limit, unsummed), record.next_seq)
-    room = window.budget_of(rt.agent).room(_instructions(rt.agent), agent_tools_size(rt.agent))
+    room = window.budget_of(parts.agent).room(
+        _instructions(parts.agent), agent_tools_size(parts.agent)
+    )
     cap = summary_room(room)
     notes = item_size(left_out_note(10**6))
-    if known is not None or rt.settings.summaries:
+    if known is not None or parts.settings.summaries:
         notes += item_size(summary_note("x" * cap))
     fixed = sum(item_size(item) for item in given) + notes
     plan = plan_history(
@@ -160,7 +162,7 @@ async def open_window(
         fixed=fixed,
         room=room,
         limit=limit,
-        summarize=rt.settings.summaries,
+        summarize=parts.settings.summaries,
     )
     summary: Summary | None = known
     left_out, start = plan.left_out, plan.start
@@ -205,7 +207,7 @@ async def resumed_view(serving: ServingView, window: RunWindow | None) -> RunVie
         return RunView()
     summary = None
     if window.summary_through:
-        found = await serving.rt.window.summary_of(serving.io, serving.record)
+        found = await serving.parts.window.summary_of(serving.io, serving.record)
         if found is not None and found.through == window.summary_through:
             summary = found.text
     return RunView(summary=summary, left_out=window.left_out)
@@ -229,9 +231,9 @@ async def _summary_for(
 ) -> Summary | None:
     """The summary folding `known` and the items [fold): one made already (not yet stored),
     or a new one; None when the model could not write it in time."""
-    rt, record = serving.rt, serving.record
+    parts, record = serving.parts, serving.record
     begin, end = fold
-    made = rt.window.known(record)
+    made = parts.window.known(record)
     if made is not None and made.summary.through == end and made.base == begin:
         metrics.CONTEXT_SUMMARIES.labels(outcome="reused").inc()
         return made.summary
@@ -243,20 +245,20 @@ async def _summary_for(
             json.loads(i) if isinstance(i, str) else i for i in read[begin - first : end - first]
         ]
     else:  # some lie beyond the items read for the run: read them now
-        wanted = min(next_seq - begin, rt.settings.history_items * READ_FACTOR)
+        wanted = min(next_seq - begin, parts.settings.history_items * READ_FACTOR)
         older = await serving.io(serving.store.read_items, serving.key, wanted)
         start = older.next_seq - len(older.items)
         unread = max(start - begin, 0)
         items = [json.loads(text) for text in older.items[max(begin - start, 0) : end - start]]
     try:
-        async with asyncio.timeout(rt.settings.summary_timeout):
+        async with asyncio.timeout(parts.settings.summary_timeout):
             text = await _write_summary(serving, known, items, unread, cap, started_by)
     except Exception:  # a model error, a timeout, a refusal: the run goes on without it
         log.warning("%s: no summary of items %d-%d", serving.key, begin, end, exc_info=True)
         metrics.CONTEXT_SUMMARIES.labels(outcome="failed").inc()
         return None
     summary = Summary(through=end, text=text)
-    rt.window.remember(record, MadeSummary(summary, base=begin))
+    parts.window.remember(record, MadeSummary(summary, base=begin))
     metrics.CONTEXT_SUMMARIES.labels(outcome="made").inc()
     return summary
 
@@ -269,16 +271,16 @@ async def _write_summary(
     cap: int,
     started_by: str,
 ) -> str:
-    rt = serving.rt
+    parts = serving.parts
     words = max(cap // 7, 100)
     writer: Agent[Any] = Agent(
         name="thread summary",
         instructions=SUMMARY_INSTRUCTIONS.format(words=words),
-        model=rt.agent.model,
+        model=parts.agent.model,
     )
-    room = rt.window.budget_of(rt.agent).room(writer.instructions, 0)  # type: ignore[arg-type]
+    room = parts.window.budget_of(parts.agent).room(writer.instructions, 0)  # type: ignore[arg-type]
     prompt = transcript(known.text if known else None, items, unread, room * 3 // 4)
-    config = for_run(rt.run_config, serving.key, started_by, summarizing=True)
+    config = for_run(parts.run_config, serving.key, started_by, summarizing=True)
     result = await Runner.run(writer, prompt, run_config=config, max_turns=1)
     text = str(result.final_output or "").strip()
     if not text:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from agents import TResponseInputItem
 
@@ -36,26 +36,17 @@ CONTEXT_SECONDS = 5.0  # the user is waiting: a thread that can't be read quickl
 MESSAGE_CHARS = 2_000
 
 
-class ThreadReading(Protocol):
-    """What reading a thread's earlier messages uses of the runtime."""
-
-    @property
-    def settings(self) -> RuntimeSettings: ...
-    @property
-    def source(self) -> ContextSource: ...
-
-
 async def earlier_context(
-    rt: ThreadReading, key: ConversationKey, before: str
+    source: ContextSource, settings: RuntimeSettings, key: ConversationKey, before: str
 ) -> tuple[list[TResponseInputItem], list[Notice]]:
     """The input item holding the thread's messages before `before` (none when there are
     none), and the notes the thread should get."""
-    limit = rt.settings.thread_context_messages
+    limit = settings.thread_context_messages
     if limit == 0:
         return [], []
     try:
         async with asyncio.timeout(CONTEXT_SECONDS):
-            history = await rt.source.earlier_messages(key, before)
+            history = await source.earlier_messages(key, before)
     except Unavailable as exc:
         return [], [_not_read(key, exc.reason)]
     except TimeoutError:
@@ -64,12 +55,12 @@ async def earlier_context(
         log.exception("%s: reading the thread's earlier messages failed", key)
         return [], [_not_read(key, "reading it failed")]
     earlier = [m for m in history.messages if _sooner(m.ts, before)]
-    kept, left_out = bounded(earlier, key, limit, rt.settings.thread_context_chars)
+    kept, left_out = bounded(earlier, key, limit, settings.thread_context_chars)
     notes = [] if history.complete else [_partly_read(key, history)]
     if not kept:
         return [], notes
     people = {m.user for m in kept if not m.by_bot and not m.by_us}
-    names = await display_names(rt.source, key, people)
+    names = await display_names(source, key, people)
     header = "Earlier messages in this Slack thread, before you were asked (oldest first"
     if left_out or not history.complete:
         header += "; some were left out"

@@ -1,5 +1,5 @@
 """A request that cannot fit the model's window, even fitted (`fitting.TooLarge`) or after
-the model service refused it twice (`context_refusals`): the request ends with a plain
+the model service refused it twice (`window_refusals`): the request ends with a plain
 notice saying so and what to do, and is recorded as finished, not failed. Sending it again,
 or `/resume`, would meet the same refusal; the thread itself is not stuck: the request's
 items are not kept in the history, calls left open are closed as the ledger says, messages
@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, HeldMessage
 from bot.runtime.fitting import TooLarge
-from bot.runtime.outcomes import Notice, NoticeKind
-from bot.runtime.references import new_reference
+from bot.runtime.outcomes import Notice, NoticeKind, new_reference
 from storage import Status
 
 if TYPE_CHECKING:

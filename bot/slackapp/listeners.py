@@ -141,13 +141,13 @@ class Listeners:
         )
         if kept is not Kept.KEPT:
             return
-        note = None  # who opened a new conversation: one of their recent ones (on Home)
+        opened_by = None  # who opened a new conversation: one of their recent ones (on Home)
         if create and self.runtime.opens_conversation(key):
             if SLACK_ID.fullmatch(user):
-                note = PersonKey.of(key, user)
+                opened_by = PersonKey.of(key, user)
             if self.live is not None:
                 self.live.name(key, text)  # the session's title: its first request
-        self.runtime.serve_soon(key, note=note)  # after the ack, in a task of its own
+        self.runtime.serve_soon(key, opened_by=opened_by)  # after the ack, in a task of its own
 
     async def _viewing(
         self, event: dict[str, Any], key: ConversationKey, user: str

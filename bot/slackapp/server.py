@@ -65,8 +65,8 @@ def events_route(
     """Slack's requests into bolt, through the gate (`gate`): anything Slack did not sign, or
     that does not parse, gets a 4xx and one log line, and changes nothing. While one is in
     flight, new runs wait (`ConversationRuntime.acknowledging`); a request counts from when
-    its signature is verified, so that no one but Slack can hold runs back (slow unsigned
-    requests once delayed every run by keeps_first's full patience)."""
+    its signature is verified, so that no one but Slack can hold runs back (a slow unsigned
+    request would otherwise delay every run by the full patience of `acks_first`)."""
 
     async def slack_events(request: web.Request) -> web.Response:
         try:

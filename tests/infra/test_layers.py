@@ -99,9 +99,9 @@ def _exported() -> list[str]:
 
 
 def test_the_runtime_modules_import_one_another_without_a_circle() -> None:
-    """Type-only imports (under `if TYPE_CHECKING:`) count too: a module that needs only part
-    of another says so in a protocol (`runtime_parts`, `serving_view`) rather than import
-    the module that calls it."""
+    """Type-only imports (under `if TYPE_CHECKING:`) count too: a part that calls another is
+    given it, and what a part decides for its caller is returned to it, so no module needs
+    the one that calls it."""
     modules = {path.stem for path in RUNTIME.glob("*.py")} - {"__init__"}
     edges = {module: _runtime_imports(RUNTIME / f"{module}.py", modules) for module in modules}
     assert [sorted(part) for part in _circles(edges)] == []

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bot.runtime.text import clean_text
+from bot.runtime.envelope import clean_text
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Fitting a model request into the model's window (`bot.runtime.fitting`), what a run is
 given of the history (`summaries.plan_history`), the size estimate and budgets
-(`context_budget`), and telling a "too large" refusal from other failures: pure functions,
+(`window_budget`), and telling a "too large" refusal from other failures: pure functions,
 tested as such."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from agents import Agent
 from agents.models import get_default_model
 from agents.testing import ScriptedModel
 
-from bot.runtime.context_budget import Budget, item_size, known_window
-from bot.runtime.context_refusals import is_context_refusal, is_permanent_refusal
-from bot.runtime.context_window import ContextWindow
 from bot.runtime.fitting import TooLarge, fit, groups, run_start
+from bot.runtime.model_window import ContextWindow
 from bot.runtime.run_failures import what_to_do
 from bot.runtime.summaries import plan_history, transcript
+from bot.runtime.window_budget import Budget, item_size, known_window
+from bot.runtime.window_refusals import is_context_refusal, is_permanent_refusal
 from bot.settings import RuntimeSettings
 
 

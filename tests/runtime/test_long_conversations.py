@@ -22,8 +22,8 @@ from bot.runtime import (
     Notice,
     NoticeKind,
 )
-from bot.runtime.context_budget import Budget, agent_tools_size, item_size
 from bot.runtime.summaries import SUMMARY_INSTRUCTIONS
+from bot.runtime.window_budget import Budget, agent_tools_size, item_size
 from bot.settings import RuntimeSettings
 from storage import Status, Store
 from storage.local import LocalStore

@@ -40,7 +40,7 @@ async def test_served_and_queued_conversations_are_both_noted(
     serves = []
     for n in (1, 2):
         await rt.keep_message(key(n), event_id=f"Ev{n}", user=ALICE, text="hi", take=True)
-        serves.append(asyncio.create_task(rt.serve(key(n), note=person)))
+        serves.append(asyncio.create_task(rt.serve(key(n), opened_by=person)))
         await asyncio.sleep(0.2)
     # The second waits for the only slot: noted at once, by a write of its own.
     noted = store.get_person(person)

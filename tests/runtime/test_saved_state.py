@@ -20,8 +20,8 @@ from bot.runtime import (
     NoticeKind,
     Refused,
 )
-from bot.runtime.closing import NOT_RUN
 from bot.runtime.guard import UNKNOWN_OUTCOME
+from bot.runtime.open_calls import NOT_RUN
 from storage import CheckpointMeta, ConversationKey, Status, Store
 from storage.models import utcnow
 from testkit.runtime import (

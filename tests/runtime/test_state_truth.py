@@ -25,8 +25,8 @@ from bot.runtime import (
     NoticeKind,
     retry_safe,
 )
-from bot.runtime.closing import NOT_RUN, UNKNOWN_OUTCOME
 from bot.runtime.envelope import UserMessage
+from bot.runtime.open_calls import NOT_RUN, UNKNOWN_OUTCOME
 from bot.settings import RuntimeSettings
 from storage import Status, Store, ToolCallStatus
 from storage.aws import AwsStore

@@ -122,7 +122,7 @@ async def test_a_queued_resume_replaces_the_list_then_its_answer_does(
         await bot.settled(flaky.ts, Status.INTERRUPTED)
         listing = await listed(bot, ALICE)
         long = await bot.mention(BOB, "long question")
-        await bot.api.wait_for(lambda: bot.runtime.parts.admission.in_use == 1)
+        await bot.api.wait_for(lambda: bot.runtime.parts.slots.in_use == 1)
 
         _, token = await bot.press(listing, RESUME, ALICE)
         [queued] = await bot.responses_for(token)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bot.runtime import state_checks
-from bot.runtime.closing import STOPPED_BEFORE_IT_RAN
 from bot.runtime.envelope import (
     DecisionMade,
     Envelope,
@@ -21,8 +20,8 @@ from bot.runtime.envelope import (
     UserMessage,
     parse_payload,
 )
-from bot.runtime.outcomes import Notice, NoticeKind, Refused
-from bot.runtime.text import quote
+from bot.runtime.open_calls import STOPPED_BEFORE_IT_RAN
+from bot.runtime.outcomes import Notice, NoticeKind, Refused, quote
 from storage import (
     CONSUME_LIMIT,
     KEEP,
@@ -35,7 +34,7 @@ from storage import (
 )
 
 if TYPE_CHECKING:
-    from bot.runtime.inbox_entries import Entries
+    from bot.runtime.envelope import Entries
     from bot.runtime.serving_view import ServingView
 
 QUOTED = 10  # messages dropped by a stop that the notice names
@@ -155,7 +154,7 @@ async def _cancel_armed(serving: ServingView) -> None:
     meanwhile (a discard, which may have read a claimed call as started and said its
     outcome is unknown), the ledger is still set right, and the thread is told; an approved
     call is then its new holder's to settle (`LeaseLost`)."""
-    for call_id in sorted(serving.armed):
+    for call_id in serving.take_armed():
         try:
             held = await serving.io(
                 serving.store.complete_tool_call,
@@ -168,7 +167,6 @@ async def _cancel_armed(serving: ServingView) -> None:
             continue  # approved, not started: its new holder's (the others still are ours)
         if not held:
             await _tell_cancelled_late(serving, call_id)
-    serving.armed.clear()
 
 
 async def _tell_cancelled_late(serving: ServingView, call_id: str) -> None:

@@ -1,4 +1,4 @@
-"""Closing a set-aside run's history (`bot.runtime.closing`): which calls are unanswered,
+"""Closing a set-aside run's history (`bot.runtime.open_calls`): which calls are unanswered,
 and what the ledger says of each."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from bot.runtime.closing import NOT_RUN, UNKNOWN_OUTCOME, ClosedCalls, unanswered_calls
+from bot.runtime.open_calls import NOT_RUN, UNKNOWN_OUTCOME, ClosedCalls, unanswered_calls
 from storage import ConversationKey, ToolCallRecord, ToolCallStatus
 
 KEY = ConversationKey(team="T1", channel="C1", thread_ts="1700000000.000100")

@@ -3,7 +3,7 @@
 OpenAI answers a request over the model's window with HTTP 400, code
 `context_length_exceeded` (permanent for that input). Other providers say the same in
 their own words: LiteLLM raises `ContextWindowExceededError`, Anthropic "prompt is too
-long". The estimate the bot fits requests with (`context_budget`) is conservative, so this
+long". The estimate the bot fits requests with (`window_budget`) is conservative, so this
 should be rare: a model whose window is smaller than the table says, or text that weighs
 more tokens than its bytes suggest. Then the request is fitted again into half the budget,
 with the exact instructions and tools the request carries, and sent once more; a second
@@ -28,8 +28,8 @@ from agents.models.interface import ModelTracing
 from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 
 from bot import metrics
-from bot.runtime.context_budget import Budget, tools_size
 from bot.runtime.fitting import TooLarge, fit
+from bot.runtime.window_budget import Budget, tools_size
 
 log = logging.getLogger(__name__)
 TOO_LONG_WORDS = (

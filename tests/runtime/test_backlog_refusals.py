@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from agents.testing import ModelStep, ScriptedModel, assistant_message
 
-from bot.runtime import ConversationRuntime, DeliveryRef, Kept, Notice, NoticeKind, not_taken
+from bot.runtime import ConversationRuntime, DeliveryRef, Kept, Notice, NoticeKind
+from bot.runtime import backlog_refusals as refusals
 from storage import Refusal, Status, Store
 from testkit.runtime import KEY, SideEffects, build_agent
 from tests.conftest import Backend
@@ -54,7 +55,7 @@ async def holding(
 async def test_a_refusal_whose_process_died_is_told_by_the_holder(
     backend: Backend, effects: SideEffects, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(not_taken, "TELL_AFTER", timedelta(seconds=1))
+    monkeypatch.setattr(refusals, "TELL_AFTER", timedelta(seconds=1))
     store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3)
     rt, told, gate, running = await holding(store, effects)
     for number in (2, 3):  # the backlog fills up
@@ -72,7 +73,7 @@ async def test_a_refusal_whose_process_died_is_told_by_the_holder(
     assert "couldn't take 1 message (from <@U2>)" in notice.text
     assert notice.details == ["“and this one please”"]
     # Named as the refusing process would have named it, and looked for before posting.
-    assert ref == DeliveryRef(not_taken.delivery_id(["E4"], 0), maybe_posted=True)
+    assert ref == DeliveryRef(refusals.delivery_id(["E4"], 0), maybe_posted=True)
     record = store.get(KEY)
     assert record is not None and not record.refusals_untold
     assert (record.status, record.lease_owner) == (Status.IDLE, None)
@@ -93,13 +94,13 @@ async def test_a_notice_naming_more_than_a_dead_tellers_is_a_post_of_its_own(
     """Chaos seed 1000 (aws, a SIGSTOP): a teller posted E4's notice and froze before marking
     it told; E5 was refused meanwhile. The holder's notice names both: under E4's id it
     was deleted as a copy of the first, and E5 was never told."""
-    monkeypatch.setattr(not_taken, "TELL_AFTER", timedelta(seconds=1))
+    monkeypatch.setattr(refusals, "TELL_AFTER", timedelta(seconds=1))
     store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3)
     rt, told, gate, running = await holding(store, effects)
     for number in (2, 3):
         await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
     await refuse(store, "E4", "first refused")
-    first_post = not_taken.delivery_id(["E4"], 0)  # what the frozen teller posted
+    first_post = refusals.delivery_id(["E4"], 0)  # what the frozen teller posted
     await refuse(store, "E5", "refused later")
     gate.set()
     await asyncio.wait_for(running, 20)
@@ -109,7 +110,7 @@ async def test_a_notice_naming_more_than_a_dead_tellers_is_a_post_of_its_own(
     [later] = [r for o, r in notices if "“refused later”" in o.details]
     assert later.id != first_post and later.maybe_posted
     if len(notices) == 1:
-        assert later.id == not_taken.delivery_id(["E4", "E5"], 0)
+        assert later.id == refusals.delivery_id(["E4", "E5"], 0)
     record = store.get(KEY)
     assert record is not None and not record.refusals_untold
 
@@ -121,10 +122,10 @@ async def test_the_refusing_process_tells_once_and_marks_them_told(
     rt, told, gate, running = await holding(store, effects)
     for number in range(2, 7):  # two kept, three refused
         await rt.keep_message(KEY, event_id=f"E{number}", user="U3", text=f"more {number}")
-    await asyncio.sleep(not_taken.GATHER_SECONDS + 0.5)
+    await asyncio.sleep(refusals.GATHER_SECONDS + 0.5)
     [(notice, ref)] = [(o, ref) for o, ref in told if isinstance(o, Notice)]
     assert notice.kind is NoticeKind.NOT_TAKEN and "couldn't take 3 messages" in notice.text
-    assert ref == DeliveryRef(not_taken.delivery_id(["E4", "E5", "E6"], 0))  # without looking
+    assert ref == DeliveryRef(refusals.delivery_id(["E4", "E5", "E6"], 0))  # without looking
     record = store.get(KEY)
     assert record is not None and not record.refusals_untold  # told: no one tells it again
     gate.set()
@@ -136,11 +137,11 @@ def test_notices_that_name_no_refusal_have_ids_of_their_own() -> None:
     """A notice naming none of its refusals (the record's list full, each only counted) used
     to be `not_taken.<hash of "1">` in every burst: a second burst's notice was the first's
     "copy", which the Slack layer deletes (chaos 150262)."""
-    assert not_taken.delivery_id([], 1, ["E7"]) == not_taken.delivery_id([], 1, ["E7"])
-    assert not_taken.delivery_id([], 1, ["E7"]) != not_taken.delivery_id([], 1, ["E9"])
-    assert not_taken.delivery_id([], 1) != not_taken.delivery_id([], 1)  # whose, unknown
+    assert refusals.delivery_id([], 1, ["E7"]) == refusals.delivery_id([], 1, ["E7"])
+    assert refusals.delivery_id([], 1, ["E7"]) != refusals.delivery_id([], 1, ["E9"])
+    assert refusals.delivery_id([], 1) != refusals.delivery_id([], 1)  # whose, unknown
     # Named refusals still give the id any teller of them finds.
-    assert not_taken.delivery_id(["E4"], 1, ["E5"]) == not_taken.delivery_id(["E4"], 1)
+    assert refusals.delivery_id(["E4"], 1, ["E5"]) == refusals.delivery_id(["E4"], 1)
 
 
 @pytest.mark.parametrize("told_by_then", ["before the wait", "during the wait"])
@@ -151,7 +152,7 @@ async def test_a_holder_does_not_wait_for_refusals_their_process_told(
     record still listed it; the holder waited until it was due, then dated the thread's
     activity to its release, 4 s after its last post: the state outlived its TTL, and a
     reply after it was answered instead of told that the state had expired."""
-    monkeypatch.setattr(not_taken, "TELL_AFTER", timedelta(seconds=5))
+    monkeypatch.setattr(refusals, "TELL_AFTER", timedelta(seconds=5))
     store = backend.open(lease_seconds=10, backlog_limit=3)
     answers: list[Any] = []
     answered = asyncio.Event()
@@ -190,6 +191,6 @@ def test_a_refused_message_without_text_is_named_never_quoted_empty() -> None:
     `• “”` (issue 49, where the empty refusals were a stop and a click, which are never
     refused now)."""
     refusal = Refusal(event_id="E9", user="U2", text="  ", at=datetime.now(UTC))
-    told = not_taken.notice(KEY, [refusal])
+    told = refusals.notice(KEY, [refusal])
     assert told.details == ["(a message without text)"]
     assert "couldn't take 1 message (from <@U2>)" in told.text

@@ -23,9 +23,9 @@ from agents.run_config import CallModelData, ModelInputData
 
 from bot import metrics
 from bot.runtime.attachments import SharedFiles
-from bot.runtime.context_budget import Budget, agent_tools_size, model_name
 from bot.runtime.fitting import Fitted, TooLarge, fit
 from bot.runtime.rate_gate import RateGate
+from bot.runtime.window_budget import Budget, agent_tools_size, model_name
 from bot.settings import RuntimeSettings
 from storage import Conversation, ConversationKey, Summary
 from storage.calls import StorageCalls

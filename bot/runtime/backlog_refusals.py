@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
-from bot.runtime.outcomes import DeliveryRef, Notice, NoticeKind
-from bot.runtime.text import quote, quoted_then_counted
+from bot.runtime.outcomes import DeliveryRef, Notice, NoticeKind, quote, quoted_then_counted
 from storage import Conversation, ConversationKey, Refusal, StorageError, Store
 from storage.calls import StorageCalls
 from storage.models import with_refusals_told
@@ -43,7 +42,7 @@ class Untold:
     named: bool
 
 
-class NotTaken:
+class BacklogRefusals:
     """The refusals this process made, gathered per thread and told together."""
 
     def __init__(

@@ -15,6 +15,7 @@ from bot.runtime.context_source import (
 )
 from bot.runtime.delivery import DeliveryFailed, OutcomeSink
 from bot.runtime.discarding import stop_overtaken
+from bot.runtime.driver import run_turns
 from bot.runtime.envelope import UserMessage
 from bot.runtime.expiry import EXPIRED, expiry_text
 from bot.runtime.fingerprint import agent_fingerprint
@@ -56,7 +57,6 @@ from bot.runtime.runtime import (
 )
 from bot.runtime.status_names import status_name
 from bot.runtime.tagged_unions import validating_by_tag
-from bot.runtime.turns import run_turns
 from bot.runtime.viewing import VIEWED_ITEMS, ViewedItem, Viewing
 from bot.runtime.warm_up import warm_up
 

@@ -8,7 +8,21 @@ there (the thread is released as `running` and the next process continues from t
 checkpoint). Failures are sorted: a storage failure or a lost lease raised inside a tool is
 re-raised as itself (the SDK must not turn it into a `UserError`); a run resumed from a
 checkpoint that the SDK refuses fails closed; a model or API failure interrupts the run with
-its checkpoint intact and a plain notice (details in the log, under the notice's reference)."""
+its checkpoint intact and a plain notice (details in the log, under the notice's reference).
+
+Between two checkpoints the run is one `Runner.run_streamed` call (`run_turns`).
+A turn whose tools are all harmless to run again (or that has none) needs no checkpoint of
+its own: after a crash it is simply run again. A side-effecting call always pauses the run
+before it runs (`guard`), which ends this call with the call waiting, to be checkpointed.
+So the run goes on, turn after turn, until it pauses, finishes, or `checkpoint_due()` says
+it has done enough since the last checkpoint (or the process is stopping): then
+`cancel(mode="after_turn")` lets the turn in progress end (its tools still run) and stops
+before the next model call. It is asked from the model's events (a cancel before the run's
+first model call would stop a resumed run after the calls it resumes, before any turn).
+
+Each model call (with the tools its turn runs) may take `time_limit`: the clock starts
+again when the next one begins. A turn over it, or a caller cancelled (shutdown), stops the
+SDK's run at once."""
 
 from __future__ import annotations
 
@@ -16,14 +30,23 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agents import RunResultStreaming, RunState
+from agents import (
+    Agent,
+    RunConfig,
+    Runner,
+    RunResultStreaming,
+    RunState,
+    TResponseInputItem,
+)
 from agents.exceptions import (
     ModelBehaviorError,
     UserError,
 )
+from agents.memory import Session
 
 from bot.runtime import applying_stops, approvals, state_checks
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage, RunWindow
@@ -40,7 +63,6 @@ from bot.runtime.summaries import open_window, resumed_view
 from bot.runtime.too_large import too_large
 from bot.runtime.tool_failures import NoAnswer
 from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope, Unanswered
-from bot.runtime.turns import run_turns
 from bot.runtime.window_refusals import is_context_refusal
 from storage import ConversationSession, Status, StorageError
 
@@ -49,6 +71,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 LATE_OUTPUT_CHARACTERS = 500
+TEXT_DELTA = "response.output_text.delta"
+TURN_BEGINS = "response.created"  # the first event of each model call
 
 
 async def drive(
@@ -472,3 +496,60 @@ async def _tell_late(serving: ServingView, scope: TurnScope) -> None:
             )
         )
     scope.late.clear()
+
+
+def answer_checked(agent: Agent[Any], run_config: RunConfig) -> bool:
+    """The agent's final answer must pass output guardrails first (its own, or the run's).
+    The SDK runs them once the answer is whole, so its text is not shown while the model
+    writes it: a check that trips must not find it already in the thread. The thread still
+    sees the run work (its status, its tool steps) and gets the answer once it passes."""
+    return bool(agent.output_guardrails or run_config.output_guardrails)
+
+
+def every_turn() -> bool:
+    """A checkpoint after every turn."""
+    return True
+
+
+async def run_turns(
+    agent: Agent[Any],
+    start: str | list[TResponseInputItem] | RunState[Any],
+    *,
+    session: Session,
+    run_config: RunConfig,
+    max_turns: int,
+    time_limit: float,
+    on_text: Callable[[str], Awaitable[None]] | None = None,
+    context: Any = None,
+    checkpoint_due: Callable[[], bool] = every_turn,
+) -> RunResultStreaming:
+    """Turns until the next checkpoint; `on_text` sees the answer's text as the model
+    streams it (unless output guardrails check it first: `answer_checked`); `context` is
+    the run context tools get (it replaces the one a resumed state carries)."""
+    result = Runner.run_streamed(
+        agent, start, context=context, session=session, run_config=run_config, max_turns=max_turns
+    )
+    cancel_asked = False
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(time_limit) as turn_clock:
+            async for event in result.stream_events():
+                if event.type != "raw_response_event":
+                    continue
+                if not cancel_asked and checkpoint_due():
+                    result.cancel(mode="after_turn")
+                    cancel_asked = True
+                data = event.data
+                kind = getattr(data, "type", "")
+                if kind == TURN_BEGINS:
+                    turn_clock.reschedule(loop.time() + time_limit)
+                elif (
+                    kind == TEXT_DELTA
+                    and on_text is not None
+                    and not answer_checked(result.current_agent, run_config)
+                ):
+                    await on_text(str(getattr(data, "delta", "")))
+    except BaseException:
+        result.cancel()  # immediate: the SDK's background task must not run on
+        raise
+    return result

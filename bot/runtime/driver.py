@@ -294,10 +294,15 @@ class _Turn:
             await paused_for(serving, sorted(self.seen_down | set(getattr(exc, "servers", []))))
             return
         if guardrail_name(exc) is not None:
-            await guardrail_tripped(serving, exc, started_by, held, self.consume, resumed=resumed)
+            end = await guardrail_tripped(
+                serving, exc, started_by, held, self.consume, resumed=resumed
+            )
+            serving.settle(end)
             return
         if is_context_refusal(exc):
-            await too_large(serving, exc, started_by, held, self.consume, resumed=resumed)
+            serving.settle(
+                await too_large(serving, exc, started_by, held, self.consume, resumed=resumed)
+            )
             return
         if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
             log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
@@ -307,7 +312,7 @@ class _Turn:
                 None,
             )
             return
-        await interrupted(serving, exc)
+        serving.settle(await interrupted(serving, exc))
 
     async def may_keep(self) -> bool:
         """Whether the turn that returned may be kept; when not, the thread was told why (or

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from bot.runtime.envelope import DecisionRequest, Envelope, UserMessage, parse_payload
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall, quote, quoted_then_counted
+from bot.runtime.serving_view import Settled
 from bot.runtime.state_checks import human_age
 from storage import CheckpointError, CheckpointPointer, Expiry, Status
 
@@ -31,7 +32,7 @@ EXPIRED = (
 QUOTED = 10  # unanswered messages named in the notice
 
 
-async def announce(serving: ServingView, entries: Entries) -> None:
+async def announce(serving: ServingView, entries: Entries) -> Settled:
     gone = serving.record.expired_from
     assert gone is not None
     envelope = await _expired_envelope(serving, gone.checkpoint)
@@ -66,8 +67,8 @@ async def announce(serving: ServingView, entries: Entries) -> None:
         outcomes=[notice],
         clear_expiry=True,
     )
-    serving.release_as(Status.IDLE)
-    serving.look_again(bool(fresh))  # served next, as the fresh conversation's first messages
+    # The fresh messages are served next, as the new conversation's first.
+    return Settled(Status.IDLE, reread=bool(fresh))
 
 
 def expiry_text(gone: Expiry, pending: list[PendingCall], unanswered: int) -> str:

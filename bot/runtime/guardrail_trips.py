@@ -20,6 +20,7 @@ from agents.exceptions import (
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, HeldMessage
 from bot.runtime.outcomes import Notice, NoticeKind
+from bot.runtime.serving_view import Settled
 from storage import LeaseLost, Status, ToolCallStatus
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ async def guardrail_tripped(
     consume: list[str],
     *,
     resumed: bool,
-) -> None:
+) -> Settled:
     """A guardrail stopped the request: the turn ends with a plain answer naming it, and is
     recorded as finished (not a failure: nothing is retried, `/resume` has nothing to
     continue). The turn's items are not kept; calls left open are closed as the ledger
@@ -83,8 +84,7 @@ async def guardrail_tripped(
         run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
     )
     await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
-    serving.release_as(Status.IDLE)
-    serving.look_again(bool(held))
+    return Settled(Status.IDLE, reread=bool(held))
 
 
 async def _not_started(serving: ServingView) -> None:

@@ -13,6 +13,7 @@ from agents.exceptions import MaxTurnsExceeded
 
 from bot.runtime.model_access import model_access_reason
 from bot.runtime.outcomes import Notice, NoticeKind, new_reference
+from bot.runtime.serving_view import Settled
 from bot.runtime.window_refusals import is_permanent_refusal
 from storage import Status
 
@@ -43,13 +44,12 @@ def what_to_do(exc: BaseException) -> str:
     return "Nothing was lost; send a message or use /resume to try again."
 
 
-async def interrupted(serving: ServingView, exc: BaseException) -> None:
+async def interrupted(serving: ServingView, exc: BaseException) -> Settled:
     """The run failed (model or API error, too many turns, a turn that took too long). The
     last checkpoint stays; a new message or `/resume` continues from it. Messages not yet
     consumed stay queued."""
     reference = new_reference()
     log.error("%s [%s]: run failed", serving.key, reference, exc_info=exc)
-    serving.release_as(Status.INTERRUPTED)
     await serving.emit_now(
         Notice(
             key=serving.key,
@@ -58,3 +58,4 @@ async def interrupted(serving: ServingView, exc: BaseException) -> None:
             reference=reference,
         )
     )
+    return Settled(Status.INTERRUPTED)

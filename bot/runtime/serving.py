@@ -48,7 +48,7 @@ from bot.runtime.outcomes import (
 )
 from bot.runtime.progress import shown
 from bot.runtime.runtime_parts import RuntimeParts
-from bot.runtime.serving_view import Start
+from bot.runtime.serving_view import Settled, Start
 from storage import (
     CONSUME_LIMIT,
     KEEP,
@@ -173,7 +173,7 @@ class Serving:
         entries = Entries(inbox[:CONSUME_LIMIT])
         self.read.update(entries.ids)
         if self.record.expired_from is not None:  # the thread is told first
-            await expiry.announce(self, entries)
+            self.settle(await expiry.announce(self, entries))
             return
         if self.record.refusals_untold:  # a notice its process did not live to post
             await self._tell_refusals(idle=False)
@@ -462,6 +462,11 @@ class Serving:
     def release_as(self, status: Status) -> None:
         """When nothing is left to do, the thread is released as `status`."""
         self.final_status = status
+
+    def settle(self, settled: Settled) -> None:
+        """What a part of the pass decided the thread is left as."""
+        self.release_as(settled.status)
+        self.look_again(settled.reread)
 
     def await_decision(self, started_by: str) -> None:
         """The run waits for a decision: released as awaiting approval, listed for the

@@ -6,6 +6,7 @@ properties, so that a plain attribute of `Serving` satisfies them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents import RunState, TResponseInputItem
@@ -25,6 +26,16 @@ from storage.calls import StorageCalls
 
 # What a run starts from: a new input, or a saved run state to continue.
 Start = str | list[TResponseInputItem] | RunState[Any]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a part of a pass decided the thread is left as, for the serve to apply:
+    released as `status` when nothing more is to do, after reading the inbox once more
+    when `reread` (messages that came for the run it ended)."""
+
+    status: Status
+    reread: bool = False
 
 
 class ServingView(Protocol):
@@ -72,6 +83,7 @@ class ServingView(Protocol):
     def take_armed(self) -> list[str]: ...
     def take_reminder(self) -> bool: ...
     def release_as(self, status: Status) -> None: ...
+    def settle(self, settled: Settled) -> None: ...
     def await_decision(self, started_by: str) -> None: ...
     def look_again(self, when: bool = True) -> None: ...
     def give_back(self) -> None: ...

@@ -14,6 +14,7 @@ from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, HeldMessage
 from bot.runtime.fitting import TooLarge
 from bot.runtime.outcomes import Notice, NoticeKind, new_reference
+from bot.runtime.serving_view import Settled
 from storage import Status
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ async def too_large(
     consume: list[str],
     *,
     resumed: bool,
-) -> None:
+) -> Settled:
     """As a guardrail's trip (`guardrail_trips`): the calls of the request are told as the
     ledger says (those of its earlier turns too, when the run was `resumed` from a
     checkpoint), decided approval requests keep who decided."""
@@ -74,5 +75,4 @@ async def too_large(
         run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
     )
     await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
-    serving.release_as(Status.IDLE)
-    serving.look_again(bool(held))
+    return Settled(Status.IDLE, reread=bool(held))

@@ -194,38 +194,6 @@ class ConversationRuntime:
             await self.serve(key)
         return stopping
 
-    async def keep_decision(
-        self,
-        key: ConversationKey,
-        *,
-        event_id: str,
-        call_id: str,
-        approve: bool,
-        user: str,
-        checkpoint_version: int,
-        reason: str | None = None,
-        request_message: str | None = None,
-        reply_to: str | None = None,
-        take: bool = False,
-    ) -> Kept:
-        return await self.intake.keep_decision(
-            key,
-            event_id=event_id,
-            call_id=call_id,
-            approve=approve,
-            user=user,
-            checkpoint_version=checkpoint_version,
-            reason=reason,
-            request_message=request_message,
-            reply_to=reply_to,
-            take=take,
-        )
-
-    async def keep_stop(
-        self, key: ConversationKey, user: str, *, event_id: str, reply_to: str | None = None
-    ) -> Stopping:
-        return await self.stops.keep_stop(key, user, event_id=event_id, reply_to=reply_to)
-
     def opens_conversation(self, key: ConversationKey) -> bool:
         return self.intake.opens_conversation(key)
 
@@ -236,19 +204,6 @@ class ConversationRuntime:
 
     def serve_soon(self, key: ConversationKey, *, opened_by: PersonKey | None = None) -> None:
         self.scheduler.serve_soon(key, opened_by=opened_by)
-
-    async def resume(
-        self,
-        key: ConversationKey,
-        *,
-        user: str | None = None,
-        reply_to: str | None = None,
-        replace: bool = False,
-        event_id: str | None = None,
-    ) -> list[Outcome]:
-        return await self.scheduler.resume(
-            key, user=user, reply_to=reply_to, replace=replace, event_id=event_id
-        )
 
     # -- operators ----------------------------------------------------------------------
 
@@ -275,14 +230,6 @@ class ConversationRuntime:
         of workspaces whose process died first (see `removals`)."""
         await self.removals.sweep()
         return await recover_conversations(self.scheduler, limit=limit)
-
-    async def removal_known(self, removal_id: str) -> bool:
-        return await self.removals.known(removal_id)
-
-    async def remove_workspace(
-        self, removal_id: str, *, team: str | None, enterprise: str | None
-    ) -> bool:
-        return await self.removals.record(removal_id, team=team, enterprise=enterprise)
 
     # -- starting and shutting down -------------------------------------------------------
 

@@ -176,7 +176,7 @@ class ContainerListeners:
         )
         # Keyed by Slack's event id: a delivery Slack repeats (its first ack not seen) is a
         # duplicate, never a stop of whatever runs in the thread by then.
-        stopping = await self.runtime.keep_stop(key, str(user), event_id=f"event:{event_id}")
+        stopping = await self.runtime.stops.keep_stop(key, str(user), event_id=f"event:{event_id}")
         context["stop_key"], context["stop_user"] = str(key), str(user)
         context["stopping"] = dataclasses.asdict(stopping)  # copied for the lazy half
 

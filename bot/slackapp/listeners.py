@@ -177,7 +177,7 @@ class Listeners:
             context["refusal"] = "That button is not one of mine."
             return
         clicked = f"{container.get('channel_id', key.channel)}:{container.get('message_ts', '')}"
-        kept = await self.runtime.keep_decision(
+        kept = await self.runtime.intake.keep_decision(
             key,
             event_id=f"action:{key.team}:{call_id}:{user}:{_click_id(body, action)}",
             call_id=call_id,
@@ -268,7 +268,7 @@ class Listeners:
         if not click:
             await respond(text="That button is not one of mine.", replace_original=False)
             return
-        stopping = await self.runtime.keep_stop(
+        stopping = await self.runtime.stops.keep_stop(
             key,
             user,
             event_id=f"action:{key.team}:stop:{user}:{click}",  # a click sent again: one stop
@@ -369,7 +369,7 @@ class Listeners:
         metrics.RESUMES.labels("command").inc()
         # Told there at once when it must wait for a run slot; answered by the caller.
         reply_to = response_url if isinstance(response_url, str) and response_url else None
-        outcomes = await self.runtime.resume(
+        outcomes = await self.runtime.scheduler.resume(
             key, user=user, reply_to=reply_to, replace=replace, event_id=event_id
         )
         replies = [o.text for o in outcomes if isinstance(o, StatusReply | Refused)]

@@ -11,7 +11,7 @@ An uninstall applies to the installation it was sent for, once:
   for: it stays, and so do its conversations (an uninstall delivered late, after the
   workspace installed the app again);
 - what must hold before the answer is quick and done first: the installation is deleted
-  and the removal recorded durably (`ConversationRuntime.remove_workspace`); discarding the
+  and the removal recorded durably (`Removals.record`); discarding the
   conversations, slow for a busy workspace, comes after the answer, and only those begun
   before the removal was recorded. If the process dies before that is done, the recovery
   sweep of any replica finishes it (`bot.runtime.removals`)."""
@@ -90,7 +90,7 @@ class Uninstalls:
             log.warning("ignored an uninstall event without a valid event id")
             return
         where = f"{enterprise + '/' if enterprise else ''}{team or '(the whole organisation)'}"
-        if await self.runtime.removal_known(event_id):
+        if await self.runtime.removals.known(event_id):
             log.info("%s: uninstall event %s received again; done already", where, event_id)
             return
         if self.installations is not None and not await self.installations.delete_unless_newer(
@@ -102,7 +102,7 @@ class Uninstalls:
             return
         self.clients.forget(team, enterprise)
         # Recorded now; its conversations are discarded after the answer, in a task.
-        await self.runtime.remove_workspace(event_id, team=team, enterprise=enterprise)
+        await self.runtime.removals.record(event_id, team=team, enterprise=enterprise)
 
 
 def sent_at(body: dict[str, Any], event: dict[str, Any]) -> float | None:

@@ -238,7 +238,7 @@ async def test_reply_while_paused(store: Store, effects: SideEffects) -> None:
 async def test_resume_says_why_not(store: Store, effects: SideEffects) -> None:
     rt = runtime(store, ScriptedModel([[assistant_message("Hi")]]), effects)
     await rt.handle_message(KEY, event_id="Ev1", user="U1", text="hi")
-    [reply] = await rt.resume(KEY)
+    [reply] = await rt.scheduler.resume(KEY)
     assert isinstance(reply, StatusReply) and "nothing to resume" in reply.text
 
 
@@ -246,7 +246,7 @@ async def test_resume_points_to_the_pending_approval(store: Store, effects: Side
     rt = runtime(store, email_then_answer(), effects)
     [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
-    [again] = await rt.resume(KEY)
+    [again] = await rt.scheduler.resume(KEY)
     # No second copy of the request: the reply points at the one in the thread.
     assert isinstance(again, StatusReply)
     assert "`send_email`" in again.text and "<@U1> can decide" in again.text
@@ -265,7 +265,7 @@ async def test_model_failure_interrupts_and_resume_retries(
     record = store.get(KEY)
     assert record is not None and record.status is Status.INTERRUPTED
     assert len(store.read_inbox(KEY)) == 1  # the message is kept
-    assert await rt.resume(KEY) == [Answer(key=KEY, text="Back.")]
+    assert await rt.scheduler.resume(KEY) == [Answer(key=KEY, text="Back.")]
     assert kinds(store) == ["user", "message"]
     assert store.read_inbox(KEY) == []
 

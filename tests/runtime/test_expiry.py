@@ -191,7 +191,7 @@ async def test_stop_and_resume_after_expiry_tell_the_thread(
     rt, store, _, delivered = await paused_then_expired(backend, effects)
     stranger = await rt.request_stop(KEY, "U9")  # never in the conversation: told nothing
     assert not stranger.accepted and delivered.outcomes == []
-    assert await rt.resume(KEY, user="U9") == [
+    assert await rt.scheduler.resume(KEY, user="U9") == [
         StatusReply(
             key=KEY,
             text="I can't resume that thread: there is nothing of mine to "
@@ -201,13 +201,13 @@ async def test_stop_and_resume_after_expiry_tell_the_thread(
     stopping = await rt.request_stop(KEY, "U1")
     assert not stopping.accepted and "expired" in stopping.text
     assert_told(delivered, store, effects)
-    [reply] = await rt.resume(KEY, user="U1")  # live again (idle): nothing to resume
+    [reply] = await rt.scheduler.resume(KEY, user="U1")  # live again (idle): nothing to resume
     assert isinstance(reply, StatusReply) and "nothing to resume" in reply.text.lower()
 
 
 async def test_resume_after_expiry(backend: Backend, effects: SideEffects) -> None:
     rt, store, _, delivered = await paused_then_expired(backend, effects)
-    [reply] = await rt.resume(KEY, user="U2")
+    [reply] = await rt.scheduler.resume(KEY, user="U2")
     assert isinstance(reply, StatusReply) and "expired" in reply.text
     assert_told(delivered, store, effects)
 

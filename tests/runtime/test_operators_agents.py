@@ -138,7 +138,7 @@ async def test_a_guardrail_trip_is_an_answer_not_a_failure(
     assert notice.kind is NoticeKind.GUARDRAIL and "`no_secrets`" in notice.text
     record = record_of(store)
     assert record.status is Status.IDLE and store.read_inbox(KEY) == []
-    [reply] = await rt.resume(KEY, user="U1")  # nothing to replay into the tripwire
+    [reply] = await rt.scheduler.resume(KEY, user="U1")  # nothing to replay into the tripwire
     assert "nothing to resume" in reply.text.lower()  # type: ignore[attr-defined]
     assert Answer(key=KEY, text="hello") in await rt.handle_message(
         KEY, event_id="E2", user="U1", text="hi"

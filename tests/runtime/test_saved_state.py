@@ -108,7 +108,7 @@ async def test_unsupported_schema(store: Store, effects: SideEffects) -> None:
         status=Status.AWAITING_APPROVAL,
     )
     store.release(lease, status=Status.AWAITING_APPROVAL, delivered=True)
-    outcomes = await rt.resume(KEY)
+    outcomes = await rt.scheduler.resume(KEY)
     await assert_failed_closed(store, effects, outcomes, NoticeKind.STATE_INCOMPATIBLE)
 
 

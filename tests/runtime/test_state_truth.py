@@ -107,7 +107,7 @@ async def test_storage_down_for_longer_interrupts_with_the_checkpoint_kept(
         if record is not None and not record.leased(store.takeover_cutoff(store.clock())):
             break
         await asyncio.sleep(0.05)
-    again = await rt.resume(KEY)
+    again = await rt.scheduler.resume(KEY)
     assert [o.text for o in again if isinstance(o, Answer)] == ["Saved now."], again
     assert store.read_inbox(KEY) == []
 
@@ -136,7 +136,7 @@ async def test_an_unexpected_error_in_a_serve_leaves_the_thread_free_and_is_said
     assert record is not None and record.lease_owner is None
     assert record.status is Status.INTERRUPTED and len(store.read_inbox(KEY)) == 1
     rt.parts.history.get = cached  # type: ignore[method-assign]
-    again = await rt.resume(KEY)
+    again = await rt.scheduler.resume(KEY)
     assert [o.text for o in again if isinstance(o, Answer)] == ["echo: hello"]
     assert store.read_inbox(KEY) == []
 
@@ -168,7 +168,7 @@ async def test_a_run_interrupted_by_storage_with_nothing_new_waits_for_resume(
     assert await sweep.recover() == []
     record = store.get(KEY)
     assert record is not None and record.status is Status.INTERRUPTED
-    again = await rt.resume(KEY)
+    again = await rt.scheduler.resume(KEY)
     assert [o.text for o in again if isinstance(o, Answer)] == ["Saved now."], again
 
 

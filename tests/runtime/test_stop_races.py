@@ -148,7 +148,9 @@ async def test_a_stop_kept_as_the_run_finishes_then_discarded_is_told_so(
     a, b, sink = replicas(backend, build_agent(echo_model(), effects))
 
     async def stop_then_discard() -> None:
-        assert (await b.keep_stop(KEY, "U1", event_id="S1")).accepted  # kept for A, its holder
+        assert (
+            await b.stops.keep_stop(KEY, "U1", event_id="S1")
+        ).accepted  # kept for A, its holder
         assert backend.open().read_inbox(KEY)
         await b.discard(KEY, by="UADMIN")
 
@@ -271,7 +273,7 @@ async def test_a_message_after_a_stop_starts_a_fresh_run_in_the_same_serve(
     a, _, sink = replicas(backend, build_agent(model, effects))
     [request, *_] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
-    stopping = await a.keep_stop(KEY, "U1", event_id="S1")
+    stopping = await a.stops.keep_stop(KEY, "U1", event_id="S1")
     assert stopping.accepted and stopping.serve
     kept = await a.keep_message(KEY, event_id="E2", user="U1", text="what else is new?")
     assert kept is Kept.KEPT
@@ -519,7 +521,7 @@ async def test_the_losing_click_is_told_who_decided(backend: Backend, effects: S
     [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
     for runtime, user in ((a, "U1"), (b, "U1")):  # both kept before either is served
-        await runtime.keep_decision(
+        await runtime.intake.keep_decision(
             KEY,
             event_id=f"click-{runtime.process}",
             call_id="call-email",
@@ -588,7 +590,7 @@ async def test_a_stop_whose_serve_failed_on_storage_is_applied_once_storage_answ
     assert isinstance(request, ApprovalRequest)
     with failing_writes(a.store) as fault, healed_as_a_serve_gives_up(fault):
         # Kept: the Stop control is acked now.
-        stopping = await a.keep_stop(KEY, "U1", event_id="S1")
+        stopping = await a.stops.keep_stop(KEY, "U1", event_id="S1")
         assert stopping.accepted and stopping.serve and stopping.text == "Stopping it now."
         fault.start()
         await a.serve(KEY)

@@ -118,11 +118,13 @@ async def discard_conversation(
         await parts.io(parts.store.release, lease, touch=False)
         return []
     serving = Serving(parts, lease, record)
+    discarded: list[Outcome] = []
 
     async def opening() -> None:
-        await _discard(serving, by)
+        discarded.append(await _discard(serving, by))
 
-    return await serving.run(opening)
+    outcomes = await serving.run(opening)
+    return [*discarded, *outcomes]  # what was discarded first, then what the thread was told
 
 
 async def discard_team(
@@ -160,7 +162,7 @@ def began(record: Conversation) -> datetime:
     return record.created_at
 
 
-async def _discard(serving: Serving, by: str | None) -> None:
+async def _discard(serving: Serving, by: str | None) -> Discarded:
     record = serving.record
     previous = serving.record.status
     inbox = await serving.io(serving.store.read_inbox, serving.key, record.generation)
@@ -221,17 +223,14 @@ async def _discard(serving: Serving, by: str | None) -> None:
                 key=serving.key, text=stop_overtaken(by), user=stop.user, reply_to=stop.reply_to
             )
         )
-    serving.outcomes.insert(
-        0,
-        Discarded(
-            key=serving.key,
-            removed_checkpoint=old.object_key if old else None,
-            pending_calls=closed.not_run + closed.approved,  # none of them ran
-            ran_calls=closed.ran,
-            unknown_calls=closed.unknown,
-            dropped_messages=dropped,
-            previous_status=previous,
-        ),
+    return Discarded(
+        key=serving.key,
+        removed_checkpoint=old.object_key if old else None,
+        pending_calls=closed.not_run + closed.approved,  # none of them ran
+        ran_calls=closed.ran,
+        unknown_calls=closed.unknown,
+        dropped_messages=dropped,
+        previous_status=previous,
     )
 
 

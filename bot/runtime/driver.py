@@ -106,7 +106,9 @@ async def drive(
                 serving.give_back()  # released as `running`: the next process continues
                 return
             if isinstance(start, list):  # a fresh run: what it is given of the history
-                view, window = await open_window(serving, session, start, started_by)
+                opened = await open_window(serving, session, start, started_by)
+                view, window = opened.view, opened.window
+                serving.keep_summary(opened.made)
             scope.reset()
             seen_down.clear()
             scope.lease = serving.lease

@@ -426,6 +426,11 @@ class Serving:
         self.add_notes(given.notes)
         return given.items
 
+    def keep_summary(self, made: Summary | None) -> None:
+        """A summary made for a run of this serve: stored by its next checkpoint commit."""
+        if made is not None:
+            self.pending_summary = made
+
     def take_armed(self) -> list[str]:
         """The calls this serve armed that no tool started, handed to whoever settles them
         (a stop, a guardrail's trip): the serve no longer counts them as its own."""

@@ -131,12 +131,19 @@ def summary_room(room: int) -> int:
 # -- opening a run's window ------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class OpenWindow:
+    view: RunView  # what the run is given of the history
+    window: RunWindow  # what its checkpoints say of it
+    made: Summary | None  # a summary made for it, for the serve's next commit to store
+
+
 async def open_window(
     serving: ServingView, session: ConversationSession, given: list[Any], started_by: str
-) -> tuple[RunView, RunWindow]:
+) -> OpenWindow:
     """What a fresh run starting with `given` is given of the history (see the module's
-    docstring: the summary or note, the session items it reads), and what its checkpoints
-    say of it; makes the summary it needs, kept on the serve for its next commit."""
+    docstring: the summary or note, the session items it reads), what its checkpoints say
+    of it, and the summary it needed, when one was made."""
     parts, record = serving.parts, serving.record
     window = parts.window
     limit = parts.settings.history_items
@@ -166,11 +173,11 @@ async def open_window(
     )
     summary: Summary | None = known
     left_out, start = plan.left_out, plan.start
+    made: Summary | None = None
     if plan.fold is not None:
         made = await _summary_for(serving, (read, next_seq), known, plan.fold, cap, started_by)
         if made is not None:
             summary = made
-            serving.pending_summary = made
         else:  # the run goes on without it: what fits is given, the rest counted
             unfolded = plan_history(
                 read,
@@ -185,7 +192,8 @@ async def open_window(
             start, left_out = unfolded.start, unfolded.left_out
     text = summary.text if summary else None
     view = RunView(summary=text, left_out=left_out, reads=next_seq - start)
-    return view, RunWindow(summary_through=summary.through if summary else 0, left_out=left_out)
+    through_now = summary.through if summary else 0
+    return OpenWindow(view, RunWindow(summary_through=through_now, left_out=left_out), made)
 
 
 async def _latest(session: ConversationSession, limit: int, next_seq: int) -> tuple[list[Any], int]:

@@ -144,7 +144,7 @@ async def run_writes(
     beating = asyncio.create_task(keep_beating(runtime))
     keys = [unique_key("WU", n) for n in range(conversations)]
     for n, key in enumerate(keys):
-        await runtime.keep_message(
+        await runtime.intake.keep_message(
             key, event_id=uuid.uuid4().hex, user="UWRITE", text=f"question {n}", take=True
         )
     serving = [asyncio.create_task(runtime.serve(key)) for key in keys]

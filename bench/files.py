@@ -47,7 +47,7 @@ async def one_thread(emulators: Emulators, turns: int, *, files: bool) -> Thread
             shared = [first if again and first else source.share(_png(MB))]
             first = first or shared[0]
             thread.shared_bytes += shared[0].size
-        await runtime.keep_message(
+        await runtime.intake.keep_message(
             key,
             event_id=uuid.uuid4().hex,
             user="UALICE",

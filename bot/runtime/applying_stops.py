@@ -25,7 +25,6 @@ from bot.runtime.outcomes import Notice, NoticeKind, Refused, quote
 from storage import (
     CONSUME_LIMIT,
     KEEP,
-    CheckpointError,
     Commit,
     InboxEntry,
     LeaseLost,
@@ -50,13 +49,7 @@ async def stopped(serving: ServingView, consume: list[str], *, by: str | None = 
     notice."""
     record = serving.record
     who = by or (serving.keeper.stop_by if serving.keeper else None)
-    envelope = None
-    if record.checkpoint is not None:
-        try:
-            document = await serving.io(serving.store.load_checkpoint, record.checkpoint)
-            envelope = Envelope.model_validate(document)
-        except (CheckpointError, ValueError):
-            envelope = None
+    envelope = await serving.saved_envelope()
     await _cancel_armed(serving)
     closed = await state_checks.close_calls(serving, run=envelope)
     inbox = await serving.io(

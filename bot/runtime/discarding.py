@@ -36,7 +36,6 @@ from bot.runtime.serving import Serving
 from storage import (
     CONSUME_LIMIT,
     KEEP,
-    CheckpointError,
     Commit,
     Conversation,
     ConversationKey,
@@ -174,13 +173,7 @@ async def _discard(serving: Serving, by: str | None) -> Discarded:
             serving.store.apply,
             Commit(key=serving.key, lease=serving.lease, consume=chunk, checkpoint=KEEP),
         )
-    envelope = None
-    if record.checkpoint is not None:
-        try:
-            document = await serving.io(serving.store.load_checkpoint, record.checkpoint)
-            envelope = Envelope.model_validate(document)
-        except (CheckpointError, ValueError):
-            envelope = None  # damaged: there is nothing in it to count
+    envelope = await serving.saved_envelope()
     quotes = [quote(held.text) for held in envelope.held] if envelope else []
     quotes += [quote(message.text) for message in entries.messages]
     closed = await state_checks.close_calls(serving, run=envelope)

@@ -6,7 +6,15 @@ thread when it is free, for the scheduler's `serve` to go on with at once. A req
 a thread whose state expired is kept as a probe, which brings the thread back to be told
 (`expiry`). `Intake` alone records the threads this replica holds: taken by a keep and not
 yet served, served now (a stop reaches that serve at once), and whose message each serve
-answers (whose run slot it takes)."""
+answers (whose run slot it takes).
+
+Requests to stop a run (the Stop control, Slack's stop, or the reply `stop`): kept in the
+thread's inbox, flagged on the record in the same write, for whoever serves the thread to
+apply (`applying_stops`). Honoured for the person who started the run (`run_by`, as the thread's
+holder wrote it: never whoever was kept or took the lease last), approvers and admins;
+refused privately to anyone else. Each is keyed by the id of the request that carried it
+(Slack's), so that a delivery Slack repeats is a duplicate, never a second stop; and none
+is counted against, or refused at, the thread's backlog cap."""
 
 from __future__ import annotations
 
@@ -14,21 +22,36 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from bot.runtime.acks_first import AcksFirst
+from bot.runtime.approvals import reply_words
 from bot.runtime.context_source import SharedFile
-from bot.runtime.envelope import DecisionRequest, Probe, UserMessage, clean_text, payload_text
+from bot.runtime.envelope import (
+    DecisionRequest,
+    Probe,
+    StopRequest,
+    UserMessage,
+    clean_text,
+    payload_text,
+)
 from bot.runtime.lease_owner import new_owner
+from bot.runtime.outcomes import Refused
 from bot.runtime.queries import Queries
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving import Serving
 from bot.runtime.viewing import Viewing
-from storage import Conversation, ConversationKey, Lease, NotFound, Refusal
+from storage import Conversation, ConversationKey, Lease, NotFound, Refusal, Status
 from storage.models import REFUSAL_TEXT
 
 REQUESTERS_KEPT = 10_000  # who sent the message kept last, per thread, until it is served
+# What a stop may apply to besides a held thread: a run paused or interrupted.
+STOPPABLE = (Status.RUNNING, Status.AWAITING_APPROVAL, Status.INTERRUPTED)
+NOT_YOURS_TO_STOP = "Only the person who started this run, an approver or an admin can stop it."
+EXPIRED_STOP = "Nothing is running there: this conversation's saved state expired (see the thread)."
+STOP_WORDS = frozenset({"stop", "stop it", "cancel that", "abort"})
 
 
 class Kept(StrEnum):
@@ -52,6 +75,7 @@ class Intake:
         self._requesters: dict[ConversationKey, str] = {}  # whose slot a serve takes
         self._live: dict[ConversationKey, Serving] = {}  # threads this process serves now
         self.serving: set[asyncio.Task[Any]] = set()  # their tasks, which `drain` waits for
+        self.stops = StopInbox(parts, self, queries)
 
     # -- the threads this replica holds ---------------------------------------------------
 
@@ -112,6 +136,9 @@ class Intake:
                 describe what was shared with it (read later, when the model is given it);
                 `viewing`, what its author was looking at (given to the model with it). The reply
         `stop` is the stop inbox's (`StopInbox.reply`), asked first."""
+        stop = await self.stops.reply(key, event_id=event_id, user=user, text=text, files=files)
+        if stop is not None:
+            return stop
         message = UserMessage(
             user=user,
             text=clean_text(text),
@@ -225,3 +252,109 @@ class Intake:
         """The conversation's state expired, and `user` may act on it."""
         gone = await self.io(self.store.expired_record, key)
         return gone is not None and self.queries.may_act(gone, user)
+
+
+def is_stop_word(text: str) -> bool:
+    """A reply that asks the run in progress to stop (while nothing runs, it is a message)."""
+    return reply_words(text) in STOP_WORDS
+
+
+@dataclass(frozen=True)
+class Stopping:
+    accepted: bool
+    text: str
+    refused: bool = False  # the person may not stop this run (nothing was asked)
+    duplicate: bool = False  # a delivery of a stop kept before: its first was answered
+    serve: bool = False  # the write took the thread: serve it next (`keep_stop`)
+
+
+class StopInbox:
+    """Requests to stop a run, kept through the intake that owns it."""
+
+    def __init__(self, parts: RuntimeParts, intake: Intake, queries: Queries) -> None:
+        self.parts = parts
+        self.store = parts.store
+        self.io = parts.io
+        self.intake = intake
+        self.queries = queries
+
+    async def keep_stop(
+        self, key: ConversationKey, user: str, *, event_id: str, reply_to: str | None = None
+    ) -> Stopping:
+        """`request_stop`'s durable half, for a caller that acknowledges a request in
+        between: the stop is kept (or refused) when this returns; `Stopping.serve` says the
+        write took the thread (a paused run, or an expired thread to be told), for the caller
+        to `serve` next. `event_id` is the request's own (Slack's ids for it): another
+        delivery of it is a duplicate (`Stopping.duplicate`), which stops nothing."""
+        record = await self.io(self.store.get, key)
+        if record is None:
+            if await self.intake.expired_for(key, user):
+                kept = await self.intake.keep_probe(key, user, "stop", event_id=event_id, take=True)
+                return Stopping(False, EXPIRED_STOP, serve=kept is Kept.KEPT)
+            return Stopping(False, "There is nothing of yours running there.")
+        stopping = await self._stop(record, user, event_id=event_id, reply_to=reply_to)
+        if stopping.accepted and self.intake.took(key):  # the run was paused: stop it now
+            return Stopping(True, stopping.text, serve=True)
+        return stopping
+
+    async def reply(
+        self,
+        key: ConversationKey,
+        *,
+        event_id: str,
+        user: str,
+        text: str,
+        files: Sequence[SharedFile] = (),
+    ) -> Kept | None:
+        """A reply that is a stop word (kept under the message's own `event_id`, so that a
+        delivery of it again is a duplicate whether it was kept as a stop or as a message):
+        a request to the run in progress, refused privately to whoever may not stop it (and
+        then neither kept nor given to the model); None when nothing runs there, and it is
+        an ordinary message (and so is any other reply)."""
+        if files or not is_stop_word(text):
+            return None
+        record = await self.io(self.store.get, key)
+        if record is None:
+            if await self.intake.expired_for(key, user):  # the thread is told, not the model
+                return await self.intake.keep_probe(key, user, "stop", event_id=event_id, take=True)
+            return None
+        stopping = await self._stop(record, user, event_id=event_id)
+        if stopping.accepted:  # served by whoever holds the thread (us, if we took it)
+            return Kept.KEPT if self.intake.took(key) else Kept.STOPPING
+        if stopping.duplicate:
+            return Kept.DUPLICATE
+        if stopping.refused:
+            text = f"{stopping.text} Your `stop` was not passed on to it."
+            self.parts.emit_later([Refused(key=key, text=text, user=user)])
+            return Kept.STOP_REFUSED
+        return None
+
+    async def _stop(
+        self,
+        record: Conversation,
+        user: str,
+        *,
+        event_id: str,
+        reply_to: str | None = None,
+    ) -> Stopping:
+        """Keep the request in the thread's inbox, flagged on the record in the same write
+        (see `applying_stops`); this process's own serve of the thread learns it at once, another
+        replica's within `STOP_POLL`. When the thread was free (a run paused for approval)
+        the write takes it, for the caller to serve. Never refused at the backlog cap: a
+        full thread is the one whose run most needs stopping."""
+        key = record.key
+        cutoff = self.store.takeover_cutoff(self.store.clock())
+        if not (record.leased(cutoff) or record.status in STOPPABLE):
+            return Stopping(False, "Nothing is running there right now.")
+        if not self.queries.may_stop(record, user):
+            return Stopping(False, NOT_YOURS_TO_STOP, refused=True)
+        payload = payload_text(StopRequest(user=user, reply_to=reply_to))
+        kept = await self.intake.keep(
+            key, event_id, payload, create=False, user=None, take=True, stop_by=user
+        )
+        if kept is Kept.NOT_OURS:
+            return Stopping(False, "Nothing is running there right now.")
+        if kept is Kept.DUPLICATE:  # delivered again: kept before (as a stop, or a message)
+            return Stopping(False, "Your stop was received already.", duplicate=True)
+        self.intake.ask_live_to_stop(key, user)  # after the keep: the stop it applies consumes it
+        return Stopping(True, "Stopping it now.")

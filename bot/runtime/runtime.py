@@ -12,18 +12,17 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from agents import Agent
 
 from bot.runtime.acks_first import AcksFirst
 from bot.runtime.agent_changed import set_aside_changed
-from bot.runtime.context_source import ContextSource, SharedFile
+from bot.runtime.context_source import ContextSource
 from bot.runtime.delivery import OutcomeSink
 from bot.runtime.discarding import Listed, StaleFilter, discard_conversation
 from bot.runtime.expiry import EXPIRED
-from bot.runtime.intake import Intake, Kept
+from bot.runtime.intake import EXPIRED_STOP, NOT_YOURS_TO_STOP, Intake, Kept, Stopping
 from bot.runtime.lease_owner import new_owner
 from bot.runtime.outcomes import Duplicate, Outcome, Refused
 from bot.runtime.people import People
@@ -33,8 +32,6 @@ from bot.runtime.recovery import recover_conversations
 from bot.runtime.removals import Removals
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.scheduler import EXPIRED_RESUME, NEUTRAL, Scheduler
-from bot.runtime.stop_inbox import EXPIRED_STOP, NOT_YOURS_TO_STOP, StopInbox, Stopping
-from bot.runtime.viewing import Viewing
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, PersonKey, Store
 from storage.calls import StorageCalls
@@ -91,7 +88,7 @@ class ConversationRuntime:
         self.people = People(store, io)
         self.acks_first = AcksFirst()
         self.intake = Intake(self.parts, self.queries, self.acks_first)
-        self.stops = StopInbox(self.parts, self.intake, self.queries)
+        self.stops = self.intake.stops
         self.scheduler = Scheduler(
             self.parts, self.intake, self.queries, self.people, self.acks_first
         )
@@ -104,41 +101,11 @@ class ConversationRuntime:
 
     # -- keeping, then serving ------------------------------------------------------------
 
-    async def keep_message(
-        self,
-        key: ConversationKey,
-        *,
-        event_id: str,
-        user: str,
-        text: str,
-        ts: str | None = None,
-        create: bool = True,
-        take: bool = False,
-        files: Sequence[SharedFile] = (),
-        viewing: Viewing | None = None,
-    ) -> Kept:
-        """Keep a user's message (`Intake.keep_message`), unless it is the reply `stop` to a
-        run in progress (`StopInbox.reply`)."""
-        stop = await self.stops.reply(key, event_id=event_id, user=user, text=text, files=files)
-        if stop is not None:
-            return stop
-        return await self.intake.keep_message(
-            key,
-            event_id=event_id,
-            user=user,
-            text=text,
-            ts=ts,
-            create=create,
-            take=take,
-            files=files,
-            viewing=viewing,
-        )
-
     async def handle_message(
         self, key: ConversationKey, *, event_id: str, user: str, text: str, ts: str | None = None
     ) -> list[Outcome]:
         """Keep, then serve: a user's message in a thread."""
-        kept = await self.keep_message(
+        kept = await self.intake.keep_message(
             key, event_id=event_id, user=user, text=text, ts=ts, take=True
         )
         if kept is Kept.DUPLICATE:

@@ -216,7 +216,7 @@ class Serving:
             await approvals.while_awaiting(self, runnable, entries)
             return
         if entries.decisions:
-            known = current or await self._finished_envelope()
+            known = current or await self.saved_envelope()
             for decision in entries.decisions:
                 await self.refuse(decision, approvals.late_decision(known, decision))
         arrived = [HeldMessage.of(m) for m in entries.messages]
@@ -263,8 +263,10 @@ class Serving:
     ) -> None:
         await drive(self, start, started_by, held, consume, window)
 
-    async def _finished_envelope(self) -> Envelope | None:
-        """A finished checkpoint's envelope, read only to say who decided what."""
+    async def saved_envelope(self) -> Envelope | None:
+        """The current checkpoint's envelope as it was saved, read only to tell what it held
+        (who decided what, the messages it held); None when there is none, or it cannot be
+        read."""
         if self.record.checkpoint is None:
             return None
         try:

@@ -128,7 +128,7 @@ class Listeners:
         direct = event.get("channel_type") == "im" and SLACK_ID.fullmatch(user) is not None
         # One message, one id: a retried delivery and the app_mention + message pair Slack
         # sends for a mention in a thread are the same message.
-        kept = await self.runtime.keep_message(
+        kept = await self.runtime.intake.keep_message(
             key,
             event_id=f"msg:{team}:{channel}:{ts}",
             user=user,

@@ -71,7 +71,7 @@ async def test_serving_starts_once_the_keeps_in_flight_are_done(
         store, build_agent(ScriptedModel([[assistant_message("Hello!")]]), effects)
     )
     rt.acks_first.short_patience = 30
-    await rt.keep_message(KEY, event_id="Ev1", user="U1", text="hi", take=True)
+    await rt.intake.keep_message(KEY, event_id="Ev1", user="U1", text="hi", take=True)
     with rt.acks_first.keeping():  # another message of the burst, still being kept
         serving = asyncio.create_task(rt.serve(KEY))
         await asyncio.sleep(0.3)
@@ -90,7 +90,7 @@ async def test_a_slack_request_in_flight_holds_new_runs_back(
         store, build_agent(ScriptedModel([[assistant_message("Hello!")]]), effects)
     )
     rt.acks_first.short_patience = 30
-    await rt.keep_message(KEY, event_id="Ev1", user="U1", text="hi", take=True)
+    await rt.intake.keep_message(KEY, event_id="Ev1", user="U1", text="hi", take=True)
     with rt.acknowledging():  # a request of the burst, not yet answered
         serving = asyncio.create_task(rt.serve(KEY))
         await asyncio.sleep(0.3)

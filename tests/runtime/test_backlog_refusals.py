@@ -59,7 +59,9 @@ async def test_a_refusal_whose_process_died_is_told_by_the_holder(
     store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3)
     rt, told, gate, running = await holding(store, effects)
     for number in (2, 3):  # the backlog fills up
-        kept = await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+        kept = await rt.intake.keep_message(
+            KEY, event_id=f"E{number}", user="U1", text=f"more {number}"
+        )
         assert kept is Kept.KEPT
     # Another replica refuses E4 and dies before its notice: only the record knows.
     await refuse(store, "E4", "and this one please")
@@ -98,7 +100,7 @@ async def test_a_notice_naming_more_than_a_dead_tellers_is_a_post_of_its_own(
     store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3)
     rt, told, gate, running = await holding(store, effects)
     for number in (2, 3):
-        await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+        await rt.intake.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
     await refuse(store, "E4", "first refused")
     first_post = refusals.delivery_id(["E4"], 0)  # what the frozen teller posted
     await refuse(store, "E5", "refused later")
@@ -121,7 +123,7 @@ async def test_the_refusing_process_tells_once_and_marks_them_told(
     store = backend.open(lease_seconds=5, lease_skew_seconds=0.2, backlog_limit=3)
     rt, told, gate, running = await holding(store, effects)
     for number in range(2, 7):  # two kept, three refused
-        await rt.keep_message(KEY, event_id=f"E{number}", user="U3", text=f"more {number}")
+        await rt.intake.keep_message(KEY, event_id=f"E{number}", user="U3", text=f"more {number}")
     await asyncio.sleep(refusals.GATHER_SECONDS + 0.5)
     [(notice, ref)] = [(o, ref) for o, ref in told if isinstance(o, Notice)]
     assert notice.kind is NoticeKind.NOT_TAKEN and "couldn't take 3 messages" in notice.text
@@ -165,7 +167,7 @@ async def test_a_holder_does_not_wait_for_refusals_their_process_told(
 
     rt, told, gate, running = await holding(store, effects, watch)
     for number in (2, 3):
-        await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+        await rt.intake.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
     await refuse(store, "E4", "refused")  # the holder's next read lists it
 
     async def its_process_tells() -> datetime:

@@ -113,7 +113,9 @@ async def test_a_click_after_expiry_tells_the_thread_and_runs_nothing(
 
 async def test_a_reply_after_expiry_is_told_not_run(backend: Backend, effects: SideEffects) -> None:
     rt, store, _, delivered = await paused_then_expired(backend, effects)
-    await rt.keep_message(KEY, event_id="Ev3", user="U1", text="yes", create=False, take=True)
+    await rt.intake.keep_message(
+        KEY, event_id="Ev3", user="U1", text="yes", create=False, take=True
+    )
     await rt.serve(KEY)  # a reply in the thread, not a mention
     notice = assert_told(delivered, store, effects)
     assert "“yes”" in notice.details
@@ -133,8 +135,12 @@ async def test_an_expiry_counts_every_message_it_does_not_quote(
     early = backend.open(state_ttl="7d", tombstone_ttl="30d")  # while the state lasts
     rt_early = ConversationRuntime(early, build_agent(echo_model(), effects))
     for i in range(24):
-        await rt_early.keep_message(KEY, event_id=f"Ev1{i:02d}", user="U2", text=f"reply {i}")
-    await rt.keep_message(KEY, event_id="Ev3", user="U1", text="yes", create=False, take=True)
+        await rt_early.intake.keep_message(
+            KEY, event_id=f"Ev1{i:02d}", user="U2", text=f"reply {i}"
+        )
+    await rt.intake.keep_message(
+        KEY, event_id="Ev3", user="U1", text="yes", create=False, take=True
+    )
     await rt.serve(KEY)
     [notice] = delivered.notices(NoticeKind.STATE_EXPIRED)
     assert "26 messages sent here were not answered" in notice.text  # 1 + 24 + "yes"
@@ -161,7 +167,7 @@ async def test_messages_refused_before_an_expiry_are_told_after_it(
     later.clock = lambda: utcnow() + timedelta(days=8)
     delivered = Delivered()
     rt_later = ConversationRuntime(later, build_agent(echo_model(), effects), on_outcome=delivered)
-    await rt_later.keep_message(KEY, event_id="Ev3", user="U1", text="yes", create=False)
+    await rt_later.intake.keep_message(KEY, event_id="Ev3", user="U1", text="yes", create=False)
     await rt_later.serve(KEY)
     told = [o.kind for o in delivered.outcomes if isinstance(o, Notice)]
     assert told == [NoticeKind.STATE_EXPIRED, NoticeKind.NOT_TAKEN]
@@ -174,7 +180,7 @@ async def test_a_mention_after_expiry_is_told_then_served_fresh(
     backend: Backend, effects: SideEffects
 ) -> None:
     rt, store, _, delivered = await paused_then_expired(backend, effects)
-    kept = await rt.keep_message(
+    kept = await rt.intake.keep_message(
         KEY, event_id="Ev3", user="U3", text="start over", create=True, take=True
     )
     outcomes = await rt.serve(KEY)

@@ -39,7 +39,7 @@ async def test_served_and_queued_conversations_are_both_noted(
     person = PersonKey(team="T1", user=ALICE)
     serves = []
     for n in (1, 2):
-        await rt.keep_message(key(n), event_id=f"Ev{n}", user=ALICE, text="hi", take=True)
+        await rt.intake.keep_message(key(n), event_id=f"Ev{n}", user=ALICE, text="hi", take=True)
         serves.append(asyncio.create_task(rt.serve(key(n), opened_by=person)))
         await asyncio.sleep(0.2)
     # The second waits for the only slot: noted at once, by a write of its own.

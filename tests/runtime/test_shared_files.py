@@ -40,12 +40,14 @@ async def test_checkpoints_stay_flat_when_files_are_shared(store: Store) -> None
     with_files: list[int] = []
     last = b""
     for n in range(6):
-        await runtime.keep_message(KEY, event_id=f"A{n}", user="U1", text=f"see {n}", take=True)
+        await runtime.intake.keep_message(
+            KEY, event_id=f"A{n}", user="U1", text=f"see {n}", take=True
+        )
         await runtime.serve(KEY)
         plain.append(record_of(store, KEY).checkpoint.size)  # type: ignore[union-attr]
         last = os.urandom(IMAGE)
         shared = [source.share(last)]
-        await runtime.keep_message(
+        await runtime.intake.keep_message(
             OTHER, event_id=f"B{n}", user="U1", text=f"see {n}", take=True, files=shared
         )
         await runtime.serve(OTHER)
@@ -74,7 +76,7 @@ async def test_unreadable_and_unsupported_files_are_named_and_noted(store: Store
     huge = source.share(b"\x89PNG" + b"0" * 10, name="huge.png").model_copy(
         update={"size": 50 * 1024 * 1024}
     )
-    await runtime.keep_message(
+    await runtime.intake.keep_message(
         KEY, event_id="E1", user="U1", text="look", take=True, files=[gone, video, huge]
     )
     outcomes = await runtime.serve(KEY)

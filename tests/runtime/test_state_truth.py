@@ -366,7 +366,7 @@ async def test_a_backlog_of_250_messages_is_consumed_within_transaction_limits(
     rt = ConversationRuntime(store, build_agent(model, effects), RuntimeSettings())
     lease, _ = store.acquire(KEY, "a-long-run")  # a long run holds the thread...
     for i in range(250):  # ...while users keep writing (a model outage, say)
-        kept = await rt.keep_message(KEY, event_id=f"E{i}", user="U1", text=f"message {i}")
+        kept = await rt.intake.keep_message(KEY, event_id=f"E{i}", user="U1", text=f"message {i}")
         assert kept.value == "kept"
     store.release(lease)
     outcomes = await rt.recover()
@@ -432,7 +432,7 @@ async def test_a_stale_sweep_leaves_a_conversation_that_became_active(
     listed = await rt.queries.stale(timedelta(seconds=0.2))
     assert [r.key for r in listed] == [KEY]  # the sweep's list...
     # ...then someone writes in the thread, before the sweep reaches it.
-    await rt.keep_message(KEY, event_id="E2", user="U1", text="still here")
+    await rt.intake.keep_message(KEY, event_id="E2", user="U1", text="still here")
     stale = StaleFilter(statuses=PAUSED, older_than=timedelta(seconds=0.2))
     assert await rt.discard(KEY, by="UADMIN", only_if=stale) == []
     record = store.get(KEY)

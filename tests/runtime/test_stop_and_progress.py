@@ -131,7 +131,7 @@ async def test_stop_is_refused_to_strangers_and_when_nothing_runs(
     assert not stranger.accepted and not idle.accepted
     assert "Nothing is running" in idle.text
     # `stop` while nothing runs is an ordinary message for the agent.
-    kept = await rt.keep_message(KEY, event_id="E2", user="U1", text="stop")
+    kept = await rt.intake.keep_message(KEY, event_id="E2", user="U1", text="stop")
     assert kept is Kept.KEPT
 
 
@@ -150,9 +150,9 @@ async def test_who_may_stop_a_run(store: Store, effects: SideEffects) -> None:
     rt = ConversationRuntime(store, build_agent(model, effects), settings, on_outcome=sink)
     running = asyncio.create_task(rt.handle_message(KEY, event_id="E1", user="U1", text="go"))
     await started.wait()
-    await rt.keep_message(KEY, event_id="E0", user="U2", text="me too", create=False)
+    await rt.intake.keep_message(KEY, event_id="E0", user="U2", text="me too", create=False)
     for attempt in range(2):  # a participant who did not start it, twice
-        kept = await rt.keep_message(KEY, event_id=f"S{attempt}", user="U2", text="stop")
+        kept = await rt.intake.keep_message(KEY, event_id=f"S{attempt}", user="U2", text="stop")
         assert kept is Kept.STOP_REFUSED
     assert (await rt.request_stop(KEY, "U9")).refused  # the Stop button, a stranger
     await asyncio.sleep(0)
@@ -201,7 +201,7 @@ async def test_whoever_starts_the_next_run_may_stop_it_and_the_last_starter_may_
     rt = ConversationRuntime(store, build_agent(model, effects))
     [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
     assert isinstance(request, ApprovalRequest)
-    assert await rt.keep_message(KEY, event_id="E2", user="U2", text="and me?") is Kept.KEPT
+    assert await rt.intake.keep_message(KEY, event_id="E2", user="U2", text="and me?") is Kept.KEPT
     await rt.serve(KEY)  # held for after the run, which still waits for U1
     assert store.get(KEY).run_by == "U1"  # type: ignore[union-attr]
     approved = asyncio.create_task(
@@ -284,10 +284,10 @@ async def test_a_reply_stop_in_a_full_thread_stops_the_run_and_is_not_a_message(
     running = asyncio.create_task(rt.handle_message(KEY, event_id="E1", user="U1", text="hi"))
     await started.wait()
     for number in (2, 3):  # the backlog fills up
-        await rt.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
-    full = await rt.keep_message(KEY, event_id="E5", user="U1", text="one more")
+        await rt.intake.keep_message(KEY, event_id=f"E{number}", user="U1", text=f"more {number}")
+    full = await rt.intake.keep_message(KEY, event_id="E5", user="U1", text="one more")
     assert full is Kept.NOT_TAKEN  # the thread is full indeed
-    kept = await rt.keep_message(KEY, event_id="E4", user="U1", text="stop")
+    kept = await rt.intake.keep_message(KEY, event_id="E4", user="U1", text="stop")
     assert kept is Kept.STOPPING
     outcomes = await asyncio.wait_for(running, 10)
     [notice] = [o for o in outcomes if isinstance(o, Notice) and o.kind is NoticeKind.STOPPED]

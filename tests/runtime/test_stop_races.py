@@ -182,7 +182,7 @@ async def test_messages_a_stopped_run_was_given_are_named_by_its_notice(
 
     async def answer_while_two_more_come(call: Any) -> Any:
         for n, text in enumerate(("note pear", "note lime")):
-            kept = await b.keep_message(KEY, event_id=f"E{n + 2}", user="U1", text=text)
+            kept = await b.intake.keep_message(KEY, event_id=f"E{n + 2}", user="U1", text=text)
             assert kept is Kept.KEPT  # A holds the thread: kept for after this run
         return [assistant_message("noted apple")]
 
@@ -275,7 +275,7 @@ async def test_a_message_after_a_stop_starts_a_fresh_run_in_the_same_serve(
     assert isinstance(request, ApprovalRequest)
     stopping = await a.stops.keep_stop(KEY, "U1", event_id="S1")
     assert stopping.accepted and stopping.serve
-    kept = await a.keep_message(KEY, event_id="E2", user="U1", text="what else is new?")
+    kept = await a.intake.keep_message(KEY, event_id="E2", user="U1", text="what else is new?")
     assert kept is Kept.KEPT
     outcomes = await a.serve(KEY)
     [notice] = sink.notices(NoticeKind.STOPPED)

@@ -27,7 +27,7 @@ class Step(StrEnum):
 
 class Progress(Protocol):
     async def queued(self, key: ConversationKey, requester: str | None) -> None:
-        """The thread waits for a run slot (`admission`); `begin` follows, here or on
+        """The thread waits for a run slot (`slots`); `begin` follows, here or on
         another replica."""
 
     async def begin(self, key: ConversationKey, requester: str | None) -> None:

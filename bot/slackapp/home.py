@@ -9,10 +9,10 @@ tab listed it: paused, idle, nothing since (the runtime checks it under the leas
 `/agent-admin discard stale` does); one that changed is left alone and the admin told so.
 
 Bounded cost per publish: the person's approvals from the listing (one index query; a few
-capped pages for approvers) and one checkpoint read per conversation listed (`waiting`), one
-read of their person record and of each of their recent conversations, and for admins the
-counts and one bounded list of stale conversations. A failure to publish is logged; it never
-touches a run or a decision.
+capped pages for approvers) and one checkpoint read per conversation listed
+(`Queries.waiting_for`), one read of their person record and of each of their recent
+conversations, and for admins the counts and one bounded list of stale conversations. A
+failure to publish is logged; it never touches a run or a decision.
 
 A new request is published after the release that pauses its run (`AwaitingDecision`), not
 with its post in the thread, which comes first: a tab read before that release does not list

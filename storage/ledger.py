@@ -21,6 +21,8 @@ class LedgerPart(Protocol):
 
     def claim_event(self, event_id: str) -> bool: ...
 
+    def event_claimed(self, event_id: str) -> bool: ...
+
     def begin(
         self, lease: Lease, call_id: str, tool_name: str, arguments: str
     ) -> ToolCallClaim: ...
@@ -44,6 +46,11 @@ class ToolLedger:
         """True for the first claim of a Slack event id (until `event_ttl`), False after."""
         with self.translating:
             return self.ledger.claim_event(event_id)
+
+    def event_claimed(self, event_id: str) -> bool:
+        """Whether `event_id` holds a live claim (`claim_event`), claiming nothing."""
+        with self.translating:
+            return self.ledger.event_claimed(event_id)
 
     def begin_tool_call(
         self, lease: Lease, call_id: str, tool_name: str, arguments: str

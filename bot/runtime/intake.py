@@ -291,6 +291,7 @@ class StopInbox:
             if await self.intake.expired_for(key, user):
                 kept = await self.intake.keep_probe(key, user, "stop", event_id=event_id, take=True)
                 return Stopping(False, EXPIRED_STOP, serve=kept is Kept.KEPT)
+            await self._answered_unkept(key, event_id)
             return Stopping(False, "There is nothing of yours running there.")
         stopping = await self._stop(record, user, event_id=event_id, reply_to=reply_to)
         if stopping.accepted and self.intake.took(key):  # the run was paused: stop it now
@@ -345,16 +346,30 @@ class StopInbox:
         key = record.key
         cutoff = self.store.takeover_cutoff(self.store.clock())
         if not (record.leased(cutoff) or record.status in STOPPABLE):
+            await self._answered_unkept(key, event_id)
             return Stopping(False, "Nothing is running there right now.")
         if not self.queries.may_stop(record, user):
             return Stopping(False, NOT_YOURS_TO_STOP, refused=True)
+        if await self.io(self.store.event_claimed, _unkept(key, event_id)):
+            return Stopping(False, "Your stop was received already.", duplicate=True)
         payload = payload_text(StopRequest(user=user, reply_to=reply_to))
         kept = await self.intake.keep(
             key, event_id, payload, create=False, user=None, take=True, stop_by=user
         )
         if kept is Kept.NOT_OURS:
+            await self._answered_unkept(key, event_id)
             return Stopping(False, "Nothing is running there right now.")
         if kept is Kept.DUPLICATE:  # delivered again: kept before (as a stop, or a message)
             return Stopping(False, "Your stop was received already.", duplicate=True)
         self.intake.ask_live_to_stop(key, user)  # after the keep: the stop it applies consumes it
         return Stopping(True, "Stopping it now.")
+
+    async def _answered_unkept(self, key: ConversationKey, event_id: str) -> None:
+        """A stop answered that nothing runs is kept nowhere, so its event is claimed: Slack
+        delivering it again while a later run goes on is the same request, which stops
+        nothing (the keep's own claim covers only stops that were kept)."""
+        await self.io(self.store.claim_event, _unkept(key, event_id))
+
+
+def _unkept(key: ConversationKey, event_id: str) -> str:
+    return f"unkept-stop:{key}|{event_id}"

@@ -55,6 +55,16 @@ class Ledger:
             raise
         return True
 
+    def event_claimed(self, event_id: str) -> bool:
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table,
+            Key={"pk": s(f"EVENT#{event_id}"), "sk": s("EVENT")},
+            ConsistentRead=True,
+        )
+        item = found.get("Item")
+        # TTL deletes late: an expired claim counts as absent, as in `claim_event`.
+        return item is not None and int(item["expires_at"]["N"]) >= epoch_seconds(self.t.clock())
+
     def begin(self, lease: Lease, call_id: str, tool_name: str, arguments: str) -> ToolCallClaim:
         now = self.t.clock()
         record = ToolCallRecord(

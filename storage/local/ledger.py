@@ -35,6 +35,10 @@ class Ledger:
         with self.d.write() as db:
             return self.claim(db, event_id, self.d.clock().timestamp())
 
+    def event_claimed(self, event_id: str) -> bool:
+        with self.d.write() as db:
+            return self.claimed(db, event_id, self.d.clock().timestamp())
+
     def claimed(self, db: sqlite3.Connection, event_id: str, now: float) -> bool:
         """A live claim of `event_id` (read only)."""
         row = db.execute("SELECT expires_at FROM events WHERE event_id = ?", (event_id,))

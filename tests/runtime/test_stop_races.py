@@ -617,3 +617,31 @@ async def test_a_stop_whose_serve_failed_on_storage_is_applied_once_storage_answ
     )
     assert effects.calls() == [] and not any(isinstance(o, Answer) for o in late)
     assert "/resume" not in failed.text  # it said the stop would be seen to, not to resume
+
+
+async def test_a_stop_sent_again_after_it_found_nothing_running_stops_no_later_run(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """A stop that finds nothing running (the run it aimed at had just posted its answer)
+    is answered so and kept nowhere. Slack sending the same request again while a later
+    run waits for approval is a duplicate: that run goes on (the chaos soak's seed 490037,
+    a session stop sent again after its run). A stop of its own still stops it."""
+    model = ScriptedModel(
+        [
+            [assistant_message("Hello.")],
+            [function_call("send_email", {"to": "ana@example.com", "body": "hi"}, call_id="c1")],
+        ]
+    )
+    a, b, sink = replicas(backend, build_agent(model, effects))
+    await a.handle_message(KEY, event_id="E1", user="U1", text="hi")
+    first = await b.stops.keep_stop(KEY, "U1", event_id="S1")
+    assert (first.accepted, first.text) == (False, "Nothing is running there right now.")
+    [request, *_] = await a.handle_message(KEY, event_id="E2", user="U1", text="email Ana")
+    assert isinstance(request, ApprovalRequest)
+    again = await b.stops.keep_stop(KEY, "U1", event_id="S1")
+    assert (again.accepted, again.duplicate) == (False, True)
+    assert sink.notices(NoticeKind.STOPPED) == []
+    record = backend.open().get(KEY)
+    assert record is not None and record.status is Status.AWAITING_APPROVAL
+    assert record.stop_by is None
+    assert (await b.stops.keep_stop(KEY, "U1", event_id="S2")).accepted

@@ -179,6 +179,9 @@ def test_event_ids_are_claimed_once(store: Store) -> None:
     other = ConversationKey(team=KEY.team, channel=KEY.channel, thread_ts="1700000999.000001")
     assert store.enqueue(other, "Ev1", '{"text":"elsewhere"}') is True
     assert store.claim_event("Ev2") is True
+    # Looking claims nothing: a claim is seen, an event never claimed stays unclaimed.
+    assert (store.event_claimed("Ev2"), store.event_claimed("Ev3")) == (True, False)
+    assert store.claim_event("Ev3") is True
 
 
 def test_tool_calls_are_recorded_once_and_completed(store: Store) -> None:

@@ -4,6 +4,9 @@ when the bot loads it (`testkit.survival_agent`).
 
     DIE_AFTER_RESULTS=N   SIGKILL right after the N-th tool result is recorded in the tool
                           ledger (the write landed; nothing after it ran)
+    DIE_AFTER_SUMMARY=1   SIGKILL right after the first commit that stores a summary of
+                          earlier turns lands (nothing after it ran: the answer it holds
+                          is not posted yet)
 
 The process kills itself as `crash_child` does: a real SIGKILL, no cleanup, no flush."""
 
@@ -26,6 +29,11 @@ def install_from_env() -> None:
     """Install the crash point the environment names (once per process)."""
     global _installed
     spec = os.getenv("DIE_AFTER_RESULTS")
+    if os.getenv("DIE_AFTER_SUMMARY") and not _installed:
+        _installed = True
+        for store_class in (LocalStore, AwsStore):
+            store_class.apply = _die_after_summary(store_class.apply)  # type: ignore[method-assign]
+        return
     if not spec or _installed:
         return
     _installed = True
@@ -54,3 +62,14 @@ def _then(method: Callable[..., Any], after: Callable[[], None]) -> Callable[...
         return done
 
     return method_then
+
+
+def _die_after_summary(apply: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(apply)
+    def apply_then_die(self: Any, commit: Any) -> Any:
+        done = apply(self, commit)
+        if commit.summary is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return done
+
+    return apply_then_die

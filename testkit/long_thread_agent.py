@@ -9,6 +9,7 @@ from typing import Any
 from agents import Agent, function_tool
 
 from bot.runtime import retry_safe
+from testkit import crash_points
 
 LOG_HEAD = "BEGIN-OF-LOG"
 LOG_TAIL = "END-OF-LOG"
@@ -29,4 +30,5 @@ def read_log() -> str:
 
 
 def build_agent() -> Agent[Any]:
+    crash_points.install_from_env()  # a test may kill the bot at a moment of its choice
     return Agent(name="assistant", instructions="Answer briefly.", tools=[retry_safe(read_log)])

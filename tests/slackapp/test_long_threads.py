@@ -7,7 +7,8 @@ A thread of 30 messages of 4,000 characters is answered every time, and so is a 
 returns 400,000 characters, and the message after it; every request stays within the
 window; earlier turns are summed up, each summary folding the one before, stored once.
 Killed while the model writes a summary, the bot loses nothing after its restart, stores
-one summary and answers the thread."""
+one summary and answers the thread; killed right after the commit that stores it, the
+summary is read after the restart, not made again, and the answer it held is posted once."""
 
 from __future__ import annotations
 
@@ -205,6 +206,66 @@ async def test_killed_while_summarizing_nothing_is_lost_and_one_summary_is_store
     assert rows == 1 and stored is not None and stored.text.startswith("Summary 2:")
     assert record.summary_seq == stored.through
     # Nothing lost: every message in the history once, in order.
+    users = [NUMBERED.search(str(i["content"])) for i in kept if i.get("role") == "user"]
+    assert [int(m.group(1)) for m in users if m] == list(range(1, number + 1))
+    assert script.refused == []
+
+
+async def answered_or_died(bot: Deployment, top: str, count: int) -> bool:
+    """True once `count` replies are in the thread, False if the bot died first (the
+    stand-in's `wait_for` wakes only on a call to it, which a dead bot never makes)."""
+    for _ in range(600):
+        if bot.current.poll() is not None:
+            return False
+        if len(bot.api.bot_replies(CHANNEL, top)) >= count:
+            return True
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no reply {count} within 60 s, and the bot still runs")
+
+
+async def test_killed_right_after_the_summary_is_stored_it_is_used_not_made_again(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The other step of summarizing: the bot dies (SIGKILL, from inside, `DIE_AFTER_SUMMARY`)
+    right after the commit that stores the summary lands, before the answer it holds is
+    posted. After the restart the summary is read, not asked for again, the answer is
+    posted once, and every message is in the history once."""
+    model = Model()
+    script = RespondingResponses(model.respond, window=WINDOW)
+    settings = {**SETTINGS, "BOT_HISTORY_ITEMS": "8"}
+    async with deployment(backend, tmp_path, script, **settings) as bot:
+        bot.env["DIE_AFTER_SUMMARY"] = "1"
+        await bot.start()
+        people = bot.people()
+        top = (await bot.mention("UALICE", said(1))).ts
+        number = 1
+        while number < 12 and await answered_or_died(bot, top, number):
+            number += 1
+            await people.reply("UALICE", said(number), top)
+        assert await asyncio.to_thread(bot.current.wait, 60) == -signal.SIGKILL
+        assert len(model.summary_requests) == 1
+        del bot.env["DIE_AFTER_SUMMARY"]
+        await bot.start()
+        replies = await bot.api.wait_for(
+            lambda: (
+                any(
+                    f"Answer to message {number}." in r.text
+                    for r in bot.api.bot_replies(CHANNEL, top)
+                )
+                and bot.api.bot_replies(CHANNEL, top)
+            ),
+            within=60,
+        )
+        answers = [r.text.split(" ok")[0] for r in replies if r.text.startswith("Answer to")]
+        key = thread_key(top)
+        record = record_of(bot.store, key)
+        stored = bot.store.read_summary(record)
+        kept = history(bot.store, key)
+        rows = summary_rows(bot.store, key)
+
+    assert answers == [f"Answer to message {n}." for n in range(1, number + 1)]
+    assert len(model.summary_requests) == 1  # stored before the kill: read, not made again
+    assert rows == 1 and stored is not None and stored.text.startswith("Summary 1:")
     users = [NUMBERED.search(str(i["content"])) for i in kept if i.get("role") == "user"]
     assert [int(m.group(1)) for m in users if m] == list(range(1, number + 1))
     assert script.refused == []

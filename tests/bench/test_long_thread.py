@@ -19,10 +19,16 @@ async def test_a_short_run_of_the_long_thread_benchmark(capsys: pytest.CaptureFi
     for start in (10, 20):
         window = local.windows[start]
         assert (window.turns, window.answered) == (2, 2)
-        # A lookup, then a note (a side effect, checkpointed before it runs); the history
-        # is in memory: nothing read.
+        # A lookup, then a note (a side effect, checkpointed before it runs, claimed as it
+        # starts); the history is in memory: nothing read.
         by_turn = {name: n for name, n in window.calls.items() if name not in TIMED}
-        assert by_turn == {"keep": 2, "commit": 3, "complete_tool_call": 1, "release": 2}
+        assert by_turn == {
+            "keep": 2,
+            "commit": 3,
+            "begin_tool_call": 1,
+            "complete_tool_call": 1,
+            "release": 2,
+        }
         assert 0 < window.largest <= local.budget and window.written > 0 and window.cpu_s > 0
         fresh = local.fresh[start]
         assert fresh.calls["read_items"] == 1 and 0 < fresh.items_read < 60

@@ -32,6 +32,7 @@ from bot.runtime.recovery import recover_conversations
 from bot.runtime.removals import Removals
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.scheduler import EXPIRED_RESUME, NEUTRAL, Scheduler
+from bot.runtime.slots import Slots
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, PersonKey, Store
 from storage.calls import StorageCalls
@@ -98,6 +99,11 @@ class ConversationRuntime:
     @property
     def draining(self) -> bool:
         return self.parts.draining
+
+    @property
+    def admission(self) -> Slots:
+        """The run slots (`BOT_MAX_RUNS`), under the name the defect reproductions read."""
+        return self.parts.slots
 
     # -- keeping, then serving ------------------------------------------------------------
 

@@ -155,6 +155,7 @@ def workload(store: Store) -> set[str]:
     meta = CheckpointMeta(schema_version="1.21", agent_fingerprint="f")
     store.enqueue(KEY, "Ev1", '{"user":"U","text":"hi"}')
     store.claim_event("Ev2")
+    store.event_claimed("Ev2")
     lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
     lease = store.renew(lease)
     inbox = store.read_inbox(KEY)
@@ -242,6 +243,7 @@ def workload(store: Store) -> set[str]:
         "enqueue",
         "keep",
         "claim_event",
+        "event_claimed",
         "acquire",
         "renew",
         "read_inbox",

@@ -26,6 +26,7 @@ run's `call_model_input_filter` (`model_window`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -161,7 +162,8 @@ async def open_window(
     if known is not None or parts.settings.summaries:
         notes += item_size(summary_note("x" * cap))
     fixed = sum(item_size(item) for item in given) + notes
-    plan = plan_history(
+    plan_for = functools.partial(
+        plan_history,
         read,
         next_seq=next_seq,
         floor=record.session_floor,
@@ -169,8 +171,8 @@ async def open_window(
         fixed=fixed,
         room=room,
         limit=limit,
-        summarize=parts.settings.summaries,
     )
+    plan = plan_for(summarize=parts.settings.summaries)
     summary: Summary | None = known
     left_out, start = plan.left_out, plan.start
     made: Summary | None = None
@@ -179,16 +181,7 @@ async def open_window(
         if made is not None:
             summary = made
         else:  # the run goes on without it: what fits is given, the rest counted
-            unfolded = plan_history(
-                read,
-                next_seq=next_seq,
-                floor=record.session_floor,
-                summary_through=through,
-                fixed=fixed,
-                room=room,
-                limit=limit,
-                summarize=False,
-            )
+            unfolded = plan_for(summarize=False)
             start, left_out = unfolded.start, unfolded.left_out
     text = summary.text if summary else None
     view = RunView(summary=text, left_out=left_out, reads=next_seq - start)

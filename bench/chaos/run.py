@@ -123,6 +123,7 @@ class Run:
             else None
         )
         self.longest_outage = 0.0  # seconds with no replica serving, at most
+        self.not_quiet_because = ""  # what kept the run from quiet last (its history says)
         self.stop_deciding = asyncio.Event()
 
     def note(self, what: str, /, **data: Any) -> None:
@@ -215,7 +216,10 @@ class Run:
             stop_deciding.set()
             quiet = await self._wait_quiet(10) and quiet
             quiet_seconds = time.monotonic() - began
-            self.note("quiet" if quiet else "not_quiet", seconds=round(quiet_seconds, 2))
+            if quiet:
+                self.note("quiet", seconds=round(quiet_seconds, 2))
+            else:
+                self.note("not_quiet", seconds=round(quiet_seconds, 2), why=self.not_quiet_because)
             self.note("longest_outage", seconds=round(self.longest_outage, 2))
         except Exception as exc:
             error = repr(exc)
@@ -314,25 +318,35 @@ class Run:
 
     async def _wait_quiet(self, within: float) -> bool:
         """Quiet: no delivery in flight, no model request and no Slack call (other than to a
-        permanently failing channel) for QUIET_SECONDS, no thread of this run `running`."""
+        permanently failing channel) for QUIET_SECONDS, no thread of this run `running`.
+        What kept it from quiet last is kept in `not_quiet_because` for the history."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             await asyncio.sleep(0.25)
-            now = time.monotonic()
-            if self.deliverer.pending or self.model.in_flight:
-                continue
-            if now - self.model.last_request < QUIET_SECONDS:
-                continue
-            if now - self._last_live_call() < QUIET_SECONDS:
-                continue
-            if self.people.deciding or self._undecided() or self.unsigned.busy:
-                continue
-            if self.workspace is not None and self.workspace.busy:
-                continue
-            if await asyncio.to_thread(self._any_running):
-                continue
-            return True
+            because = await self._not_quiet_because(time.monotonic())
+            if because is None:
+                return True
+            self.not_quiet_because = because
         return False
+
+    async def _not_quiet_because(self, now: float) -> str | None:
+        if self.deliverer.pending:
+            return f"deliveries pending: {self.deliverer.pending}"
+        if self.model.in_flight:
+            return f"model requests in flight: {self.model.in_flight}"
+        if now - self.model.last_request < QUIET_SECONDS:
+            return "a model request lately"
+        if now - self._last_live_call() < QUIET_SECONDS:
+            return "a Slack call lately"
+        if self.people.deciding:
+            return f"people deciding: {self.people.deciding}"
+        if self._undecided():
+            return "buttons nobody acted on"
+        if self.unsigned.busy:
+            return "unsigned requests busy"
+        if self.workspace is not None and self.workspace.busy:
+            return "second workspace busy"
+        return await asyncio.to_thread(self._running_because)
 
     def _undecided(self) -> bool:
         """Someone would still click: the newest request for a call shows buttons nobody
@@ -357,7 +371,7 @@ class Run:
                 return float(attempt["mono"])
         return 0.0
 
-    def _any_running(self) -> bool:
+    def _running_because(self) -> str | None:
         # Threads in a permanently failing channel count too: the bot must end them (give
         # up the delivery, release), and a recovery may take a dead replica's lease over
         # only after the quiet window's Slack calls (to that channel alone) were ignored.
@@ -365,12 +379,12 @@ class Run:
         if self.workspace is not None:
             keys += self.workspace.keys()
             if self.store.pending_removals():  # its conversations are being discarded
-                return True
+                return "a workspace's removal pending"
         for key in keys:
             record = self.store.get(key)
             if record is not None and record.status is Status.RUNNING:
-                return True
-        return False
+                return f"{key} running"
+        return None
 
     def _write_history(self) -> None:
         self.history_path.parent.mkdir(parents=True, exist_ok=True)

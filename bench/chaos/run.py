@@ -337,7 +337,8 @@ class Run:
         if now - self.model.last_request < QUIET_SECONDS:
             return "a model request lately"
         if now - self._last_live_call() < QUIET_SECONDS:
-            return "a Slack call lately"
+            latest = self.slack.attempts[-1] if self.slack.attempts else {}
+            return f"a Slack call lately: {latest.get('method')} to {latest.get('channel')}"
         if self.people.deciding:
             return f"people deciding: {self.people.deciding}"
         if self._undecided():

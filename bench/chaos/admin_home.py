@@ -44,7 +44,7 @@ class StaleHomeDiscards:
     async def discard(
         self, thread: ThreadState, plan: HomeDiscardPlan, quit: asyncio.Event
     ) -> None:
-        if not await _came(thread, "card", quit):
+        if not await thread.reached("card", quit):
             return
         self.people.deciding += 1
         try:
@@ -57,7 +57,7 @@ class StaleHomeDiscards:
                 return
             facts, view = listed
             self.found.append(facts)
-            if not await _came(thread, "approved", quit):
+            if not await thread.reached("approved", quit):
                 return
             if plan.when == "answered":
                 await self._answered_after(thread, time.time(), quit)
@@ -148,17 +148,6 @@ class StaleHomeDiscards:
             acked=facts.acked,
             answer=facts.answer,
         )
-
-
-async def _came(thread: ThreadState, moment: str, quit: asyncio.Event) -> bool:
-    came = asyncio.create_task(thread.moments[moment].wait())
-    ended = asyncio.create_task(quit.wait())
-    try:
-        await asyncio.wait({came, ended}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        came.cancel()
-        ended.cancel()
-    return thread.moments[moment].is_set() and not quit.is_set()
 
 
 def _discard_values(view: dict[str, Any] | None) -> list[str]:

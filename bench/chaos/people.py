@@ -49,6 +49,17 @@ class ThreadState:
             else None
         )
 
+    async def reached(self, moment: str, quit: asyncio.Event) -> bool:
+        """Wait for the moment to come in the thread; False if the run ends first."""
+        came = asyncio.create_task(self.moments[moment].wait())
+        ended = asyncio.create_task(quit.wait())
+        try:
+            await asyncio.wait({came, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            came.cancel()
+            ended.cancel()
+        return self.moments[moment].is_set() and not quit.is_set()
+
 
 class People:
     def __init__(self, api: SlackWebApi, deliverer: Deliverer, note: Callable[..., None]) -> None:

@@ -45,19 +45,8 @@ class Stoppers:
                 if what == "request":
                     self.threads[index].asked.append(now)
 
-    async def _at_moment(self, thread: ThreadState, moment: str, quit: asyncio.Event) -> bool:
-        """Wait for the moment to come in the thread; False if the run ends first."""
-        came = asyncio.create_task(thread.moments[moment].wait())
-        ended = asyncio.create_task(quit.wait())
-        try:
-            await asyncio.wait({came, ended}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            came.cancel()
-            ended.cancel()
-        return thread.moments[moment].is_set() and not quit.is_set()
-
     async def stopper(self, thread: ThreadState, stop: StopPlan, quit: asyncio.Event) -> None:
-        if not await self._at_moment(thread, stop.moment, quit):
+        if not await thread.reached(stop.moment, quit):
             self.note("stop_not_sent", thread=thread.plan.index, moment=stop.moment)
             return
         self.people.deciding += 1
@@ -128,7 +117,7 @@ class Stoppers:
         self, thread: ThreadState, plan: RedeliveredStop, quit: asyncio.Event
     ) -> None:
         """The admin stops the thread's run; Slack sends that same request again later."""
-        if not await self._at_moment(thread, plan.moment, quit):
+        if not await thread.reached(plan.moment, quit):
             self.note("stop_not_sent", thread=thread.plan.index, moment=plan.moment)
             return
         self.people.deciding += 1
@@ -217,7 +206,7 @@ class Stoppers:
         self, thread: ThreadState, delay: float | None, quit: asyncio.Event
     ) -> None:
         """An admin discards the thread right after an approval, while its tool runs."""
-        if delay is None or not await self._at_moment(thread, "approved", quit):
+        if delay is None or not await thread.reached("approved", quit):
             return
         self.people.deciding += 1
         try:

@@ -46,8 +46,7 @@ class StaleHomeDiscards:
     ) -> None:
         if not await thread.reached("card", quit):
             return
-        self.people.deciding += 1
-        try:
+        async with self.people.deciding_in(thread, "home_discard_error"):
             await self._stale(thread, quit)
             if quit.is_set() or thread.moments["approved"].is_set():
                 self.note("home_discard_skipped", thread=thread.plan.index, why="decided first")
@@ -64,10 +63,6 @@ class StaleHomeDiscards:
             await asyncio.sleep(plan.delay)
             if not quit.is_set():
                 await self._click(facts, view)
-        except Exception as exc:  # a harness slip must not stop the run
-            self.note("home_discard_error", thread=thread.plan.index, error=repr(exc))
-        finally:
-            self.people.deciding -= 1
 
     async def _stale(self, thread: ThreadState, quit: asyncio.Event) -> None:
         """Until the thread has waited for its approval, idle, a little past the stale age

@@ -5,9 +5,10 @@ kept for the checks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,18 @@ class People:
         self.sent: list[SentMessage] = []
         self.deciding = 0  # decisions, stops and discards under way
         self.deliveries: list[asyncio.Task[None]] = []
+
+    @contextlib.asynccontextmanager
+    async def deciding_in(self, thread: ThreadState, slip: str) -> AsyncIterator[None]:
+        """A decision, stop or discard under way in the thread (the run is not quiet
+        meanwhile). A harness slip in it is noted as `slip`: it must not stop the run."""
+        self.deciding += 1
+        try:
+            yield
+        except Exception as exc:
+            self.note(slip, thread=thread.plan.index, error=repr(exc))
+        finally:
+            self.deciding -= 1
 
     async def actor(self, thread: ThreadState) -> None:
         plan = thread.plan
@@ -200,16 +213,11 @@ class People:
                 thread.handled.add(key)
                 thread.moments["card"].set()
                 decision = next(decisions, Decision(True, "button", thread.plan.starter, 0.3))
-                self.deciding += 1
-                try:
+                async with self.deciding_in(thread, "decider_error"):
                     await asyncio.sleep(decision.delay)
                     if stop.is_set():
                         return
                     await self._decide(thread, request, decision)
-                except Exception as exc:  # a harness slip must not stop the deciding
-                    self.note("decider_error", thread=thread.plan.index, error=repr(exc))
-                finally:
-                    self.deciding -= 1
 
     async def _decide(self, thread: ThreadState, request: Asked, decision: Decision) -> None:
         what = {"thread": thread.plan.index, "call": request.call_id, "version": request.version}

@@ -49,15 +49,10 @@ class Stoppers:
         if not await thread.reached(stop.moment, quit):
             self.note("stop_not_sent", thread=thread.plan.index, moment=stop.moment)
             return
-        self.people.deciding += 1
-        try:
+        async with self.people.deciding_in(thread, "stopper_error"):
             await asyncio.sleep(stop.delay)
             if thread.ts is not None and not quit.is_set():
                 await self._stop(thread, stop)
-        except Exception as exc:  # a harness slip must not stop the run
-            self.note("stopper_error", thread=thread.plan.index, error=repr(exc))
-        finally:
-            self.people.deciding -= 1
 
     async def _stop(self, thread: ThreadState, stop: StopPlan) -> Delivery:
         """The Stop control's button (its value names the thread), the reply `stop`, or
@@ -120,8 +115,7 @@ class Stoppers:
         if not await thread.reached(plan.moment, quit):
             self.note("stop_not_sent", thread=thread.plan.index, moment=plan.moment)
             return
-        self.people.deciding += 1
-        try:
+        async with self.people.deciding_in(thread, "stopper_error"):
             await asyncio.sleep(plan.delay)
             if thread.ts is None or quit.is_set():
                 return
@@ -155,10 +149,6 @@ class Stoppers:
                 ended=self._ended_after(thread, delivery.acked_at or sent),
                 asked=thread.asked,
             )
-        except Exception as exc:  # a harness slip must not stop the run
-            self.note("stopper_error", thread=thread.plan.index, error=repr(exc))
-        finally:
-            self.people.deciding -= 1
 
     async def _until_again(
         self, thread: ThreadState, plan: RedeliveredStop, since: float, quit: asyncio.Event
@@ -208,12 +198,7 @@ class Stoppers:
         """An admin discards the thread right after an approval, while its tool runs."""
         if delay is None or not await thread.reached("approved", quit):
             return
-        self.people.deciding += 1
-        try:
+        async with self.people.deciding_in(thread, "discarder_error"):
             await asyncio.sleep(delay)
             if thread.ts is not None:
                 await self.people.command(thread, Step("discard", 0, user=ADMIN))
-        except Exception as exc:
-            self.note("discarder_error", thread=thread.plan.index, error=repr(exc))
-        finally:
-            self.people.deciding -= 1

@@ -19,6 +19,7 @@ from typing import IO
 
 import aiohttp
 
+from bench.common import answers_healthz
 from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from testkit.child_env import child_bot_env
@@ -72,13 +73,9 @@ class Bot:
                 assert self.process is not None and self.process.poll() is None, (
                     f"the bot exited; see {self.log_path}"
                 )
-                try:
-                    async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
-                            self.healthy_at = time.perf_counter()
-                            return self.healthy_at - self.started_at
-                except (aiohttp.ClientError, TimeoutError):
-                    pass
+                if await answers_healthz(http, self.url):
+                    self.healthy_at = time.perf_counter()
+                    return self.healthy_at - self.started_at
                 await asyncio.sleep(0.01)
         raise TimeoutError(f"{self.url} not healthy within {within}s")
 

@@ -10,7 +10,18 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import aiohttp
+
 from storage import ConversationKey
+
+
+async def answers_healthz(http: aiohttp.ClientSession, url: str) -> bool:
+    """The bot at `url` answered `GET /healthz` with 200 (not when refused or timed out)."""
+    try:
+        async with http.get(f"{url}/healthz") as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
 
 
 def percentile(values: Sequence[float], pct: float) -> float:

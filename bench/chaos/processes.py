@@ -20,6 +20,7 @@ from bench.chaos.facts import KEYED_ATTEMPTS
 from bench.chaos.plan import BACKLOG_LIMIT
 from bench.chaos.shapes import STALE_AFTER
 from bench.chaos.slack import BOT_TOKEN, CLIENT_ID, CLIENT_SECRET, SECRET
+from bench.common import answers_healthz
 from testkit.prefork import popen
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,12 +108,8 @@ class Replica:
             while time.monotonic() < deadline:
                 if not self.alive:
                     return False
-                try:
-                    async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
-                            return True
-                except (aiohttp.ClientError, TimeoutError):
-                    pass
+                if await answers_healthz(http, self.url):
+                    return True
                 await asyncio.sleep(0.1)
         return False
 

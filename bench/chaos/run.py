@@ -33,6 +33,7 @@ from bench.chaos.stoppers import Stoppers
 from bench.chaos.targets import RunTargets
 from bench.chaos.unsigned import UnsignedRequests
 from bench.chaos.workspaces import Installer, SecondWorkspace
+from bench.common import answers_healthz
 from storage import ConversationKey, Status, Store
 
 QUIET_SECONDS = 3.0  # > the lease: a recovery sweep would have shown itself
@@ -306,12 +307,8 @@ class Run:
         for replica in self.cluster.replicas[: self.cluster.wanted]:
             if not replica.alive or replica.stopped or replica.terminating or replica.killed:
                 continue
-            try:
-                async with http.get(f"{replica.url}/healthz") as response:
-                    if response.status == 200:
-                        return True
-            except (aiohttp.ClientError, TimeoutError):
-                continue
+            if await answers_healthz(http, replica.url):
+                return True
         return False
 
     # -- quiet --------------------------------------------------------------------------

@@ -151,13 +151,8 @@ async def run_burst(emulators: Emulators, events: int = 50, rounds: int = 3) -> 
     out: dict[str, Any] = {"floor": emulator_floor(emulators, events)}
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
-        table_name, bucket = emulators.new_names("burst")
-        out["aws"] = await burst_on(
-            {"BOT_STORAGE": "aws", "BOT_TABLE": table_name, "BOT_BUCKET": bucket, **emulators.env},
-            events,
-            rounds,
-            logs,
-        )
+        aws = {**emulators.bot_storage("burst"), **emulators.env}
+        out["aws"] = await burst_on(aws, events, rounds, logs)
         out["local"] = await burst_on(
             {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(logs / "data")}, events, rounds, logs
         )
@@ -263,13 +258,7 @@ async def run_burst500(emulators: Emulators, events: int = 500) -> dict[str, Any
                 if backend in ("plain", "bolt"):
                     plain = Plain(model_url, "agent" if backend == "plain" else "none")
                 if backend == "aws":
-                    table_name, bucket = emulators.new_names("burst500")
-                    storage = {
-                        "BOT_STORAGE": "aws",
-                        "BOT_TABLE": table_name,
-                        "BOT_BUCKET": bucket,
-                        **emulators.env,
-                    }
+                    storage = {**emulators.bot_storage("burst500"), **emulators.env}
                 else:
                     data = logs / f"{backend}-{'loaded' if loaded else 'idle'}"
                     storage = {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(data)}

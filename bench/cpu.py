@@ -85,7 +85,7 @@ async def answer_each(api: SlackWebApi, sender: Sender, bot: Bot, kind: str, cou
 
 
 def bots(
-    api_url: str, model_url: str, data: Path, table_name: str, bucket: str, profile: Path | None
+    api_url: str, model_url: str, data: Path, aws: dict[str, str], profile: Path | None
 ) -> list[tuple[str, Bot]]:
     common = {"BENCH_RESPONSES_URL": model_url}
     made = []
@@ -100,7 +100,7 @@ def bots(
         (
             "ours, aws",
             "bot",
-            {"BOT_STORAGE": "aws", "BOT_TABLE": table_name, "BOT_BUCKET": bucket},
+            aws,
             "bench.responses_agent:build_durable_agent",
         ),
     ):
@@ -121,13 +121,13 @@ async def run_bots(
 ) -> tuple[list[Measured], dict[str, dict[str, list[list[Any]]]]]:
     """Measured CPU per bot (unprofiled when `profile` is None) and, when profiling, each
     bot's profile rows per kind."""
-    table_name, bucket = emulators.new_names("cpu")
+    aws = emulators.bot_storage("cpu")
     profiles: dict[str, dict[str, list[list[Any]]]] = {}
     with tempfile.TemporaryDirectory() as tmp, model_server() as model_url:
         async with slack_standin() as (api, api_url):
             made = [
                 Measured(name, bot)
-                for name, bot in bots(api_url, model_url, Path(tmp), table_name, bucket, profile)
+                for name, bot in bots(api_url, model_url, Path(tmp), aws, profile)
             ]
             for m in made:
                 m.bot.start()

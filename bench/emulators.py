@@ -43,6 +43,11 @@ class Emulators:
         create_resources(name, name)
         return name, name
 
+    def bot_storage(self, prefix: str) -> dict[str, str]:
+        """The bot's environment for the aws backend on a fresh table and bucket."""
+        table_name, bucket = self.new_names(prefix)
+        return {"BOT_STORAGE": "aws", "BOT_TABLE": table_name, "BOT_BUCKET": bucket}
+
     def store(self, prefix: str, **options: Any) -> AwsStore:
         table_name, bucket = self.new_names(prefix)
         return AwsStore(table_name, bucket, **options)

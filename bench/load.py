@@ -102,8 +102,7 @@ async def step(
 async def run_load(
     emulators: Emulators, conversations: int = 1000, window: int = 64, steps: int = 3
 ) -> list[dict[str, Any]]:
-    table_name, bucket = emulators.new_names("load")
-    storage = {"BOT_STORAGE": "aws", "BOT_TABLE": table_name, "BOT_BUCKET": bucket}
+    storage = emulators.bot_storage("load")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for replicas in range(1, steps + 1):

@@ -152,8 +152,7 @@ async def run_restart(emulators: Emulators) -> dict[str, Any]:
         logs = Path(tmp)
         for backend in ("local", "aws"):
             if backend == "aws":
-                table_name, bucket = emulators.new_names("restart")
-                storage = {"BOT_STORAGE": "aws", "BOT_TABLE": table_name, "BOT_BUCKET": bucket}
+                storage = emulators.bot_storage("restart")
             else:
                 storage = {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(logs / "data")}
             out[backend] = {
@@ -206,10 +205,10 @@ async def run_takeover(emulators: Emulators) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
-        table_name, bucket = emulators.new_names("takeover")
+        aws = emulators.bot_storage("takeover")
         for backend, storage in (
             ("local", {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(logs / "data")}),
-            ("aws", {"BOT_STORAGE": "aws", "BOT_TABLE": table_name, "BOT_BUCKET": bucket}),
+            ("aws", aws),
         ):
             out[backend] = await other_host(storage, logs)
     return out

@@ -52,6 +52,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from testkit.responses import message, tool_call
+
 TAG = re.compile(r"#([a-z0-9]+)")
 THREAD_CONTEXT = "Earlier messages in this Slack thread"  # how the bot's thread context starts
 HANDOFF = "transfer_to_payments"  # the handoff() tool to the payments agent
@@ -281,14 +283,7 @@ class ModelServer:
         else:
             arguments = {"topic": groups[0]}
         self.calls[call_id] = CallMade(call_id, tool, tag, arguments, time.time())
-        return {
-            "type": "function_call",
-            "id": f"fc_{call_id}",
-            "call_id": call_id,
-            "name": tool,
-            "arguments": json.dumps(arguments),
-            "status": "completed",
-        }
+        return {**tool_call(tool, arguments, call_id), "id": f"fc_{call_id}"}
 
     def _watch(self, what: str, agent: str, items: list[dict[str, Any]]) -> None:
         tags = {
@@ -479,13 +474,8 @@ def _tag_of_call(call_id: str) -> str:
 
 
 def _message(text: str) -> dict[str, Any]:
-    return {
-        "type": "message",
-        "id": f"msg_{abs(hash(text)) % 10**12}",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    }
+    """testkit's assistant message, its id from its text (the same answer, the same id)."""
+    return {**message(text), "id": f"msg_{abs(hash(text)) % 10**12}"}
 
 
 def _response(request: dict[str, Any], output: list[dict[str, Any]], status: str) -> dict[str, Any]:

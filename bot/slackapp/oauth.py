@@ -10,6 +10,7 @@ plain sentence), never a stack trace; secrets are never logged."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -17,6 +18,8 @@ from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.authorization.async_authorize import AsyncInstallationStoreAuthorize
 from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -115,21 +118,24 @@ def workspace_clients(
 
 def install_routes(flow: AsyncOAuthFlow) -> list[web.RouteDef]:
     """bolt's install page and redirect, at its default paths."""
+    return [
+        web.get(flow.install_path, _served(flow.handle_installation, "the install page failed")),
+        web.get(flow.redirect_uri_path, _served(flow.handle_callback, "an installation failed")),
+    ]
 
-    async def install(request: web.Request) -> web.StreamResponse:
+
+def _served(
+    handle: Callable[[AsyncBoltRequest], Awaitable[BoltResponse]], failure: str
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """One of bolt's OAuth pages on aiohttp; a failure is logged as `failure`, and the
+    person sees a plain sentence."""
+
+    async def serve(request: web.Request) -> web.StreamResponse:
         try:
-            response = await flow.handle_installation(await to_bolt_request(request))
+            response = await handle(await to_bolt_request(request))
         except Exception:
-            log.exception("the install page failed")
+            log.exception(failure)
             return web.Response(status=500, text=FAILED)
         return await to_aiohttp_response(response)
 
-    async def redirect(request: web.Request) -> web.StreamResponse:
-        try:
-            response = await flow.handle_callback(await to_bolt_request(request))
-        except Exception:
-            log.exception("an installation failed")
-            return web.Response(status=500, text=FAILED)
-        return await to_aiohttp_response(response)
-
-    return [web.get(flow.install_path, install), web.get(flow.redirect_uri_path, redirect)]
+    return serve

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -163,31 +164,21 @@ class Targets(Protocol):
     async def keyed_holder(self, within: float) -> str | None: ...
 
 
+@dataclass(kw_only=True, eq=False)
 class Injector:
     """Applies one run's faults at their moments and heals them all at the end."""
 
-    def __init__(
-        self,
-        *,
-        targets: Targets,
-        cluster: Cluster,
-        slack: SlackSide,
-        model: ModelServer,
-        proxies: dict[str, FaultProxy],
-        data_dir: Path | None,
-        note: Callable[..., None],
-    ) -> None:
-        self.targets = targets
-        self.cluster = cluster
-        self.slack = slack
-        self.model = model
-        self.proxies = proxies
-        self.data_dir = data_dir
-        self.note = note
-        self.tasks: list[asyncio.Task[None]] = []
-        self.locks: list[SqliteLock] = []
-        self.immutable = ImmutableDirs()
-        self.dead_channels: set[str] = set()
+    targets: Targets
+    cluster: Cluster
+    slack: SlackSide
+    model: ModelServer
+    proxies: dict[str, FaultProxy]
+    data_dir: Path | None
+    note: Callable[..., None]
+    tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    locks: list[SqliteLock] = field(default_factory=list, init=False)
+    immutable: ImmutableDirs = field(default_factory=ImmutableDirs, init=False)
+    dead_channels: set[str] = field(default_factory=set, init=False)
 
     async def run(self, faults: list[FaultPlan], started: float) -> None:
         for fault in faults:

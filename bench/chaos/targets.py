@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from bench.chaos.classify import approved, is_decision
 from bench.chaos.facts import KeyedLog, thread_of_tag
@@ -17,27 +18,16 @@ from bot.runtime import owner_pid
 from storage import ConversationKey, Store
 
 
+@dataclass(kw_only=True, eq=False)
 class RunTargets:
-    def __init__(
-        self,
-        *,
-        plan: RunPlan,
-        deliverer: Deliverer,
-        slack: SlackSide,
-        model: ModelServer,
-        cluster: Cluster,
-        store: Store,
-        threads: list[ThreadState],
-        keyed: KeyedLog,
-    ) -> None:
-        self.plan = plan
-        self.deliverer = deliverer
-        self.slack = slack
-        self.model = model
-        self.cluster = cluster
-        self.store = store
-        self.threads = threads
-        self.keyed = keyed
+    plan: RunPlan
+    deliverer: Deliverer
+    slack: SlackSide
+    model: ModelServer
+    cluster: Cluster
+    store: Store
+    threads: list[ThreadState]
+    keyed: KeyedLog
 
     async def next_ack(self, within: float) -> str | None:
         return await self.deliverer.next_ack(within)

@@ -14,6 +14,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -29,24 +30,18 @@ STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3}) ")
 PIECES = 20  # the body arrives in this many pieces over the plan's seconds
 
 
+@dataclass(eq=False)
 class UnsignedRequests:
-    def __init__(
-        self,
-        seed: int,
-        cluster: Cluster,
-        deliverer: Deliverer,
-        threads: list[ThreadState],
-        note: Callable[..., None],
-    ) -> None:
-        self.seed = seed
-        self.cluster = cluster
-        self.deliverer = deliverer
-        self.threads = threads
-        self.note = note
-        self.found: list[UnsignedFacts] = []
-        self.samples: list[InFlightSample] = []
-        self.open: dict[str, int] = {}  # replica URL -> unsigned connections open (mid-body)
-        self.busy = 0
+    seed: int
+    cluster: Cluster
+    deliverer: Deliverer
+    threads: list[ThreadState]
+    note: Callable[..., None]
+    found: list[UnsignedFacts] = field(default_factory=list, init=False)
+    samples: list[InFlightSample] = field(default_factory=list, init=False)
+    # replica URL -> unsigned connections open (mid-body)
+    open: dict[str, int] = field(default_factory=dict, init=False)
+    busy: int = field(default=0, init=False)
 
     async def play(self, plans: list[UnsignedPlan], started: float) -> None:
         if not plans:

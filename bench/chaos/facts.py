@@ -5,6 +5,7 @@ readings of posts that several checks share."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -235,6 +236,12 @@ class RunFacts:
     # `at_once` (its requests open then, this one included).
     model_requests: list[dict[str, Any]] = field(default_factory=list)
     resumes_at_cap: list[ResumeAtCapFacts] = field(default_factory=list)
+
+    def each_thread(self) -> Iterator[tuple[ThreadFacts, str, list[SentMessage]]]:
+        """Each thread of the run, where its violations are found (its key), and the
+        messages people sent in it."""
+        for thread in self.threads:
+            yield thread, str(thread.key), [m for m in self.messages if m.thread == thread.index]
 
 
 def told_kind(post: BotPost) -> str | None:

@@ -167,35 +167,24 @@ KINDS = (
 def check(facts: RunFacts) -> list[Violation]:
     effects = Counter(str(line["call_id"]) for line in facts.effects)
     found: list[Violation] = []
-    for thread in facts.threads:
-        where = str(thread.key)
-        messages = [m for m in facts.messages if m.thread == thread.index]
-        found += [
-            Violation(kind, where, detail)
-            for kind, detail in _thread(thread, messages, facts.given, stopped_from(facts, thread))
-            if kind != "message_unanswered" or not expired_unserved(facts, thread)
-        ]
-        found += [
-            Violation(kind, where, detail)
-            for kind, detail in check_told(thread, messages, facts, effects)
-        ]
+    for thread, where, messages in facts.each_thread():
         slow = {m.tag for m in messages if SLOW in m.text}  # past their client's timeout
-        found += [
-            Violation(kind, where, detail)
-            for kind, detail in check_calls(
-                thread, facts.calls, effects, facts.interrupting_faults, slow
-            )
-        ]
         stops = [s for s in facts.stops if s.thread == thread.index]
+        of_thread = _thread(thread, messages, facts.given, stopped_from(facts, thread))
         found += [
             Violation(kind, where, detail)
-            for kind, detail in check_stops(thread, stops, messages, facts)
-        ]
-        found += [
-            Violation(kind, where, detail) for kind, detail in check_keyed(thread, facts, effects)
-        ]
-        found += [
-            Violation(kind, where, detail) for kind, detail in _guardrail(thread, messages, facts)
+            for kind, detail in [
+                *(
+                    (kind, detail)
+                    for kind, detail in of_thread
+                    if kind != "message_unanswered" or not expired_unserved(facts, thread)
+                ),
+                *check_told(thread, messages, facts, effects),
+                *check_calls(thread, facts.calls, effects, facts.interrupting_faults, slow),
+                *check_stops(thread, stops, messages, facts),
+                *check_keyed(thread, facts, effects),
+                *_guardrail(thread, messages, facts),
+            ]
         ]
     found += [Violation(kind, "(keyed service)", d) for kind, d in check_shared_keys(facts)]
     found += check_shapes(facts, effects)

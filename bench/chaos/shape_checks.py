@@ -57,9 +57,7 @@ QUEUED = "queued"  # how `/resume` says it waits for a slot (or that the thread 
 
 def check_shapes(facts: RunFacts, effects: Counter[str]) -> list[Violation]:
     found: list[Violation] = []
-    for thread in facts.threads:
-        where = str(thread.key)
-        messages = [m for m in facts.messages if m.thread == thread.index]
+    for thread, where, messages in facts.each_thread():
         found += [
             Violation(kind, where, detail)
             for kind, detail in [

@@ -121,8 +121,6 @@ def draw_shapes(rng: random.Random, plan: RunPlan) -> None:
         STARTERS,
         WORDS,
         Decision,
-        Step,
-        ThreadPlan,
     )
 
     used: set[int] = set()  # ids of steps a shape rewrote
@@ -236,48 +234,55 @@ def draw_shapes(rng: random.Random, plan: RunPlan) -> None:
         starter = rng.choice(STARTERS)
         flaky = f"s{plan.seed}t{interrupted}m0"
         plan.threads.append(
-            ThreadPlan(
+            _one_ask(
                 interrupted,
                 rng.choice(plan.channels),
                 starter,
-                [
-                    Step(
-                        "say",
-                        round(rng.uniform(0.0, 1.0), 3),
-                        f"hello {rng.choice(WORDS)}? {FLAKY} #{flaky}",
-                        flaky,
-                        starter,
-                        mention=True,
-                    )
-                ],
-                [Decision(True, "button", starter, 0.5)],
+                round(rng.uniform(0.0, 1.0), 3),
+                f"hello {rng.choice(WORDS)}? {FLAKY} #{flaky}",
+                flaky,
             )
         )
         holder = next(person for person in STARTERS if person != starter)
         ponder = round(rng.uniform(2.5, 3.5), 2)
         held = f"s{plan.seed}t{holding}m0"
         plan.threads.append(
-            ThreadPlan(
+            _one_ask(
                 holding,
                 rng.choice(plan.channels),
                 holder,
-                [
-                    Step(
-                        "say",
-                        0.0,
-                        f"hello {rng.choice(WORDS)}? (ponder {ponder}s) #{held}",
-                        held,
-                        holder,
-                        mention=True,
-                    )
-                ],
-                [Decision(True, "button", holder, 0.5)],
+                0.0,
+                f"hello {rng.choice(WORDS)}? (ponder {ponder}s) #{held}",
+                held,
                 held=True,
             )
         )
         plan.resume_at_cap = ResumeAtCapPlan(
             interrupted, holding, rng.choice((1, 1, 2)), ponder, round(rng.uniform(0.0, 0.6), 3)
         )
+
+
+def _one_ask(
+    index: int,
+    channel: str,
+    person: str,
+    pause: float,
+    text: str,
+    tag: str,
+    *,
+    held: bool = False,
+) -> ThreadPlan:
+    """A thread of one mention by `person`, whose approval they give by its button."""
+    from bench.chaos.plan import Decision, Step, ThreadPlan
+
+    return ThreadPlan(
+        index,
+        channel,
+        person,
+        [Step("say", pause, text, tag, person, mention=True)],
+        [Decision(True, "button", person, 0.5)],
+        held=held,
+    )
 
 
 def _asks_approval(thread: ThreadPlan) -> bool:

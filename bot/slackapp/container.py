@@ -40,21 +40,14 @@ log = logging.getLogger(__name__)
 EVENT_ID = re.compile(r"Ev[A-Za-z0-9]{2,62}")  # Slack's id of an event delivery
 
 
+@dataclasses.dataclass(eq=False)
 class ContainerListeners:
-    def __init__(
-        self,
-        runtime: ConversationRuntime,
-        home: HomeTab,
-        suggestions: Suggestions,
-        live: LiveThreads | None,
-        *,
-        many_workspaces: bool,
-    ) -> None:
-        self.runtime = runtime
-        self.home = home
-        self.suggestions = suggestions
-        self.live = live
-        self.many_workspaces = many_workspaces
+    runtime: ConversationRuntime
+    home: HomeTab
+    suggestions: Suggestions
+    live: LiveThreads | None
+    _: dataclasses.KW_ONLY
+    many_workspaces: bool
 
     def register(self, app: AsyncApp) -> None:
         app.event("app_home_opened")(ack=self.nothing_to_keep, lazy=[self.home_opened])

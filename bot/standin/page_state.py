@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import time
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from bot.standin.container_view import container_state, current_offers, with_sessions
@@ -23,23 +24,15 @@ WATCH_TICK = 0.25  # seconds: how often a waiting /ui/state looks again without 
 WATCH_LIMIT = 15.0  # seconds a /ui/state with `seen` waits for something new
 
 
+@dataclass(eq=False)
 class PageState:
-    def __init__(
-        self,
-        api: SlackWebApi,
-        places: Places,
-        only_you: OnlyYou,
-        outbox: Outbox,
-        supervisor: BotSupervisor,
-        *,
-        demo: bool,
-    ) -> None:
-        self.api = api
-        self.places = places
-        self.only_you = only_you
-        self.outbox = outbox
-        self.supervisor = supervisor
-        self.demo = demo
+    api: SlackWebApi
+    places: Places
+    only_you: OnlyYou
+    outbox: Outbox
+    supervisor: BotSupervisor
+    _: KW_ONLY
+    demo: bool
 
     def state(self, user: str, place: Place | None = None) -> dict[str, Any]:
         """Everything the page shows this person of a workspace (the first unless `place`

@@ -175,7 +175,7 @@ class SlackSide:
             return await handler(request)
         method = request.path.rsplit("/", 1)[1]
         args = await _args(request)
-        channel = args.get("channel")
+        channel = args.get("channel") or args.get("channel_id")  # assistant.threads.* name it so
         self.last_call = time.monotonic()
         fault = self._choose(method, channel if isinstance(channel, str) else None)
         attempt: dict[str, Any] = {

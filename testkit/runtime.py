@@ -10,7 +10,15 @@ from typing import Any
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from bot.runtime import SharedFile, ThreadHistory, Unavailable, retry_safe, split_author
+from bot.runtime import (
+    ApprovalRequest,
+    ConversationRuntime,
+    SharedFile,
+    ThreadHistory,
+    Unavailable,
+    retry_safe,
+    split_author,
+)
 from storage import Conversation, ConversationKey, Status, Store
 
 KEY = ConversationKey(team="T9", channel="C9", thread_ts="1700000100.000100")
@@ -57,6 +65,38 @@ def email_then_answer(
             [function_call("send_email", {"to": "ana@example.com", "body": "hi"}, call_id=call_id)],
             [assistant_message(text)],
         ]
+    )
+
+
+async def asked(
+    rt: ConversationRuntime, text: str = "email Ana", *, event_id: str = "E1", user: str = "U1"
+) -> ApprovalRequest:
+    """Sends `text` to a new run that pauses with one approval request, its only outcome."""
+    [request] = await rt.handle_message(KEY, event_id=event_id, user=user, text=text)
+    assert isinstance(request, ApprovalRequest), request
+    return request
+
+
+async def decide(
+    rt: ConversationRuntime,
+    request: ApprovalRequest,
+    call_id: str,
+    *,
+    approve: bool = True,
+    user: str = "U1",
+    key: ConversationKey = KEY,
+    **more: Any,
+) -> list[Any]:
+    """A click on `request`'s card: Approve (or Reject) `call_id` as `user`, against the
+    checkpoint version the card was posted with. Its outcomes, typed loosely for tests that
+    read the fields of the kinds they expect."""
+    return await rt.decide(
+        key,
+        call_id=call_id,
+        approve=approve,
+        user=user,
+        checkpoint_version=request.checkpoint_version,
+        **more,
     )
 
 

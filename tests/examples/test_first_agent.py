@@ -26,7 +26,7 @@ from bot.runtime import (
 from bot.settings import RuntimeSettings
 from examples import first_agent, support_desk
 from storage.local import LocalStore
-from testkit.runtime import KEY
+from testkit.runtime import KEY, decide
 from testkit.services import ROOT
 
 OFFLINE = RuntimeSettings(model="offline", approvers=frozenset({"U2"}))
@@ -58,13 +58,7 @@ async def test_an_agent_without_a_model_runs_on_the_offline_model(
     [call] = request.calls
     assert call.tool_name == "send_email"
     assert json.loads(call.arguments) == {"to": "bob@example.com", "body": "see you at 3"}
-    done = await rt.decide(
-        KEY,
-        call_id=call.call_id,
-        approve=True,
-        user="U2",
-        checkpoint_version=request.checkpoint_version,
-    )
+    done = await decide(rt, request, call.call_id, user="U2")
     assert answers(done) == ["(offline model) `send_email`: Sent to bob@example.com: see you at 3"]
 
     helped = await rt.handle_message(KEY, event_id="E3", user="U1", text="what can you do?")
@@ -77,13 +71,7 @@ async def test_a_rejected_call_is_answered_as_not_done(local_store: LocalStore) 
     rt = ConversationRuntime(local_store, first_agent.build_agent(), OFFLINE)
     asked = await rt.handle_message(KEY, event_id="E1", user="U1", text="send_email to=al body=hi")
     [request] = [o for o in asked if isinstance(o, ApprovalRequest)]
-    done = await rt.decide(
-        KEY,
-        call_id=request.calls[0].call_id,
-        approve=False,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    done = await decide(rt, request, request.calls[0].call_id, approve=False)
     [said] = answers(done)
     assert said.startswith("(offline model) I did not run `send_email`")
 

@@ -16,7 +16,7 @@ from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, RequestCon
 from examples import keyed_payments
 from storage.local import LocalStore
 from testkit.keyed_service import KeyedService, keyed_service
-from testkit.runtime import KEY
+from testkit.runtime import KEY, decide
 
 ASKED = "charge 20 EUR to Acme for the March invoice"
 
@@ -40,13 +40,7 @@ async def charged(store: LocalStore) -> tuple[str, list[Any]]:
         "currency": "EUR",
         "description": "the March invoice",
     }
-    done = await rt.decide(
-        KEY,
-        call_id=call.call_id,
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    done = await decide(rt, request, call.call_id)
     return call.call_id, done
 
 

@@ -25,7 +25,7 @@ from bot.runtime import (
 from bot.settings import RuntimeSettings
 from examples import mcp_helpdesk
 from storage.local import LocalStore
-from testkit.runtime import KEY
+from testkit.runtime import KEY, decide
 from testkit.services import wait_until
 
 SETTINGS = RuntimeSettings(approvers=frozenset({"U2"}))
@@ -83,13 +83,7 @@ async def test_find_open_and_close_tickets(local_store: LocalStore, helpdesk: Pa
         assert [call.tool_name for call in request.calls] == ["close_ticket"]
         assert json.loads(request.calls[0].arguments) == {"ticket_id": 1, "reason": "fixed"}
         assert tickets(helpdesk)[-1]["status"] == "open"  # nothing ran before the decision
-        done = await rt.decide(
-            KEY,
-            call_id=request.calls[0].call_id,
-            approve=True,
-            user="U2",
-            checkpoint_version=request.checkpoint_version,
-        )
+        done = await decide(rt, request, request.calls[0].call_id, user="U2")
         assert answers(done) == ["(offline model) `close_ticket`: Ticket #1 is closed: fixed."]
 
 

@@ -24,7 +24,7 @@ from bot.runtime import (
 from bot.settings import RuntimeSettings
 from examples import support_desk
 from storage.local import LocalStore
-from testkit.runtime import KEY
+from testkit.runtime import KEY, decide
 
 SETTINGS = RuntimeSettings(approvers=frozenset({"U2"}))
 
@@ -66,13 +66,7 @@ async def test_a_large_refund_is_handed_to_billing_and_approved_once(
     assert request.approvers == ["U2"] and refunds(offline) == []
     # A restart: a new runtime (a new agent graph) decides it from the checkpoint alone.
     again = ConversationRuntime(local_store, support_desk.build_agent(), SETTINGS)
-    done = await again.decide(
-        KEY,
-        call_id=call.call_id,
-        approve=True,
-        user="U2",
-        checkpoint_version=request.checkpoint_version,
-    )
+    done = await decide(again, request, call.call_id, user="U2")
     assert answers(done) == ["Done: Refunded 80.00 EUR on order 1042 (refund 1)."]
     [refund] = refunds(offline)
     assert (refund["requested_by"], refund["approved_by"]) == ("U1", "U2")

@@ -10,7 +10,6 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from bot.runtime import (
     Answer,
-    ApprovalRequest,
     ConversationRuntime,
     Decided,
     Duplicate,
@@ -25,7 +24,9 @@ from storage import Status, Store, ToolCallStatus
 from testkit.runtime import (
     KEY,
     SideEffects,
+    asked,
     build_agent,
+    decide,
     email_then_answer,
     history,
     kinds,
@@ -141,19 +142,12 @@ async def test_a_long_run_of_harmless_turns_is_checkpointed_on_the_way(
 
 async def test_approval_flow_by_button(store: Store, effects: SideEffects) -> None:
     rt = runtime(store, email_then_answer(), effects)
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(rt, event_id="Ev1")
     assert [c.tool_name for c in request.calls] == ["send_email"]
     assert effects.calls() == []
     assert record_of(store, KEY).status is Status.AWAITING_APPROVAL
 
-    stranger = await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U2",
-        checkpoint_version=request.checkpoint_version,
-    )
+    stranger = await decide(rt, request, "call-email", user="U2")
     assert [type(o) for o in stranger] == [Refused]
     assert (
         isinstance(stranger[0], Refused) and stranger[0].text == "Only <@U1> can decide this one."
@@ -170,13 +164,7 @@ async def test_approval_flow_by_button(store: Store, effects: SideEffects) -> No
     )
     assert [type(o) for o in outcomes] == [Decided, Answer]
     assert effects.calls("send_email") == [{"tool": "send_email", "to": "ana@example.com"}]
-    duplicate = await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    duplicate = await decide(rt, request, "call-email")
     assert [type(o) for o in duplicate] == [Refused]
     assert isinstance(duplicate[0], Refused)
     assert duplicate[0].text == "That call was already approved by <@U1>."
@@ -188,16 +176,8 @@ async def test_approval_flow_by_button(store: Store, effects: SideEffects) -> No
 async def test_approver_may_reject_with_a_reason(store: Store, effects: SideEffects) -> None:
     model = email_then_answer(text="OK, I did not send it.")
     rt = runtime(store, model, effects, approvers="U7")
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
-    outcomes = await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=False,
-        user="U7",
-        checkpoint_version=request.checkpoint_version,
-        reason="not today",
-    )
+    request = await asked(rt, event_id="Ev1")
+    outcomes = await decide(rt, request, "call-email", approve=False, user="U7", reason="not today")
     assert [type(o) for o in outcomes] == [Decided, Answer]
     assert effects.calls() == []
     output = history(store)[2]
@@ -208,8 +188,7 @@ async def test_reply_while_paused(store: Store, effects: SideEffects) -> None:
     model = email_then_answer()
     model.extend([[assistant_message("About the weather: sunny.")]])
     rt = runtime(store, model, effects)
-    [first] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
-    assert isinstance(first, ApprovalRequest)
+    await asked(rt, event_id="Ev1")
 
     # A decision word from someone who may not decide is refused to them, and not kept.
     other = await rt.handle_message(KEY, event_id="Ev2", user="U2", text="yes")
@@ -244,8 +223,7 @@ async def test_resume_says_why_not(store: Store, effects: SideEffects) -> None:
 
 async def test_resume_points_to_the_pending_approval(store: Store, effects: SideEffects) -> None:
     rt = runtime(store, email_then_answer(), effects)
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(rt, event_id="Ev1")
     [again] = await rt.scheduler.resume(KEY)
     # No second copy of the request: the reply points at the one in the thread.
     assert isinstance(again, StatusReply)
@@ -297,17 +275,10 @@ async def test_a_call_that_needs_no_person_waits_with_one_that_does(
     agent = build_agent(model, effects)
     agent.tools.append(post_note)
     rt = ConversationRuntime(store, agent, RuntimeSettings())
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="note and email")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(rt, "note and email", event_id="Ev1")
     assert [c.tool_name for c in request.calls] == ["send_email"]
     assert effects.calls() == []
-    outcomes = await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    outcomes = await decide(rt, request, "call-email")
     assert [type(o) for o in outcomes] == [Decided, Answer], outcomes
     # Each ran once (the SDK runs a turn's tools concurrently: in either order).
     assert sorted(c["tool"] for c in effects.calls()) == ["post_note", "send_email"]

@@ -29,7 +29,9 @@ from storage.models import utcnow
 from testkit.runtime import (
     KEY,
     SideEffects,
+    asked,
     build_agent,
+    decide,
     echo_model,
     email_then_answer,
     kinds,
@@ -58,8 +60,7 @@ async def paused_then_expired(
     bot `days` later, its state expired."""
     store = backend.open(state_ttl="7d", tombstone_ttl="30d")
     rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(rt, event_id="Ev1")
     await rt.handle_message(KEY, event_id="Ev2", user="U2", text="and copy Bob please")
     later = backend.open(state_ttl="7d", tombstone_ttl="30d")
     later.clock = lambda: utcnow() + timedelta(days=days)
@@ -90,23 +91,11 @@ async def test_a_click_after_expiry_tells_the_thread_and_runs_nothing(
     backend: Backend, effects: SideEffects
 ) -> None:
     rt, store, request, delivered = await paused_then_expired(backend, effects)
-    outcomes = await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    outcomes = await decide(rt, request, "call-email")
     assert Refused(key=KEY, text=EXPIRED, user="U1") in outcomes  # the clicker, privately
     assert_told(delivered, store, effects)
     # Once: a second click is only answered (its call is unknown to the new conversation).
-    again = await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    again = await decide(rt, request, "call-email")
     assert [type(o) for o in again] == [Refused]
     assert len(delivered.notices(NoticeKind.STATE_EXPIRED)) == 1 and effects.calls() == []
 
@@ -222,13 +211,7 @@ async def test_past_the_tombstone_the_thread_is_unknown(
     backend: Backend, effects: SideEffects
 ) -> None:
     rt, store, request, delivered = await paused_then_expired(backend, effects, days=40)
-    [refused] = await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    [refused] = await decide(rt, request, "call-email")
     assert refused == Refused(key=KEY, text=EXPIRED, user="U1")
     assert delivered.outcomes == [] and store.get(KEY) is None and effects.calls() == []
     answer = await rt.handle_message(KEY, event_id="Ev-new", user="U5", text="hello")

@@ -16,7 +16,6 @@ from agents.tool_context import ToolContext
 
 from bot.runtime import (
     Answer,
-    ApprovalRequest,
     ConversationRuntime,
     Notice,
     NoticeKind,
@@ -26,7 +25,7 @@ from bot.runtime.request_context import RequestContext
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, Lease, ToolCallClaim, ToolCallStatus
 from testkit.keyed_service import KeyedService, call, keyed_service
-from testkit.runtime import KEY
+from testkit.runtime import KEY, asked, decide
 from tests.conftest import Backend
 
 
@@ -67,17 +66,8 @@ def charging_agent(service: KeyedService, *, keyed: bool, die_after: Deaths) -> 
 
 async def approved_charge(rt: ConversationRuntime) -> asyncio.Task[Any]:
     """Ask for the charge and approve it: the decision's serve runs it, in the background."""
-    [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="charge 9")
-    assert isinstance(request, ApprovalRequest)
-    return asyncio.create_task(
-        rt.decide(
-            KEY,
-            call_id="c-9",
-            approve=True,
-            user="U1",
-            checkpoint_version=request.checkpoint_version,
-        )
-    )
+    request = await asked(rt, "charge 9")
+    return asyncio.create_task(decide(rt, request, "c-9"))
 
 
 async def killed_after_the_effect(

@@ -10,7 +10,7 @@ from typing import Any
 from agents import Agent, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, Decided
+from bot.runtime import Answer, ConversationRuntime, Decided
 from bot.runtime.envelope import (
     Envelope,
     HeldMessage,
@@ -20,7 +20,7 @@ from bot.runtime.envelope import (
 )
 from bot.settings import RuntimeSettings
 from storage import CheckpointMeta, Store
-from testkit.runtime import KEY, SideEffects, build_agent, email_then_answer, history
+from testkit.runtime import KEY, SideEffects, asked, build_agent, decide, email_then_answer, history
 
 BROKEN: str = json.loads('"tides \\ud83d"')
 
@@ -53,11 +53,8 @@ async def test_a_run_whose_tool_output_holds_one_is_saved_and_resumed(
 ) -> None:
     """Its output is in the checkpoint of the pause that follows, and in the history."""
     rt = ConversationRuntime(store, reads_a_broken_page(effects), RuntimeSettings())
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="read it")
-    assert isinstance(request, ApprovalRequest)
-    outcomes = await rt.decide(
-        KEY, call_id="c2", approve=True, user="U1", checkpoint_version=request.checkpoint_version
-    )
+    request = await asked(rt, "read it", event_id="Ev1")
+    outcomes = await decide(rt, request, "c2")
     assert [type(outcome) for outcome in outcomes] == [Decided, Answer]
     outputs = [item["output"] for item in history(store) if "output" in item]
     assert outputs == [BROKEN, "sent to ana@example.com"]
@@ -68,16 +65,8 @@ async def test_an_inbox_payload_keeps_one(store: Store, effects: SideEffects) ->
     """A decision is kept as a payload before it is served; pydantic's own JSON could not
     write this one, and the click was lost."""
     rt = ConversationRuntime(store, build_agent(email_then_answer(), effects), RuntimeSettings())
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
-    outcomes = await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-        request_message=BROKEN,
-    )
+    request = await asked(rt, event_id="Ev1")
+    outcomes = await decide(rt, request, "call-email", request_message=BROKEN)
     assert [type(outcome) for outcome in outcomes] == [Decided, Answer]
     assert isinstance(outcomes[0], Decided) and outcomes[0].request_message == BROKEN
     message = UserMessage(user="U1", text=BROKEN)

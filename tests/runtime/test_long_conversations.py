@@ -17,7 +17,6 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 from bot import metrics
 from bot.runtime import (
     Answer,
-    ApprovalRequest,
     ConversationRuntime,
     Notice,
     NoticeKind,
@@ -27,7 +26,7 @@ from bot.runtime.window_budget import Budget, agent_tools_size, item_size
 from bot.settings import RuntimeSettings
 from storage import Status, Store
 from storage.local import LocalStore
-from testkit.runtime import KEY, SideEffects, build_agent, history, record_of
+from testkit.runtime import KEY, SideEffects, asked, build_agent, decide, history, record_of
 from tests.runtime.test_fitting import api_error
 
 SUMMARY_MARK = SUMMARY_INSTRUCTIONS.split("{", 1)[0][:40]
@@ -160,17 +159,10 @@ async def test_a_run_resumed_after_a_restart_is_given_the_same_view(
     rt = runtime(store, model, effects)
     await talk(rt, 1, 14)
     assert model.summaries
-    [request] = await rt.handle_message(KEY, event_id="EvE", user="U1", text="email ana please")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(rt, "email ana please", event_id="EvE")
     before = model.runs[-1]
     restarted = runtime(store, model, effects)
-    outcomes = await restarted.decide(
-        KEY,
-        call_id=request.calls[0].call_id,
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    outcomes = await decide(restarted, request, request.calls[0].call_id)
     assert Answer(key=KEY, text="sent.") in outcomes
     after = model.runs[-1]
     # The continued run's request: the same notes and history, then the call's output.

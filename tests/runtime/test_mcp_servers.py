@@ -35,7 +35,7 @@ from bot.runtime.fingerprint import agent_fingerprint
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, Status, Store, ToolCallStatus
 from testkit.mcp_agent import payments_agent, payments_http, payments_stdio
-from testkit.runtime import KEY, SideEffects, record_of
+from testkit.runtime import KEY, SideEffects, decide, record_of
 from testkit.services import free_port, wait_until
 from tests.conftest import Backend
 
@@ -83,13 +83,7 @@ async def test_an_mcp_servers_tools_are_guarded_and_in_the_fingerprint(
     async with running(ConversationRuntime(store, restarted)) as again:
         await again.start()
         assert again.parts.fingerprint == listed
-        done = await again.decide(
-            KEY,
-            call_id="c-pay",
-            approve=True,
-            user="U1",
-            checkpoint_version=pay_requests(first).checkpoint_version,
-        )
+        done = await decide(again, pay_requests(first), "c-pay")
         assert [type(o) for o in done] == [Decided, Answer]
         assert Answer(key=KEY, text="Paid 5 to bob.") in done
         paused = await again.handle_message(OTHER, event_id="E2", user="U1", text="pay ann 7")
@@ -106,13 +100,7 @@ async def test_an_mcp_servers_tools_are_guarded_and_in_the_fingerprint(
     async with running(ConversationRuntime(store, changed)) as upgraded:
         await upgraded.start()
         assert upgraded.parts.fingerprint != listed
-        outcomes = await upgraded.decide(
-            OTHER,
-            call_id="c-7",
-            approve=True,
-            user="U1",
-            checkpoint_version=pay_requests(paused).checkpoint_version,
-        )
+        outcomes = await decide(upgraded, pay_requests(paused), "c-7", key=OTHER)
     [notice] = [o for o in outcomes if isinstance(o, Notice)]
     assert notice.kind is NoticeKind.STATE_INCOMPATIBLE and "agent changed" in notice.text
     assert [e.get("amount") for e in effects.calls("pay")] == [5]  # 7 never ran
@@ -201,13 +189,7 @@ async def test_a_server_that_drops_pauses_the_run_until_it_is_back(
             first_back = await answered(sink, "Bob has 100.")
             asked = await rt.handle_message(OTHER, event_id="E2", user="U1", text="pay cy 3")
         await asyncio.sleep(0.5)  # the watcher's ping finds it gone
-        decided = await rt.decide(
-            OTHER,
-            call_id="c-pay",
-            approve=True,
-            user="U1",
-            checkpoint_version=pay_requests(asked).checkpoint_version,
-        )
+        decided = await decide(rt, pay_requests(asked), "c-pay", key=OTHER)
         assert [o.kind for o in decided if isinstance(o, Notice)] == [NoticeKind.TOOLS_UNAVAILABLE]
         assert record_of(store, OTHER).status is Status.INTERRUPTED
         assert len(store.read_inbox(OTHER)) == 1  # the decision, kept
@@ -242,15 +224,7 @@ async def test_a_side_effect_whose_server_dies_mid_call_is_of_unknown_outcome(
     )
     async with running(ConversationRuntime(store, payments_agent(server, model))) as rt:
         asked = await rt.handle_message(KEY, event_id="E1", user="U1", text="pay di 9")
-        deciding = asyncio.create_task(
-            rt.decide(
-                KEY,
-                call_id="c-9",
-                approve=True,
-                user="U1",
-                checkpoint_version=pay_requests(asked).checkpoint_version,
-            )
-        )
+        deciding = asyncio.create_task(decide(rt, pay_requests(asked), "c-9"))
         await asyncio.to_thread(wait_until, lambda: effects.calls("pay"), 30)
         os.kill(int(pids.read_text().split()[0]), signal.SIGKILL)
         done = await asyncio.wait_for(deciding, 60)
@@ -325,13 +299,7 @@ async def test_an_mcp_call_past_the_clients_read_timeout_is_of_unknown_outcome(
     )
     async with running(ConversationRuntime(backend.open(), payments_agent(server, model))) as rt:
         asked = await rt.handle_message(KEY, event_id="E1", user="U1", text="pay eve 4")
-        done = await rt.decide(
-            KEY,
-            call_id="c-4",
-            approve=True,
-            user="U1",
-            checkpoint_version=pay_requests(asked).checkpoint_version,
-        )
+        done = await decide(rt, pay_requests(asked), "c-4")
         assert rt.mcp.down() == []
     [notice] = [o for o in done if isinstance(o, Notice)]
     assert notice.kind is NoticeKind.TOOL_OUTCOME_UNKNOWN

@@ -15,7 +15,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from bot.runtime import ApprovalRequest, ConversationRuntime, Notice, NoticeKind, retry_safe
 from storage import ToolCallStatus
-from testkit.runtime import KEY, SideEffects
+from testkit.runtime import KEY, SideEffects, decide
 from tests.conftest import Backend
 
 OVERLAP_WAIT = 3.0  # seconds a side effect gives another to start beside it (none should)
@@ -155,22 +155,8 @@ async def test_a_stop_while_the_first_runs_keeps_the_second_from_starting(
     runtime = ConversationRuntime(backend.open(), agent, on_outcome=sink)
     [request] = await runtime.handle_message(KEY, event_id="E1", user="U1", text="go")
     assert isinstance(request, ApprovalRequest) and len(request.calls) == 2
-    await runtime.decide(
-        KEY,
-        call_id="c-ticket",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
-    running = asyncio.create_task(
-        runtime.decide(
-            KEY,
-            call_id="c-email",
-            approve=True,
-            user="U1",
-            checkpoint_version=request.checkpoint_version,
-        )
-    )
+    await decide(runtime, request, "c-ticket")
+    running = asyncio.create_task(decide(runtime, request, "c-email"))
     await asyncio.wait_for(first_running.wait(), 30)
     assert (await runtime.request_stop(KEY, "U1")).accepted
     release.set()

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from bot.agent_loader import load_agent
-from bot.runtime import Answer, ApprovalRequest, ConversationRuntime, Decided
+from bot.runtime import Answer, ConversationRuntime, Decided
 from bot.settings import RuntimeSettings
 from testkit.responses import ScriptedResponses, message, responses_server, tool_call
-from testkit.runtime import KEY
+from testkit.runtime import KEY, asked, decide
 from testkit.services import wait_until
 from tests.conftest import Backend
 
@@ -37,22 +37,13 @@ async def test_demo_agent_over_http(
         settings = RuntimeSettings()
         store = backend.open()
         first = ConversationRuntime(store, load_agent(settings.agent), settings)
-        [request] = await first.handle_message(
-            KEY, event_id="Ev1", user="U1", text="What time is it in Oslo? Then file a ticket."
-        )
-        assert isinstance(request, ApprovalRequest)
+        request = await asked(first, "What time is it in Oslo? Then file a ticket.", event_id="Ev1")
         assert [c.tool_name for c in request.calls] == ["file_ticket"]
         assert not (tmp_path / "tickets.jsonl").exists()
 
         # A new process (new store, new runtime) takes the decision.
         second = ConversationRuntime(backend.open(), load_agent(settings.agent), settings)
-        outcomes = await second.decide(
-            KEY,
-            call_id="call_ticket",
-            approve=True,
-            user="U1",
-            checkpoint_version=request.checkpoint_version,
-        )
+        outcomes = await decide(second, request, "call_ticket")
     assert [type(o) for o in outcomes] == [Decided, Answer]
     assert isinstance(outcomes[-1], Answer) and outcomes[-1].text == "Filed the printer ticket."
     tickets = (tmp_path / "tickets.jsonl").read_text().splitlines()

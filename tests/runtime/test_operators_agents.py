@@ -32,7 +32,7 @@ from bot.runtime import (
 from bot.runtime.fingerprint import agent_fingerprint
 from bot.runtime.guard import UnguardedTool
 from storage import CheckpointMeta, Status, Store
-from testkit.runtime import KEY, SideEffects, record_of
+from testkit.runtime import KEY, SideEffects, decide, record_of
 
 
 def transfer_tool(effects: SideEffects) -> Any:
@@ -47,13 +47,7 @@ def transfer_tool(effects: SideEffects) -> Any:
 
 async def approve_all(rt: ConversationRuntime, outcomes: list[Any]) -> list[Any]:
     [request] = [o for o in outcomes if isinstance(o, ApprovalRequest)]
-    return await rt.decide(
-        KEY,
-        call_id=request.calls[0].call_id,
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    return await decide(rt, request, request.calls[0].call_id)
 
 
 async def test_a_handoff_objects_target_is_guarded(store: Store, effects: SideEffects) -> None:

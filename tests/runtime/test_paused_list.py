@@ -14,11 +14,11 @@ from typing import Any
 
 from agents.testing import ScriptedModel
 
-from bot.runtime import ApprovalRequest, ConversationRuntime
+from bot.runtime import ConversationRuntime
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, Status, Store
 from storage.aws import AwsStore
-from testkit.runtime import KEY, SideEffects, build_agent, email_then_answer
+from testkit.runtime import KEY, SideEffects, asked, build_agent, email_then_answer
 
 ELSEWHERE = 1000
 APPROVER, ADMIN = "UAPP", "UADM"
@@ -80,8 +80,7 @@ async def test_my_thread_is_listed_among_a_thousand_paused_elsewhere(
     store: Store, effects: SideEffects
 ) -> None:
     rt = runtime(store, email_then_answer(), effects)
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    await asked(rt, event_id="Ev1")
     theirs = ConversationKey(team=KEY.team, channel=KEY.channel, thread_ts="1700000200.000100")
     left_interrupted(store, theirs, "U2")
 

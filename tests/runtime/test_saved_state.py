@@ -27,7 +27,9 @@ from storage.models import utcnow
 from testkit.runtime import (
     KEY,
     SideEffects,
+    asked,
     build_agent,
+    decide,
     echo_model,
     email_then_answer,
     history,
@@ -40,19 +42,8 @@ from tests.conftest import Backend
 
 async def paused(store: Store, effects: SideEffects) -> tuple[ConversationRuntime, ApprovalRequest]:
     rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
-    [request] = await rt.handle_message(KEY, event_id="Ev1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(rt, event_id="Ev1")
     return rt, request
-
-
-async def approve(rt: ConversationRuntime, request: ApprovalRequest) -> list[Any]:
-    return await rt.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
 
 
 async def assert_failed_closed(
@@ -90,7 +81,7 @@ async def test_expired_checkpoint(backend: Backend, effects: SideEffects) -> Non
     later = backend.open(state_ttl="7d")
     later.clock = lambda: utcnow() + timedelta(days=8)  # the same bot, eight days on
     rt_later = ConversationRuntime(later, build_agent(email_then_answer(), effects))
-    outcomes = await approve(rt_later, request)
+    outcomes = await decide(rt_later, request, "call-email")
     await assert_failed_closed(later, effects, outcomes, NoticeKind.STATE_EXPIRED)
 
 
@@ -122,7 +113,7 @@ async def test_changed_agent_fingerprint(store: Store, effects: SideEffects) -> 
         return "sent"
 
     changed = Agent(name="assistant", model=email_then_answer(), tools=[send_email])
-    outcomes = await approve(ConversationRuntime(store, changed), request)
+    outcomes = await decide(ConversationRuntime(store, changed), request, "call-email")
     await assert_failed_closed(store, effects, outcomes, NoticeKind.STATE_INCOMPATIBLE)
     assert "agent changed" in outcomes[0].text
 
@@ -133,7 +124,7 @@ async def test_corrupted_checkpoint(store: Store, effects: SideEffects) -> None:
     assert record is not None and record.checkpoint is not None
     store.delete_checkpoint(record.checkpoint)
     overwrite_blob(store, record.checkpoint.object_key, b"\x1f\x8b garbage")
-    outcomes = await approve(rt, request)
+    outcomes = await decide(rt, request, "call-email")
     await assert_failed_closed(store, effects, outcomes, NoticeKind.STATE_DAMAGED)
 
 
@@ -154,7 +145,7 @@ async def test_state_the_sdk_refuses(store: Store, effects: SideEffects) -> None
     store.release(lease, status=Status.AWAITING_APPROVAL, delivered=True)
     assert done.checkpoint is not None
     request = request.model_copy(update={"checkpoint_version": done.checkpoint.version})
-    outcomes = await approve(rt, request)
+    outcomes = await decide(rt, request, "call-email")
     await assert_failed_closed(store, effects, outcomes, NoticeKind.STATE_INCOMPATIBLE)
     assert "SDK refused" in outcomes[0].text
 
@@ -167,7 +158,7 @@ async def test_a_started_call_that_never_completed_is_not_run_again(
     lease, _ = store.acquire(KEY, "dead-process")
     store.begin_tool_call(lease, "call-email", "send_email", "{}")
     store.release(lease, status=Status.AWAITING_APPROVAL)
-    outcomes = await approve(rt, request)
+    outcomes = await decide(rt, request, "call-email")
     assert [type(o) for o in outcomes] == [Decided, Notice, Answer]
     assert outcomes[1].kind is NoticeKind.TOOL_OUTCOME_UNKNOWN
     assert effects.calls() == []
@@ -182,7 +173,7 @@ async def test_a_completed_call_returns_its_recorded_output(
     store.begin_tool_call(lease, "call-email", "send_email", "{}")
     store.complete_tool_call(lease, "call-email", "sent earlier")
     store.release(lease, status=Status.AWAITING_APPROVAL)
-    outcomes = await approve(rt, request)
+    outcomes = await decide(rt, request, "call-email")
     assert [type(o) for o in outcomes] == [Decided, Answer]
     assert effects.calls() == []
     assert history(store)[2]["output"] == "sent earlier"
@@ -205,7 +196,7 @@ async def test_discard_by_admin(store: Store, effects: SideEffects) -> None:
     assert after.checkpoint.object_key != summary.removed_checkpoint
     assert kinds(store) == ["user", "function_call", "function_call_output"]  # history kept
     assert history(store)[2]["output"] == NOT_RUN  # the ledger never saw it start
-    [late] = await approve(rt, request)
+    [late] = await decide(rt, request, "call-email")
     assert isinstance(late, Refused) and late.text == "That approval is no longer pending."
     assert effects.calls() == []
     assert await rt.discard(

@@ -17,7 +17,6 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from bot.runtime import (
     Answer,
-    ApprovalRequest,
     ConversationRuntime,
     Decided,
     Discarded,
@@ -33,6 +32,7 @@ from storage.aws import AwsStore
 from testkit.runtime import (
     KEY,
     SideEffects,
+    asked,
     build_agent,
     echo_model,
     email_then_answer,
@@ -63,8 +63,7 @@ async def test_a_transient_storage_error_after_the_side_effect_is_retried(
 ) -> None:
     with storage_fault(store, seconds=1.0) as start:
         rt = ConversationRuntime(store, email_agent(email_then_answer(), effects, start))
-        [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-        assert isinstance(request, ApprovalRequest)
+        await asked(rt)
         outcomes = await rt.decide(
             KEY, call_id="call-email", approve=True, user="U1", checkpoint_version=2
         )
@@ -232,8 +231,7 @@ async def test_failing_closed_after_a_call_ran_says_it_ran(
     store: Store, effects: SideEffects
 ) -> None:
     rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
-    [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    await asked(rt)
     # A process ran the approved call, recorded it, and died before its next commit.
     lease, _ = store.acquire(KEY, "dead-process")
     store.begin_tool_call(lease, "call-email", "send_email", '{"to":"ana@example.com"}')

@@ -10,7 +10,6 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 
 from bot.runtime import (
     Answer,
-    ApprovalRequest,
     ConversationRuntime,
     Kept,
     Notice,
@@ -20,7 +19,7 @@ from bot.runtime import (
 from bot.runtime.progress import Step
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, Status, Store, ToolCallStatus
-from testkit.runtime import KEY, SideEffects, build_agent, echo_model, history
+from testkit.runtime import KEY, SideEffects, asked, build_agent, decide, echo_model, history
 from tests.conftest import Backend
 
 
@@ -199,20 +198,11 @@ async def test_whoever_starts_the_next_run_may_stop_it_and_the_last_starter_may_
         ]
     )
     rt = ConversationRuntime(store, build_agent(model, effects))
-    [request] = await rt.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(rt)
     assert await rt.intake.keep_message(KEY, event_id="E2", user="U2", text="and me?") is Kept.KEPT
     await rt.serve(KEY)  # held for after the run, which still waits for U1
     assert store.get(KEY).run_by == "U1"  # type: ignore[union-attr]
-    approved = asyncio.create_task(
-        rt.decide(
-            KEY,
-            call_id="call-email",
-            approve=True,
-            user="U1",
-            checkpoint_version=request.checkpoint_version,
-        )
-    )
+    approved = asyncio.create_task(decide(rt, request, "call-email"))
     await started.wait()  # U1's run answered; U2's held message started the next one
     record = store.get(KEY)
     assert record is not None and record.run_by == "U2"

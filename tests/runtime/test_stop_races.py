@@ -28,7 +28,15 @@ from bot.runtime import (
 )
 from bot.runtime.progress import Quiet, Step
 from storage import ConversationKey, Status, ToolCallStatus
-from testkit.runtime import KEY, SideEffects, build_agent, echo_model, email_then_answer
+from testkit.runtime import (
+    KEY,
+    SideEffects,
+    asked,
+    build_agent,
+    decide,
+    echo_model,
+    email_then_answer,
+)
 from testkit.storage_faults import failing_writes, healed_as_a_serve_gives_up
 from tests.conftest import Backend
 
@@ -79,13 +87,7 @@ async def test_a_stop_as_the_card_is_posted_rejects_the_pending_call(
     assert "Not run: `send_email`" in notice.text and [c.call_id for c in notice.settles] == [
         "call-email"
     ]
-    late = await a.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    late = await decide(a, request, "call-email")
     assert [o.text for o in late if isinstance(o, Refused)] == [
         "That call was stopped by <@U1> before it ran."
     ]
@@ -240,9 +242,7 @@ async def test_a_stop_after_a_restart_names_an_approved_call_inside_an_agent_too
         a.parts.draining = True  # A shuts down before the approved call starts
 
     sink.when(Decided, stop_then_drain)
-    await a.decide(
-        KEY, call_id="c-in", approve=True, user="U1", checkpoint_version=request.checkpoint_version
-    )
+    await decide(a, request, "c-in")
     store = backend.open()
     approved = store.get_tool_call(KEY, "c-in")
     assert approved is not None and approved.status is ToolCallStatus.APPROVED
@@ -292,20 +292,13 @@ async def test_approve_then_stop_before_the_call_says_not_run(
     backend: Backend, effects: SideEffects
 ) -> None:
     a, _, sink = replicas(backend, build_agent(email_then_answer(), effects))
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(a)
 
     async def stop_now() -> None:
         assert (await a.request_stop(KEY, "U1")).accepted
 
     sink.when(Decided, stop_now)  # the decision is committed (the call armed), not yet run
-    await a.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    await decide(a, request, "call-email")
     assert effects.calls() == []
     [notice] = sink.notices(NoticeKind.STOPPED)
     assert "Stopped before it ran (not run): `send_email`" in notice.text
@@ -327,21 +320,14 @@ async def test_a_call_stopped_before_it_ran_after_a_discard_said_unknown_is_told
     agent = build_agent(email_then_answer(), effects)
     a = ConversationRuntime(backend.open(), agent, on_outcome=sink, progress=progress, owner="A")
     b = ConversationRuntime(backend.open(), agent, on_outcome=sink, owner="B")
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(a)
 
     async def stop_then_discard() -> None:
         assert (await a.request_stop(KEY, "U1")).accepted
         await b.discard(KEY, by="UADMIN")
 
     progress.act = stop_then_discard
-    await a.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    await decide(a, request, "call-email")
     assert effects.calls() == []
     [discarded] = sink.notices(NoticeKind.DISCARDED)
     assert "outcome unknown" in discarded.text  # true when it was said
@@ -360,8 +346,7 @@ async def test_a_call_approved_then_discarded_before_it_started_is_told_not_run(
     unknown") and records it cancelled; the stopped serve, whose lease is gone, runs
     nothing."""
     a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(a)
 
     discarded_by_admin: list[Outcome] = []
 
@@ -370,13 +355,7 @@ async def test_a_call_approved_then_discarded_before_it_started_is_told_not_run(
         discarded_by_admin.extend(await b.discard(KEY, by="UADMIN"))
 
     sink.when(Decided, stop_then_discard)  # the decision is committed (the call approved)
-    await a.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    await decide(a, request, "call-email")
     assert effects.calls() == []
     [discarded] = sink.notices(NoticeKind.DISCARDED)
     assert "Approved, never started (not run): `send_email`" in discarded.text
@@ -417,20 +396,13 @@ async def test_a_stop_while_the_call_is_shown_running_says_it_never_ran(
     a = ConversationRuntime(
         store, build_agent(email_then_answer(), effects), on_outcome=sink, progress=progress
     )
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(a)
 
     async def stop_now() -> None:
         assert (await a.request_stop(KEY, "U1")).accepted
 
     progress.act = stop_now
-    await a.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    await decide(a, request, "call-email")
     assert effects.calls() == []
     [notice] = sink.notices(NoticeKind.STOPPED)
     assert "Stopped before it ran (not run): `send_email`" in notice.text
@@ -452,8 +424,7 @@ async def test_a_stop_seen_as_the_call_would_start_is_recorded_before_the_notice
     a = ConversationRuntime(
         store, build_agent(email_then_answer(), effects), on_outcome=sink, progress=progress
     )
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(a)
     complete = store.complete_tool_call
 
     def slowly(*args: Any, **kwargs: Any) -> bool:
@@ -466,13 +437,7 @@ async def test_a_stop_seen_as_the_call_would_start_is_recorded_before_the_notice
         assert (await a.request_stop(KEY, "U1")).accepted
 
     progress.act = stop_now
-    await a.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    await decide(a, request, "call-email")
     assert effects.calls() == []
     [notice] = sink.notices(NoticeKind.STOPPED)
     assert "Stopped before it ran (not run): `send_email`" in notice.text, notice.text
@@ -489,8 +454,7 @@ async def test_a_stop_while_the_decision_is_applied_tells_the_click(
     sink = Sink()
     store = backend.open()
     a = ConversationRuntime(store, build_agent(email_then_answer(), effects), on_outcome=sink)
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(a)
     loop, load = asyncio.get_running_loop(), store.load_checkpoint
 
     def load_then_stop(pointer: Any) -> Any:  # the pass has read its inbox by now
@@ -500,13 +464,7 @@ async def test_a_stop_while_the_decision_is_applied_tells_the_click(
         return document
 
     monkeypatch.setattr(store, "load_checkpoint", load_then_stop)
-    outcomes = await a.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    outcomes = await decide(a, request, "call-email")
     assert [o.text for o in outcomes if isinstance(o, Refused)] == [
         "That call was stopped by <@U1> before it ran."
     ]
@@ -518,8 +476,7 @@ async def test_a_stop_while_the_decision_is_applied_tells_the_click(
 
 async def test_the_losing_click_is_told_who_decided(backend: Backend, effects: SideEffects) -> None:
     a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(a)
     for runtime, user in ((a, "U1"), (b, "U1")):  # both kept before either is served
         await runtime.intake.keep_decision(
             KEY,
@@ -553,17 +510,8 @@ async def test_a_discard_during_a_running_tool_records_its_result(
     )
     agent = Agent(name="assistant", model=model, tools=[transfer])
     a, b, sink = replicas(backend, agent)
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="move 5")
-    assert isinstance(request, ApprovalRequest)
-    deciding = asyncio.create_task(
-        a.decide(
-            KEY,
-            call_id="call-t",
-            approve=True,
-            user="U1",
-            checkpoint_version=request.checkpoint_version,
-        )
-    )
+    request = await asked(a, "move 5")
+    deciding = asyncio.create_task(decide(a, request, "call-t"))
     await running.wait()
     await b.discard(KEY, by="UADMIN")
     finish.set()
@@ -586,8 +534,7 @@ async def test_a_stop_whose_serve_failed_on_storage_is_applied_once_storage_answ
     the next message for ever. Once storage answers, the sweep (here another replica's)
     applies it, with no further message."""
     a, b, sink = replicas(backend, build_agent(email_then_answer(), effects))
-    [request] = await a.handle_message(KEY, event_id="E1", user="U1", text="email Ana")
-    assert isinstance(request, ApprovalRequest)
+    request = await asked(a)
     with failing_writes(a.store) as fault, healed_as_a_serve_gives_up(fault):
         # Kept: the Stop control is acked now.
         stopping = await a.stops.keep_stop(KEY, "U1", event_id="S1")
@@ -608,13 +555,7 @@ async def test_a_stop_whose_serve_failed_on_storage_is_applied_once_storage_answ
     record = b.store.get(KEY)
     assert record is not None and record.status is Status.IDLE and record.stop_by is None
     assert b.store.read_inbox(KEY) == []
-    late = await b.decide(
-        KEY,
-        call_id="call-email",
-        approve=True,
-        user="U1",
-        checkpoint_version=request.checkpoint_version,
-    )
+    late = await decide(b, request, "call-email")
     assert effects.calls() == [] and not any(isinstance(o, Answer) for o in late)
     assert "/resume" not in failed.text  # it said the stop would be seen to, not to resume
 

@@ -15,7 +15,7 @@ from storage import ConversationKey, PersonKey, Status, Store
 from storage.aws import AwsStore
 from storage.aws.layout import meta_key
 from storage.local import LocalStore
-from testkit.runtime import KEY, SideEffects, build_agent, email_then_answer
+from testkit.runtime import KEY, SideEffects, build_agent, decide, email_then_answer
 
 ALICE, BOB, APPROVER = "U1", "U2", "UAPPROVER"
 
@@ -72,13 +72,7 @@ async def test_a_listing_that_names_a_conversation_finds_it_before_the_index_doe
     elsewhere = PersonKey(team="T2", user=ALICE)
     assert await rt.queries.waiting_for(elsewhere, [KEY]) == []  # another workspace's Alice
     # Once decided, naming it lists nothing.
-    await rt.decide(
-        KEY,
-        call_id=request.calls[0].call_id,
-        approve=False,
-        user=ALICE,
-        checkpoint_version=request.checkpoint_version,
-    )
+    await decide(rt, request, request.calls[0].call_id, approve=False, user=ALICE)
     assert await rt.queries.waiting_for(alice, [KEY]) == []
 
 

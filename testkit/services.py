@@ -53,14 +53,36 @@ def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 60) 
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop_process(
+    process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, seconds: float = 10
+) -> None:
+    """Asks `process` to exit with `sig`, and kills it if it has not within `seconds`."""
     if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(sig)
         try:
-            process.wait(10)
+            process.wait(seconds)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextlib.contextmanager
+def local_mode_process(
+    env: dict[str, str], log_path: Path, *, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`python -m bot` (local mode: the stand-in and the bot), its terminal output in
+    `log_path`; stopped as Ctrl-C stops it, and the log printed unless it exited cleanly."""
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bot"], cwd=cwd, env=env, stdout=log, stderr=log
+    )
+    try:
+        yield process
+    finally:
+        stop_process(process, signal.SIGINT, 20)
+        log.close()
+        if process.returncode not in (0, -signal.SIGINT):
+            print(log_path.read_text())
 
 
 def dynamodb_local_dir() -> Path:
@@ -98,7 +120,7 @@ def dynamodb_local() -> Iterator[str]:
         _wait_http(f"http://127.0.0.1:{port}/", process)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _stop(process)
+        stop_process(process)
 
 
 @contextlib.contextmanager
@@ -115,7 +137,7 @@ def moto_s3() -> Iterator[str]:
         _wait_http(f"http://127.0.0.1:{port}/moto-api/", process)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _stop(process)
+        stop_process(process)
 
 
 def aws_environment(dynamodb_url: str, s3_url: str) -> dict[str, str]:

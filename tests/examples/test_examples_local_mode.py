@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from testkit.services import ROOT, free_port, wait_until
+from testkit.services import ROOT, free_port, local_mode_process, wait_until
 
 pytestmark = pytest.mark.slow
 AGENT = "examples.keyed_payments:build_agent"
@@ -78,26 +75,12 @@ def local_mode(tmp_path: Path, agent: str = AGENT) -> Iterator[Page]:
         "BOT_MODEL",
     ):
         env.pop(name, None)
-    log = (tmp_path / "local.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bot"], cwd=ROOT, env=env, stdout=log, stderr=log
-    )
-    try:
+    with local_mode_process(env, tmp_path / "local.log", cwd=ROOT):
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: urllib.request.urlopen(url, timeout=2), seconds=30)
         page = Page(url)
         wait_until(lambda: page.state()["bot"] == "running", seconds=60)
         yield page
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-        if process.returncode not in (0, -signal.SIGINT):
-            print((tmp_path / "local.log").read_text())
 
 
 def approve_button(thread: dict[str, Any]) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.services import ROOT, free_port, wait_until
+from testkit.services import ROOT, free_port, stop_process, wait_until
 
 PACKAGE_DATA = ("storage/local/schema.sql", "bot/standin/page.html", "bot/standin/favicon.svg")
 PAGE_TITLE = "<title>Local Slack · #general</title>"
@@ -130,10 +130,5 @@ def test_wheel_installs_and_runs_local_mode_elsewhere(tmp_path: Path) -> None:
 
         wait_until(serving, seconds=30)
     finally:
-        process.send_signal(signal.SIGINT)  # Ctrl-C: stops the stand-in and the bot
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, signal.SIGINT, 20)  # Ctrl-C: stops the stand-in and the bot
     assert process.returncode in (0, -signal.SIGINT), log_path.read_text()

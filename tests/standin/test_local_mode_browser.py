@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
-from testkit.services import ROOT, free_port, wait_until
+from testkit.services import ROOT, free_port, local_mode_process, wait_until
 
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -61,28 +61,12 @@ def local_env(tmp_path: Path, port: int, delay: str, **extra: str) -> dict[str, 
 def local_mode(tmp_path: Path, delay: str, **extra: str) -> Iterator[str]:
     """`python -m bot` in local mode; its terminal output goes to tmp_path/local.log."""
     port = free_port()
-    log = (tmp_path / "local.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bot"],
-        env=local_env(tmp_path, port, delay, **extra),
-        stdout=log,
-        stderr=log,
-    )
-    try:
+    env = local_env(tmp_path, port, delay, **extra)
+    with local_mode_process(env, tmp_path / "local.log") as process:
         # The page is up before a browser opens it (seconds on a loaded machine: opened
         # sooner, the browser is refused).
         wait_until(lambda: page_listens(process, port), seconds=60)
         yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGINT)  # Ctrl-C: stops the stand-in and the bot
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-        if process.returncode not in (0, -signal.SIGINT):
-            print((tmp_path / "local.log").read_text())
 
 
 def page_listens(process: subprocess.Popen[bytes], port: int) -> bool:

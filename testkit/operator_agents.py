@@ -9,7 +9,6 @@ removes it), so that a signal lands between the effect and its result."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from typing import Any
 
@@ -25,19 +24,14 @@ from agents import (
 from agents.tool_context import ToolContext
 
 from bot.agent_api import RequestContext, idempotent, retry_safe
+from testkit.effects_file import append_effect
 from testkit.keyed_service import call
 
 NO_SECRETS = "no_secrets"
 
 
 def record_effect(tool: str, call_id: str, **fields: Any) -> None:
-    line = json.dumps({"tool": tool, "call_id": call_id, "pid": os.getpid(), **fields})
-    fd = os.open(os.environ["EFFECTS_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_effect({"tool": tool, "call_id": call_id, **fields})
 
 
 async def held() -> None:

@@ -7,7 +7,6 @@ every process) and then takes `$TRANSFER_SECONDS` to finish, so a signal can lan
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from typing import Any
 
@@ -16,18 +15,13 @@ from agents.tool_context import ToolContext
 
 from bot.runtime import retry_safe
 from testkit import crash_points
+from testkit.effects_file import append_effect
 
 
 @function_tool(needs_approval=True)
 async def transfer(ctx: ToolContext[Any], amount: int, to: str) -> str:
     """Transfer money (a side effect)."""
-    line = json.dumps({"call_id": ctx.tool_call_id, "amount": amount, "to": to, "pid": os.getpid()})
-    fd = os.open(os.environ["EFFECTS_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_effect({"call_id": ctx.tool_call_id, "amount": amount, "to": to})
     await asyncio.sleep(float(os.getenv("TRANSFER_SECONDS", "0")))
     return f"transferred {amount} to {to}"
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,15 @@ def email_then_answer(
             [assistant_message(text)],
         ]
     )
+
+
+@asynccontextmanager
+async def running(rt: ConversationRuntime) -> AsyncIterator[ConversationRuntime]:
+    """`rt`, closed on the way out (its MCP servers and background work stopped)."""
+    try:
+        yield rt
+    finally:
+        await rt.close()
 
 
 async def asked(
@@ -141,6 +152,18 @@ def user_texts(call: Any) -> list[str]:
                 )
             texts.append(str(content))
     return texts
+
+
+def content_parts(call: Any, kind: str | None = None) -> list[dict[str, Any]]:
+    """The content parts (text, images, files) of a model call's input items; with `kind`,
+    only the parts of that type (`input_image`)."""
+    return [
+        part
+        for item in call.input
+        if isinstance(item, dict) and isinstance(item.get("content"), list)
+        for part in item["content"]
+        if kind is None or part.get("type") == kind
+    ]
 
 
 def last_user_text(call: Any) -> str:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from bot.runtime import (
 from bot.settings import RuntimeSettings
 from examples import mcp_helpdesk
 from storage.local import LocalStore
-from testkit.runtime import KEY, decide
+from testkit.runtime import KEY, decide, running
 from testkit.services import wait_until
 
 SETTINGS = RuntimeSettings(approvers=frozenset({"U2"}))
@@ -35,14 +33,6 @@ SETTINGS = RuntimeSettings(approvers=frozenset({"U2"}))
 def helpdesk(offline: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HELPDESK_SECONDS", "0")
     return offline / "helpdesk.jsonl"
-
-
-@asynccontextmanager
-async def running(rt: ConversationRuntime) -> AsyncIterator[ConversationRuntime]:
-    try:
-        yield rt
-    finally:
-        await rt.close()
 
 
 def answers(outcomes: list[Any]) -> list[str]:

@@ -14,8 +14,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +35,11 @@ from bot.runtime.fingerprint import agent_fingerprint
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, Status, Store, ToolCallStatus
 from testkit.mcp_agent import payments_agent, payments_http, payments_stdio
-from testkit.runtime import KEY, SideEffects, decide, record_of
+from testkit.runtime import KEY, SideEffects, decide, record_of, running
 from testkit.services import free_port, wait_until
 from tests.conftest import Backend
 
 OTHER = ConversationKey(team="T9", channel="C9", thread_ts="1700000200.000200")
-
-
-@asynccontextmanager
-async def running(rt: ConversationRuntime) -> AsyncIterator[ConversationRuntime]:
-    try:
-        yield rt
-    finally:
-        await rt.close()
 
 
 def pay_requests(outcomes: list[Any]) -> ApprovalRequest:

@@ -7,27 +7,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from typing import Any
 
 from agents import Agent
 
 from bot.runtime import Answer, ConversationRuntime, Notice, NoticeKind
 from bot.settings import RuntimeSettings
 from storage import ConversationKey, Store
-from testkit.runtime import KEY, FileSource, echo_model, history, record_of
+from testkit.runtime import KEY, FileSource, content_parts, echo_model, history, record_of
 
 OTHER = ConversationKey(team=KEY.team, channel=KEY.channel, thread_ts="1700000200.000100")
 IMAGE = 256 * 1024
-
-
-def image_parts(call: Any) -> list[dict[str, Any]]:
-    return [
-        part
-        for item in call.input
-        if isinstance(item, dict) and isinstance(item.get("content"), list)
-        for part in item["content"]
-        if part.get("type") == "input_image"
-    ]
 
 
 async def test_checkpoints_stay_flat_when_files_are_shared(store: Store) -> None:
@@ -56,7 +45,7 @@ async def test_checkpoints_stay_flat_when_files_are_shared(store: Store) -> None
     # 1.5 MB shared; each checkpoint within a few hundred bytes of the text-only thread's.
     assert all(b - a < 1024 for a, b in zip(plain, with_files, strict=True)), (plain, with_files)
     # Every image reached the last model call as bytes; the history holds references only.
-    images = image_parts(model.calls[-1])
+    images = content_parts(model.calls[-1], "input_image")
     assert len(images) == 6
     assert images[-1]["image_url"] == "data:image/png;base64," + base64.b64encode(last).decode()
     stored = str(history(store, OTHER))

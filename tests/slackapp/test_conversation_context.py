@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 from agents import Agent
@@ -25,7 +24,7 @@ from bot.standin.slack_api import Message
 from bot.tracing import configure_tracing
 from storage import Status
 from storage.local import LocalStore
-from testkit.runtime import history, user_texts
+from testkit.runtime import content_parts, history, user_texts
 from testkit.slack import CHANNEL, Harness, runtime_of, slack_bot, thread_key
 
 ALICE, BOB = "UALICE", "UBOB"
@@ -166,15 +165,6 @@ async def test_a_thread_slack_refuses_to_read_is_said_and_answered_anyway(bot: H
     assert context_reads(bot) == 1
 
 
-def parts_of(call: Any) -> list[dict[str, Any]]:
-    return [
-        part
-        for item in call.input
-        if isinstance(item, dict) and isinstance(item.get("content"), list)
-        for part in item["content"]
-    ]
-
-
 def blob_count(store: LocalStore) -> int:
     return sum(
         1
@@ -189,7 +179,7 @@ async def test_an_image_and_a_pdf_reach_the_model_and_are_stored_once(bot: Harne
     top = await bot.mention(ALICE, "what do these show?", files=[image, report])
     await answers(bot, top.ts, 1)
 
-    parts = parts_of(model_of(bot).calls[0])
+    parts = content_parts(model_of(bot).calls[0])
     assert [p["type"] for p in parts] == ["input_text", "input_image", "input_file"]
     assert parts[0]["text"].startswith(
         "<@UALICE> (Alice): what do these show?\n[shared PNG image chart.png"
@@ -211,7 +201,7 @@ async def test_an_image_and_a_pdf_reach_the_model_and_are_stored_once(bot: Harne
     again = bot.api.add_file("chart-copy.png", "image/png", PNG)
     await bot.reply(BOB, "and this one?", top.ts, files=[again])
     await answers(bot, top.ts, 2)
-    images = [p for p in parts_of(model_of(bot).calls[1]) if p["type"] == "input_image"]
+    images = [p for p in content_parts(model_of(bot).calls[1]) if p["type"] == "input_image"]
     assert len(images) == 2
     assert blob_count(store) == 2
 

@@ -29,6 +29,7 @@ from testkit.slack import (
     CHANNEL,
     TEAM,
     Harness,
+    button_click,
     running_api,
     signed_headers,
     thread_key,
@@ -94,21 +95,11 @@ class Deployment:
         return await mention_at(self.url, self.api, user, text, channel)
 
     async def click_approve(self, card: Message, user: str) -> int:
-        assert card.blocks is not None
-        button = next(
-            element
-            for block in card.blocks
-            if block["type"] == "actions"
-            for element in block["elements"]
-            if element["action_id"] == "approval_approve"
-        )
-        body = requests.block_actions(
-            team=TEAM,
-            user=user,
-            channel=card.channel,
-            message={"ts": card.ts, "text": card.text, "blocks": card.blocks},
-            action_id="approval_approve",
-            value=button["value"],
+        body = button_click(
+            TEAM,
+            card,
+            "approval_approve",
+            user,
             response_url=f"http://127.0.0.1:1/respond/{card.ts}",
         )
         return await self.post(body, requests.FORM)

@@ -10,7 +10,7 @@ import copy
 import re
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -46,6 +46,30 @@ def signed_headers(
     body: str, *, secret: str = SECRET, timestamp: int | None = None
 ) -> dict[str, str]:
     return requests.signed_headers(body, secret, timestamp=timestamp)
+
+
+def button_click(
+    team: str, message: Message, action_id: str, user: str, *, response_url: str, **org: Any
+) -> str:
+    """The form body Slack posts when `user` clicks the button `action_id` on `message`."""
+    assert message.blocks is not None
+    button = next(
+        element
+        for block in message.blocks
+        if block["type"] == "actions"
+        for element in block["elements"]
+        if element["action_id"] == action_id
+    )
+    return requests.block_actions(
+        team=team,
+        user=user,
+        channel=message.channel,
+        message={"ts": message.ts, "text": message.text, "blocks": message.blocks},
+        action_id=action_id,
+        value=button["value"],
+        response_url=response_url,
+        **org,
+    )
 
 
 @asynccontextmanager
@@ -197,21 +221,11 @@ class Harness:
         return message
 
     async def click(self, message: Message, action_id: str, user: str) -> int:
-        assert message.blocks is not None
-        button = next(
-            element
-            for block in message.blocks
-            if block["type"] == "actions"
-            for element in block["elements"]
-            if element["action_id"] == action_id
-        )
-        body = requests.block_actions(
-            team=self.team,
-            user=user,
-            channel=message.channel,
-            message={"ts": message.ts, "text": message.text, "blocks": message.blocks},
-            action_id=action_id,
-            value=button["value"],
+        body = button_click(
+            self.team,
+            message,
+            action_id,
+            user,
             response_url=f"{self.api_url}/respond/{uuid.uuid4().hex[:8]}",
             **requests.org(self.enterprise, self.org_wide),
         )
@@ -340,8 +354,7 @@ async def slack_bot(
             yield harness
 
 
-@asynccontextmanager
-async def oauth_bot(
+def oauth_bot(
     store: Store,
     make_runtime: MakeRuntime,
     api: SlackWebApi,
@@ -350,7 +363,7 @@ async def oauth_bot(
     admins: frozenset[str] = frozenset(),
     rotating: bool = False,
     rotation_minutes: int = 120,
-) -> AsyncIterator[Harness]:
+) -> AbstractAsyncContextManager[Harness]:
     """The bot for many workspaces (SLACK_CLIENT_ID and SLACK_CLIENT_SECRET, no bot token)
     in front of `api` (served at `api_url`; `running_api`), which knows the app's client and
     sends installs back to this bot. Starting another on the same storage and stand-in is a
@@ -367,8 +380,7 @@ async def oauth_bot(
         SLACK_TOKEN_ROTATION_MINUTES=rotation_minutes,
         PORT=port,
     )
-    async with _serving(settings, api, api_url, store, make_runtime, admins) as harness:
-        yield harness
+    return _serving(settings, api, api_url, store, make_runtime, admins)
 
 
 @asynccontextmanager

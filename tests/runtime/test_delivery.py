@@ -10,7 +10,8 @@ import pytest
 from bot.runtime import Answer, Notice, NoticeKind
 from bot.runtime.delivery import MAX_ATTEMPTS, DeliveryFailed, Outbox, backoff
 from bot.runtime.outcomes import DeliveryRef, Outcome, to_outbox
-from storage import CheckpointPointer, Conversation, ConversationKey, DeliveryMark
+from storage import Conversation, ConversationKey, DeliveryMark
+from testkit.pointers import checkpoint_pointer
 
 KEY = ConversationKey(team="T1", channel="C1", thread_ts="1700000000.000100")
 START = datetime(2025, 1, 1, tzinfo=UTC)
@@ -47,17 +48,7 @@ def answer(text: str) -> Answer:
 
 
 def record(version: int, delivered_version: int, delivered_count: int | None) -> Conversation:
-    pointer = CheckpointPointer(
-        object_key=f"checkpoints/v{version}",
-        version=version,
-        sha256="0" * 64,
-        size=1,
-        schema_version="1.21",
-        agent_fingerprint="f",
-        created_at=START,
-        fence=1,
-        session_seq=0,
-    )
+    pointer = checkpoint_pointer(f"checkpoints/v{version}", version, created_at=START)
     return Conversation(
         key=KEY,
         checkpoint=pointer,

@@ -16,6 +16,7 @@ from storage import (
     CheckpointTruncated,
     Store,
 )
+from testkit.pointers import checkpoint_pointer
 from testkit.storage_faults import overwrite_blob, stored_blob
 from tests.storage.conftest import KEY
 
@@ -70,21 +71,9 @@ def test_missing_blob(store: Store) -> None:
 
 
 def test_pointer_with_matching_hash_but_not_gzip_is_corrupt(store: Store) -> None:
-    import hashlib
-
     lease, _ = store.acquire(KEY, "a")
     junk = b"not gzip at all"
     overwrite_blob(store, "checkpoints/junk.json.gz", junk)
-    pointer = CheckpointPointer(
-        object_key="checkpoints/junk.json.gz",
-        version=1,
-        sha256=hashlib.sha256(junk).hexdigest(),
-        size=len(junk),
-        schema_version="1.21",
-        agent_fingerprint="f",
-        created_at=lease.expires_at,
-        fence=1,
-        session_seq=0,
-    )
+    pointer = checkpoint_pointer("checkpoints/junk.json.gz", data=junk, created_at=lease.expires_at)
     with pytest.raises(CheckpointCorrupt, match="unreadable"):
         store.load_checkpoint(pointer)

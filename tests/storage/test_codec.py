@@ -6,29 +6,19 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from datetime import UTC, datetime
 
 import pytest
 
 from storage import CheckpointCorrupt, CheckpointPointer, CheckpointTruncated
 from storage.codec import EncodedCheckpoint, decode_state, encode_state
+from testkit.pointers import checkpoint_pointer
 
 STATE = {"$schemaVersion": "1.21", "text": "héllo ✓", "n": None, "items": list(range(50))}
 
 
 def pointer_for(encoded: EncodedCheckpoint | bytes) -> CheckpointPointer:
     data = encoded.data if isinstance(encoded, EncodedCheckpoint) else encoded
-    return CheckpointPointer(
-        object_key="checkpoints/T1/C1/1.0/v1.json.gz",
-        version=1,
-        sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data),
-        schema_version="1.21",
-        agent_fingerprint="f",
-        created_at=datetime(2025, 1, 1, tzinfo=UTC),
-        fence=1,
-        session_seq=0,
-    )
+    return checkpoint_pointer("checkpoints/T1/C1/1.0/v1.json.gz", data=data)
 
 
 def test_encoding_is_compact_gzip_and_deterministic() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from storage import CheckpointPointer, Conversation, ConversationKey, Status
+from storage import Conversation, ConversationKey, Status
 from storage.aws.expressions import Item, n, s
 from storage.aws.layout import (
     conv_pk,
@@ -21,6 +21,7 @@ from storage.aws.layout import (
     seq_of,
     tool_sk,
 )
+from testkit.pointers import checkpoint_pointer
 
 KEY = ConversationKey(team="T1", channel="C1", thread_ts="1700000000.000100")
 GENERATION = 1_700_000_000_123
@@ -96,13 +97,10 @@ def full_item(record: Conversation) -> Item:
 
 
 def test_a_record_round_trips_through_its_item() -> None:
-    pointer = CheckpointPointer(
-        object_key="checkpoints/T1/C1/1700000000.000100/v3.json.gz",
-        version=3,
-        sha256="0" * 64,
+    pointer = checkpoint_pointer(
+        "checkpoints/T1/C1/1700000000.000100/v3.json.gz",
+        3,
         size=120,
-        schema_version="1.21",
-        agent_fingerprint="f",
         created_at=NOW,
         fence=2,
         session_seq=7,

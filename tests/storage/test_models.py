@@ -7,29 +7,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from storage import CheckpointPointer, Conversation, ConversationKey
+from storage import Conversation, ConversationKey
 from storage.models import inbox_stamp, stamp_ms
+from testkit.pointers import checkpoint_pointer
 
 KEY = ConversationKey(team="T1", channel="C1", thread_ts="1700000000.000100")
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def conversation(version: int | None = None, **fields: object) -> Conversation:
-    pointer = (
-        CheckpointPointer(
-            object_key="checkpoints/x",
-            version=version,
-            sha256="0" * 64,
-            size=1,
-            schema_version="1.21",
-            agent_fingerprint="f",
-            created_at=NOW,
-            fence=1,
-            session_seq=0,
-        )
-        if version
-        else None
-    )
+    pointer = checkpoint_pointer("checkpoints/x", version, created_at=NOW) if version else None
     return Conversation.model_validate(
         {
             "key": KEY,

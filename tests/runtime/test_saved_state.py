@@ -4,6 +4,7 @@ discard, recovery and busy threads."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -22,7 +23,7 @@ from bot.runtime import (
 )
 from bot.runtime.guard import UNKNOWN_OUTCOME
 from bot.runtime.open_calls import NOT_RUN
-from storage import CheckpointMeta, ConversationKey, Status, Store
+from storage import CheckpointMeta, Committed, ConversationKey, Status, Store
 from storage.models import utcnow
 from testkit.runtime import (
     KEY,
@@ -44,6 +45,28 @@ async def paused(store: Store, effects: SideEffects) -> tuple[ConversationRuntim
     rt = ConversationRuntime(store, build_agent(email_then_answer(), effects))
     request = await asked(rt, event_id="Ev1")
     return rt, request
+
+
+def tamper_with_checkpoint(
+    store: Store, meta: CheckpointMeta, change: Callable[[dict[str, Any]], None] | None = None
+) -> Committed:
+    """Another process commits the paused run's checkpoint again, with `meta` and with its
+    document changed by `change`; the thread stays paused, its card delivered."""
+    record = record_of(store)
+    assert record.checkpoint is not None
+    document = store.load_checkpoint(record.checkpoint)
+    if change is not None:
+        change(document)
+    lease, _ = store.acquire(KEY, "tamper")
+    done = store.commit(
+        lease,
+        state=document,
+        meta=meta,
+        expected_version=record.checkpoint.version,
+        status=Status.AWAITING_APPROVAL,
+    )
+    store.release(lease, status=Status.AWAITING_APPROVAL, delivered=True)
+    return done
 
 
 async def assert_failed_closed(
@@ -87,18 +110,8 @@ async def test_expired_checkpoint(backend: Backend, effects: SideEffects) -> Non
 
 async def test_unsupported_schema(store: Store, effects: SideEffects) -> None:
     rt, _ = await paused(store, effects)
-    record = store.get(KEY)
-    assert record is not None and record.checkpoint is not None
-    document = store.load_checkpoint(record.checkpoint)
-    lease, _ = store.acquire(KEY, "tamper")
-    store.commit(
-        lease,
-        state=document,
-        meta=CheckpointMeta(schema_version="0.1", agent_fingerprint=rt.parts.fingerprint),
-        expected_version=record.checkpoint.version,
-        status=Status.AWAITING_APPROVAL,
-    )
-    store.release(lease, status=Status.AWAITING_APPROVAL, delivered=True)
+    meta = CheckpointMeta(schema_version="0.1", agent_fingerprint=rt.parts.fingerprint)
+    tamper_with_checkpoint(store, meta)
     outcomes = await rt.scheduler.resume(KEY)
     await assert_failed_closed(store, effects, outcomes, NoticeKind.STATE_INCOMPATIBLE)
 
@@ -130,19 +143,11 @@ async def test_corrupted_checkpoint(store: Store, effects: SideEffects) -> None:
 
 async def test_state_the_sdk_refuses(store: Store, effects: SideEffects) -> None:
     rt, request = await paused(store, effects)
-    record = store.get(KEY)
-    assert record is not None and record.checkpoint is not None
-    document = store.load_checkpoint(record.checkpoint)
-    document["run_state"]["$schemaVersion"] = "99.0"
-    lease, _ = store.acquire(KEY, "tamper")
-    done = store.commit(
-        lease,
-        state=document,
-        meta=rt.parts.meta(),
-        expected_version=record.checkpoint.version,
-        status=Status.AWAITING_APPROVAL,
-    )
-    store.release(lease, status=Status.AWAITING_APPROVAL, delivered=True)
+
+    def refused_by_the_sdk(document: dict[str, Any]) -> None:
+        document["run_state"]["$schemaVersion"] = "99.0"
+
+    done = tamper_with_checkpoint(store, rt.parts.meta(), refused_by_the_sdk)
     assert done.checkpoint is not None
     request = request.model_copy(update={"checkpoint_version": done.checkpoint.version})
     outcomes = await decide(rt, request, "call-email")

@@ -26,7 +26,7 @@ from bot.runtime import (
     Outcome,
     Refused,
 )
-from bot.runtime.progress import Quiet, Step
+from bot.runtime.progress import Progress, Quiet, Step
 from storage import ConversationKey, Status, ToolCallStatus
 from testkit.runtime import (
     KEY,
@@ -63,12 +63,23 @@ class Sink:
 
 
 def replicas(
-    backend: Backend, agent: Agent[Any]
+    backend: Backend, agent: Agent[Any], progress: Progress | None = None
 ) -> tuple[ConversationRuntime, ConversationRuntime, Sink]:
+    """Replicas A (showing its progress on `progress`) and B, telling the same sink."""
     sink = Sink()
-    a = ConversationRuntime(backend.open(), agent, on_outcome=sink, owner="A")
+    a = ConversationRuntime(backend.open(), agent, on_outcome=sink, progress=progress, owner="A")
     b = ConversationRuntime(backend.open(), agent, on_outcome=sink, owner="B")
     return a, b, sink
+
+
+def accepted_stop(rt: ConversationRuntime) -> Callable[[], Awaitable[None]]:
+    """A hook that asks `rt` to stop the run (as U1, its starter) and checks the stop was
+    accepted."""
+
+    async def stop() -> None:
+        assert (await rt.request_stop(KEY, "U1")).accepted
+
+    return stop
 
 
 async def test_a_stop_as_the_card_is_posted_rejects_the_pending_call(
@@ -294,10 +305,7 @@ async def test_approve_then_stop_before_the_call_says_not_run(
     a, _, sink = replicas(backend, build_agent(email_then_answer(), effects))
     request = await asked(a)
 
-    async def stop_now() -> None:
-        assert (await a.request_stop(KEY, "U1")).accepted
-
-    sink.when(Decided, stop_now)  # the decision is committed (the call armed), not yet run
+    sink.when(Decided, accepted_stop(a))  # the decision is committed (the call armed), not yet run
     await decide(a, request, "call-email")
     assert effects.calls() == []
     [notice] = sink.notices(NoticeKind.STOPPED)
@@ -316,10 +324,7 @@ async def test_a_call_stopped_before_it_ran_after_a_discard_said_unknown_is_told
     is told so (chaos seed 140011: the ledger said cancelled, and the thread only ever heard
     "outcome unknown")."""
     progress = StopWhileShowing(after=0)  # the call is started in the ledger when shown
-    sink = Sink()
-    agent = build_agent(email_then_answer(), effects)
-    a = ConversationRuntime(backend.open(), agent, on_outcome=sink, progress=progress, owner="A")
-    b = ConversationRuntime(backend.open(), agent, on_outcome=sink, owner="B")
+    a, b, sink = replicas(backend, build_agent(email_then_answer(), effects), progress)
     request = await asked(a)
 
     async def stop_then_discard() -> None:
@@ -391,17 +396,11 @@ async def test_a_stop_while_the_call_is_shown_running_says_it_never_ran(
     call as running, before the tool itself started. It never ran, and the ledger and the
     notice say so (not "outcome unknown")."""
     progress = StopWhileShowing()
-    sink = Sink()
-    store = backend.open()
-    a = ConversationRuntime(
-        store, build_agent(email_then_answer(), effects), on_outcome=sink, progress=progress
-    )
+    a, _, sink = replicas(backend, build_agent(email_then_answer(), effects), progress)
+    store = a.store
     request = await asked(a)
 
-    async def stop_now() -> None:
-        assert (await a.request_stop(KEY, "U1")).accepted
-
-    progress.act = stop_now
+    progress.act = accepted_stop(a)
     await decide(a, request, "call-email")
     assert effects.calls() == []
     [notice] = sink.notices(NoticeKind.STOPPED)
@@ -419,11 +418,8 @@ async def test_a_stop_seen_as_the_call_would_start_is_recorded_before_the_notice
     meanwhile, read the ledger first and said "outcome unknown" of a call the ledger then
     called cancelled. The record lands before the notice reads it (here a slow ledger)."""
     progress = StopWhileShowing(after=0)  # the stop is seen right after the showing
-    sink = Sink()
-    store = backend.open()
-    a = ConversationRuntime(
-        store, build_agent(email_then_answer(), effects), on_outcome=sink, progress=progress
-    )
+    a, _, sink = replicas(backend, build_agent(email_then_answer(), effects), progress)
+    store = a.store
     request = await asked(a)
     complete = store.complete_tool_call
 
@@ -433,10 +429,7 @@ async def test_a_stop_seen_as_the_call_would_start_is_recorded_before_the_notice
 
     monkeypatch.setattr(store, "complete_tool_call", slowly)
 
-    async def stop_now() -> None:
-        assert (await a.request_stop(KEY, "U1")).accepted
-
-    progress.act = stop_now
+    progress.act = accepted_stop(a)
     await decide(a, request, "call-email")
     assert effects.calls() == []
     [notice] = sink.notices(NoticeKind.STOPPED)

@@ -270,13 +270,19 @@ async def test_discard_mid_tool_says_the_outcome_is_unknown(
 # -- 3. TTL forgets the whole conversation -------------------------------------------------
 
 
+def aws_store(backend: Backend, why_not_local: str) -> AwsStore:
+    """The aws backend's store; on the local one the test is skipped, `why_not_local`."""
+    if backend.name != "aws":
+        pytest.skip(why_not_local)
+    store = backend.open()
+    assert isinstance(store, AwsStore)
+    return store
+
+
 async def test_history_rows_expire_with_their_conversation(
     backend: Backend, effects: SideEffects
 ) -> None:
-    if backend.name != "aws":
-        pytest.skip("the local backend deletes an expired conversation's rows with it")
-    store = backend.open()
-    assert isinstance(store, AwsStore)
+    store = aws_store(backend, "the local backend deletes an expired conversation's rows with it")
     rt = ConversationRuntime(store, build_agent(echo_model(4), effects))
     await rt.handle_message(KEY, event_id="E1", user="U1", text="my secret is 42")
     rows = store.dynamodb.query(
@@ -310,10 +316,7 @@ async def test_history_rows_expire_with_their_conversation(
 async def test_a_missing_offloaded_item_is_a_gap_not_a_wedge(
     backend: Backend, effects: SideEffects
 ) -> None:
-    if backend.name != "aws":
-        pytest.skip("only the aws backend offloads items to S3")
-    store = backend.open()
-    assert isinstance(store, AwsStore)
+    store = aws_store(backend, "only the aws backend offloads items to S3")
     posted: list[str] = []
 
     async def sink(outcome: Any, ref: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -136,27 +136,36 @@ def expire_rows(store: Store) -> None:
                 store.dynamodb.delete_item(TableName=store.table, Key=key)
 
 
+def summarized_on_a_clock(store: Store, through: int, count: int) -> tuple[list[datetime], Summary]:
+    """A first turn of `count` items, committed with a summary of the first `through`, on
+    a clock the test moves (`now[0]`)."""
+    now = [store.clock()]
+    store.clock = lambda: now[0]
+    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+    summary = Summary(through=through, text="They spoke of tides.")
+    store.commit(
+        lease, state={"v": 1}, meta=META, expected_version=0, items=items(count), summary=summary
+    )
+    store.release(lease, status=Status.IDLE)
+    return now, summary
+
+
+def another_turn(store: Store, turn: int) -> None:
+    """Turn `turn` (from 0) after the first: two more items, no summary."""
+    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
+    store.commit(
+        lease, state={"v": 2}, meta=META, expected_version=turn + 1, items=items(2, f"t{turn}")
+    )
+    store.release(lease, status=Status.IDLE)
+
+
 def test_a_summary_lasts_as_long_as_its_conversation(store: Store) -> None:
     """A thread can go on for longer than the state's TTL behind one summary (its turns fit
     the window): the summary lasts while the conversation does, whatever expiry deletes."""
-    start = store.clock()
-    now = [start]
-    store.clock = lambda: now[0]
-    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
-    summary = Summary(through=4, text="They spoke of tides.")
-    store.commit(
-        lease, state={"v": 1}, meta=META, expected_version=0, items=items(6), summary=summary
-    )
-    store.release(lease, status=Status.IDLE)
-    version = 1
+    now, summary = summarized_on_a_clock(store, through=4, count=6)
     for turn in range(8):  # a turn every 0.4 TTL: the state lives on, 3.2 TTLs in all
         now[0] += store.state_ttl * 0.4
-        lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
-        store.commit(
-            lease, state={"v": 2}, meta=META, expected_version=version, items=items(2, f"t{turn}")
-        )
-        version += 1
-        store.release(lease, status=Status.IDLE)
+        another_turn(store, turn)
         expire_rows(store)
         assert store.read_summary(record_of(store, KEY)) == summary, f"turn {turn}"
 
@@ -175,14 +184,7 @@ def test_keeping_a_summary_costs_a_write_only_once_in_a_while(aws_store: AwsStor
     expiry moved once when the day has gone by, not with every turn (only the aws
     backend's summaries expire by themselves)."""
     store = aws_store
-    now = [store.clock()]
-    store.clock = lambda: now[0]
-    lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
-    summary = Summary(through=2, text="They spoke of tides.")
-    store.commit(
-        lease, state={"v": 1}, meta=META, expected_version=0, items=items(4), summary=summary
-    )
-    store.release(lease, status=Status.IDLE)
+    now, summary = summarized_on_a_clock(store, through=2, count=4)
 
     def row_expires() -> int:
         found = store.dynamodb.get_item(
@@ -197,11 +199,7 @@ def test_keeping_a_summary_costs_a_write_only_once_in_a_while(aws_store: AwsStor
     expiries = [row_expires()]
     for turn in range(30):
         now[0] += timedelta(hours=1)
-        lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
-        store.commit(
-            lease, state={"v": 2}, meta=META, expected_version=turn + 1, items=items(2, f"t{turn}")
-        )
-        store.release(lease, status=Status.IDLE)
+        another_turn(store, turn)
         expiries.append(row_expires())
     assert len(set(expiries)) == 2  # written, then moved on once (after a day)
     assert store.read_summary(record_of(store, KEY)) == summary

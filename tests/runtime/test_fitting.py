@@ -19,7 +19,7 @@ from agents.testing import ScriptedModel
 from bot.runtime.fitting import TooLarge, fit, groups, run_start
 from bot.runtime.model_window import ContextWindow
 from bot.runtime.run_failures import what_to_do
-from bot.runtime.summaries import plan_history, transcript
+from bot.runtime.summaries import HistoryPlan, plan_history, transcript
 from bot.runtime.window_budget import Budget, item_size, known_window
 from bot.runtime.window_refusals import is_context_refusal, is_permanent_refusal
 from bot.settings import RuntimeSettings
@@ -166,74 +166,55 @@ def test_what_cannot_fit_even_cut_down_is_too_large() -> None:
 # -- what a fresh run is given of the history --------------------------------------------
 
 
+def fresh_plan(
+    items: list[Any],
+    *,
+    next_seq: int,
+    summary_through: int = 0,
+    fixed: int = 0,
+    room: int = 100_000,
+    limit: int = 60,
+    summarize: bool = True,
+) -> HistoryPlan:
+    """`plan_history` from the thread's start (no floor): by default nothing summarized
+    yet, nothing given besides the history, room to spare."""
+    return plan_history(
+        items,
+        next_seq=next_seq,
+        floor=0,
+        summary_through=summary_through,
+        fixed=fixed,
+        room=room,
+        limit=limit,
+        summarize=summarize,
+    )
+
+
 def test_a_run_reads_everything_after_the_summary_while_it_fits() -> None:
     items = history(3, size=500)
-    plan = plan_history(
-        items,
-        next_seq=100,
-        floor=0,
-        summary_through=85,
-        fixed=0,
-        room=100_000,
-        limit=60,
-        summarize=True,
-    )
+    plan = fresh_plan(items, next_seq=100, summary_through=85)
     assert (plan.start, plan.fold, plan.left_out) == (85, None, 0)
 
 
 def test_a_summary_is_asked_for_once_the_history_outgrows_the_room_then_not_again_soon() -> None:
     items = history(12)  # 60 items of ~8.3 KB a turn
-    plan = plan_history(
-        items,
-        next_seq=60,
-        floor=0,
-        summary_through=0,
-        fixed=5_000,
-        room=60_000,
-        limit=60,
-        summarize=True,
-    )
+    plan = fresh_plan(items, next_seq=60, fixed=5_000, room=60_000)
     assert plan.fold == (0, plan.start)
     assert plan.start in {start for start, _ in groups(items)}  # never inside a group
     kept = items[plan.start :]
     assert sum(item_size(i) for i in kept) <= (60_000 - 5_000) // 2
     # The next runs, a turn later each, find everything after the summary fits again.
-    later = plan_history(
-        items + history(1),
-        next_seq=65,
-        floor=0,
-        summary_through=plan.start,
-        fixed=5_000,
-        room=60_000,
-        limit=60,
-        summarize=True,
+    later = fresh_plan(
+        items + history(1), next_seq=65, summary_through=plan.start, fixed=5_000, room=60_000
     )
     assert later.fold is None and later.start == plan.start
 
 
 def test_items_beyond_the_read_are_summed_up_and_without_summaries_counted() -> None:
     items = history(2, size=10)  # 10 small items, read of the latest 10 of 40
-    counted = plan_history(
-        items,
-        next_seq=40,
-        floor=0,
-        summary_through=0,
-        fixed=0,
-        room=100_000,
-        limit=10,
-        summarize=False,
-    )
+    counted = fresh_plan(items, next_seq=40, limit=10, summarize=False)
     assert (counted.start, counted.fold, counted.left_out) == (30, None, 30)
-    folded = plan_history(
-        items,
-        next_seq=40,
-        floor=0,
-        summary_through=0,
-        fixed=0,
-        room=100_000,
-        limit=10,
-        summarize=True,
-    )
+    folded = fresh_plan(items, next_seq=40, limit=10)
     assert folded.fold == (0, folded.start) and folded.start >= 30
 
 

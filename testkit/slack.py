@@ -11,6 +11,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -87,26 +88,19 @@ async def running_api(api: SlackWebApi) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
+@dataclass(eq=False)
 class Harness:
     """Speaks for the people of one workspace (`TEAM` unless made by `workspace`)."""
 
-    def __init__(
-        self,
-        api: SlackWebApi,
-        api_url: str,
-        bot_url: str,
-        runtime: ConversationRuntime,
-        store: Store,
-    ) -> None:
-        self.api = api
-        self.api_url = api_url
-        self.bot_url = bot_url
-        self.runtime = runtime
-        self.store = store  # the bot's storage, read directly (not through the runtime)
-        self.http = aiohttp.ClientSession()
-        self.team = TEAM
-        self.enterprise: str | None = None  # an Enterprise Grid workspace's organisation
-        self.org_wide = False  # the app is installed in the whole organisation
+    api: SlackWebApi
+    api_url: str
+    bot_url: str
+    runtime: ConversationRuntime
+    store: Store  # the bot's storage, read directly (not through the runtime)
+    http: aiohttp.ClientSession = field(default_factory=aiohttp.ClientSession)
+    team: str = TEAM
+    enterprise: str | None = None  # an Enterprise Grid workspace's organisation
+    org_wide: bool = False  # the app is installed in the whole organisation
 
     def workspace(
         self, team: str, *, enterprise: str | None = None, org_wide: bool = False

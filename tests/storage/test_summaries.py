@@ -7,12 +7,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
 from storage import (
     CheckpointConflict,
     CheckpointMeta,
+    Committed,
+    Lease,
     LeaseLost,
     Status,
     Store,
@@ -33,10 +36,17 @@ def items(count: int, tag: str = "m") -> list[str]:
     return [f'{{"role":"user","content":"{tag}{i}"}}' for i in range(count)]
 
 
+def first_turn(store: Store, lease: Lease, count: int, **more: Any) -> Committed:
+    """The conversation's first commit: `count` items (and what `more` adds)."""
+    return store.commit(
+        lease, state={"v": 1}, meta=META, expected_version=0, items=items(count), **more
+    )
+
+
 def test_a_summary_is_stored_with_its_checkpoint_and_replaced_by_the_next(store: Store) -> None:
     lease, record = store.acquire(KEY, "w", status=Status.RUNNING)
     assert record.summary_seq == 0 and store.read_summary(record) is None
-    store.commit(lease, state={"v": 1}, meta=META, expected_version=0, items=items(6))
+    first_turn(store, lease, 6)
     first = Summary(through=4, text="They spoke of tides.")
     store.commit(lease, state={"v": 2}, meta=META, expected_version=1, summary=first)
     record = record_of(store, KEY)
@@ -70,16 +80,7 @@ def test_a_summary_of_items_the_commit_leaves_is_accepted_with_them(store: Store
         for i in range(3)
     ]
     summary = Summary(through=80, text="s" * 30_000)
-    store.commit(
-        lease,
-        state={"v": 1},
-        meta=META,
-        expected_version=0,
-        items=items(95),
-        base_seq=0,
-        arm=armed,
-        summary=summary,
-    )
+    first_turn(store, lease, 95, base_seq=0, arm=armed, summary=summary)
     record = record_of(store, KEY)
     assert (record.next_seq, store.read_summary(record)) == (95, summary)
     assert store.read_items(KEY).items == items(95)
@@ -88,7 +89,7 @@ def test_a_summary_of_items_the_commit_leaves_is_accepted_with_them(store: Store
 
 def test_a_failed_commit_stores_no_summary(store: Store) -> None:
     lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
-    store.commit(lease, state={"v": 1}, meta=META, expected_version=0, items=items(4))
+    first_turn(store, lease, 4)
     summary = Summary(through=3, text="never stored")
     with pytest.raises(CheckpointConflict):
         store.commit(lease, state={"v": 2}, meta=META, expected_version=0, summary=summary)
@@ -106,14 +107,7 @@ def test_a_failed_commit_stores_no_summary(store: Store) -> None:
 
 def test_a_cleared_history_has_no_summary(store: Store) -> None:
     lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
-    store.commit(
-        lease,
-        state={"v": 1},
-        meta=META,
-        expected_version=0,
-        items=items(4),
-        summary=Summary(through=2, text="about to go"),
-    )
+    first_turn(store, lease, 4, summary=Summary(through=2, text="about to go"))
     store.clear_items(KEY, lease)
     record = record_of(store, KEY)
     assert record.summary_seq == 2 and record.session_floor == 4
@@ -143,9 +137,7 @@ def summarized_on_a_clock(store: Store, through: int, count: int) -> tuple[list[
     store.clock = lambda: now[0]
     lease, _ = store.acquire(KEY, "w", status=Status.RUNNING)
     summary = Summary(through=through, text="They spoke of tides.")
-    store.commit(
-        lease, state={"v": 1}, meta=META, expected_version=0, items=items(count), summary=summary
-    )
+    first_turn(store, lease, count, summary=summary)
     store.release(lease, status=Status.IDLE)
     return now, summary
 

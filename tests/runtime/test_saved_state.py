@@ -69,6 +69,16 @@ def tamper_with_checkpoint(
     return done
 
 
+def in_the_ledger(store: Store, process: str, output: str | None = None) -> None:
+    """`process` recorded the paused call as started (and, given its `output`, completed)
+    and gave the thread back, still paused."""
+    lease, _ = store.acquire(KEY, process)
+    store.begin_tool_call(lease, "call-email", "send_email", "{}")
+    if output is not None:
+        store.complete_tool_call(lease, "call-email", output)
+    store.release(lease, status=Status.AWAITING_APPROVAL)
+
+
 async def assert_failed_closed(
     store: Store, effects: SideEffects, outcomes: list[Any], kind: NoticeKind
 ) -> None:
@@ -160,9 +170,7 @@ async def test_a_started_call_that_never_completed_is_not_run_again(
 ) -> None:
     rt, request = await paused(store, effects)
     # As if a process had started the call, then died before recording its result.
-    lease, _ = store.acquire(KEY, "dead-process")
-    store.begin_tool_call(lease, "call-email", "send_email", "{}")
-    store.release(lease, status=Status.AWAITING_APPROVAL)
+    in_the_ledger(store, "dead-process")
     outcomes = await decide(rt, request, "call-email")
     assert [type(o) for o in outcomes] == [Decided, Notice, Answer]
     assert outcomes[1].kind is NoticeKind.TOOL_OUTCOME_UNKNOWN
@@ -174,10 +182,7 @@ async def test_a_completed_call_returns_its_recorded_output(
     store: Store, effects: SideEffects
 ) -> None:
     rt, request = await paused(store, effects)
-    lease, _ = store.acquire(KEY, "earlier-process")
-    store.begin_tool_call(lease, "call-email", "send_email", "{}")
-    store.complete_tool_call(lease, "call-email", "sent earlier")
-    store.release(lease, status=Status.AWAITING_APPROVAL)
+    in_the_ledger(store, "earlier-process", output="sent earlier")
     outcomes = await decide(rt, request, "call-email")
     assert [type(o) for o in outcomes] == [Decided, Answer]
     assert effects.calls() == []

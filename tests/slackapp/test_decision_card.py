@@ -84,6 +84,12 @@ def says_decided(card: Message, text: str = APPROVED) -> bool:
     return card.text == text and text in json.dumps(card.blocks) and APPROVE not in str(card.blocks)
 
 
+def assert_decided_on_the_card(bot: Harness, top: Message, card: Message) -> None:
+    """The card itself says the approval, and no other message in the thread does."""
+    assert says_decided(shown(bot, card))
+    assert decision_posts(bot, top) == []
+
+
 async def test_a_click_turns_the_card_into_the_announcement(
     bot: Harness, effects: SideEffects
 ) -> None:
@@ -91,8 +97,7 @@ async def test_a_click_turns_the_card_into_the_announcement(
     assert await bot.click(card, APPROVE, ALICE) == 200
     replies = await done(bot, top)
     assert [r.ts for r in replies] == [card.ts, replies[1].ts]  # the card, then the answer
-    assert says_decided(shown(bot, card))
-    assert decision_posts(bot, top) == []
+    assert_decided_on_the_card(bot, top, card)
     assert [c.args["ts"] for c in bot.api.called("chat.update")] == [card.ts]
     assert len(effects.calls("send_email")) == 1
 
@@ -111,8 +116,7 @@ async def test_a_reply_finds_the_card_by_its_call(bot: Harness, effects: SideEff
     top, card = await waiting_card(bot)
     await bot.reply(ALICE, "yes", top.ts)
     await done(bot, top)
-    assert says_decided(shown(bot, card))
-    assert decision_posts(bot, top) == []
+    assert_decided_on_the_card(bot, top, card)
     assert len(effects.calls("send_email")) == 1
 
 
@@ -181,8 +185,7 @@ async def test_a_transient_edit_failure_is_retried_not_replaced_by_a_post(
     local_store.clock = lambda: later
     await bot.runtime.serve(bot.key(top.ts))
     assert [r.text for r in said(bot, top)] == [APPROVED, "Done: email sent."]
-    assert says_decided(shown(bot, card))
-    assert decision_posts(bot, top) == []
+    assert_decided_on_the_card(bot, top, card)
     assert len(effects.calls("send_email")) == 1
 
 

@@ -15,6 +15,7 @@ from agents.testing import ScriptedModel
 from bot.settings import RuntimeSettings
 from bot.slackapp.blocks import APPROVE, REJECT
 from bot.standin import requests
+from bot.standin.slack_api import Message
 from bot.wiring import MakeRuntime
 from storage import Status, Store
 from testkit.runtime import (
@@ -174,12 +175,18 @@ async def test_approval_by_button(bot: Harness, effects: SideEffects) -> None:
     assert len(effects.calls("send_email")) == 1
 
 
-@pytest.mark.parametrize("bot", [email_then_answer()], indirect=True)
-async def test_reply_while_paused(bot: Harness, effects: SideEffects) -> None:
+async def replied_to_the_card(bot: Harness, text: str) -> tuple[Message, list[Message]]:
+    """Alice asks for an email; once the run shows its card, she replies `text`. Her
+    message, and the bot's first two replies in the thread."""
     top = await bot.mention(ALICE, "email Ana")
     await bot.bot_replies(top.ts, 1)
-    await bot.reply(ALICE, "wait, what will it say?", top.ts)
-    replies = await bot.bot_replies(top.ts, 2)
+    await bot.reply(ALICE, text, top.ts)
+    return top, await bot.bot_replies(top.ts, 2)
+
+
+@pytest.mark.parametrize("bot", [email_then_answer()], indirect=True)
+async def test_reply_while_paused(bot: Harness, effects: SideEffects) -> None:
+    top, replies = await replied_to_the_card(bot, "wait, what will it say?")
     assert "kept your message" in replies[1].text
     await bot.settled(top.ts, Status.AWAITING_APPROVAL)
     assert len(bot.api.bot_replies(CHANNEL, top.ts)) == 2  # no second copy of the request
@@ -188,10 +195,7 @@ async def test_reply_while_paused(bot: Harness, effects: SideEffects) -> None:
 
 @pytest.mark.parametrize("bot", [email_then_answer()], indirect=True)
 async def test_reply_approve_decides(bot: Harness, effects: SideEffects) -> None:
-    top = await bot.mention(ALICE, "email Ana")
-    await bot.bot_replies(top.ts, 1)
-    await bot.reply(ALICE, "approve", top.ts)
-    replies = await bot.bot_replies(top.ts, 2)
+    _, replies = await replied_to_the_card(bot, "approve")
     # The card, found by its call, says the decision; the answer follows, nothing between.
     assert [r.text for r in replies] == [
         ":white_check_mark: `send_email` approved by <@UALICE>",

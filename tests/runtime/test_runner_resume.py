@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import json
 
-from agents import Agent, Runner, RunState, function_tool
+from agents import Agent, Runner, RunResult, RunState, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from storage import CheckpointMeta, ConversationSession, Status
+from storage import (
+    CheckpointMeta,
+    Committed,
+    Conversation,
+    ConversationSession,
+    Lease,
+    Status,
+    Store,
+)
 from testkit.runtime import KEY
 from tests.conftest import Backend
 
@@ -24,6 +32,28 @@ def build_agent(model: ScriptedModel, sent: list[str]) -> Agent:
         return f"sent to {to}"
 
     return Agent(name="assistant", model=model, tools=[send_email])
+
+
+def commit_with_session(
+    store: Store,
+    lease: Lease,
+    record: Conversation,
+    result: RunResult,
+    session: ConversationSession,
+    status: Status,
+) -> Committed:
+    """The run's state and the items its session staged, committed together; the thread
+    is released with `status`."""
+    return store.commit(
+        lease,
+        state=result.to_state().to_json(),
+        meta=META,
+        expected_version=record.checkpoint_version,
+        items=session.pending,
+        base_seq=session.base_seq,
+        status=status,
+        release=True,
+    )
 
 
 async def test_pause_approve_resume_through_the_runner(backend: Backend) -> None:
@@ -43,16 +73,7 @@ async def test_pause_approve_resume_through_the_runner(backend: Backend) -> None
     result = await Runner.run(agent, "Email Ana please", session=session)
     assert [item.name for item in result.interruptions] == ["send_email"]
     assert sent == []
-    done = store.commit(
-        lease,
-        state=result.to_state().to_json(),
-        meta=META,
-        expected_version=record.checkpoint_version,
-        items=session.pending,
-        base_seq=session.base_seq,
-        status=Status.AWAITING_APPROVAL,
-        release=True,
-    )
+    done = commit_with_session(store, lease, record, result, session, Status.AWAITING_APPROVAL)
     assert done.next_seq == 2  # the user message and the function call
 
     # Process 2: a fresh store; load, verify, approve, resume.
@@ -67,16 +88,7 @@ async def test_pause_approve_resume_through_the_runner(backend: Backend) -> None
     resumed = await Runner.run(agent, state, session=session2)
     assert resumed.final_output == "Email sent to Ana."
     assert sent == ["ana@example.com"]
-    store2.commit(
-        lease2,
-        state=resumed.to_state().to_json(),
-        meta=META,
-        expected_version=record2.checkpoint_version,
-        items=session2.pending,
-        base_seq=session2.base_seq,
-        status=Status.IDLE,
-        release=True,
-    )
+    commit_with_session(store2, lease2, record2, resumed, session2, Status.IDLE)
 
     history = [json.loads(text) for text in store2.read_items(KEY).items]
     kinds = [item.get("type", item.get("role")) for item in history]

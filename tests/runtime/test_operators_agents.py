@@ -45,19 +45,29 @@ def transfer_tool(effects: SideEffects) -> Any:
     return transfer
 
 
+def transferring(
+    name: str, effects: SideEffects, amount: int, *, call_id: str, then: str
+) -> Agent[Any]:
+    """An agent that asks to transfer `amount` (its call `call_id`), then answers `then`."""
+    return Agent(
+        name=name,
+        model=ScriptedModel(
+            [
+                [function_call("transfer", {"amount": amount}, call_id=call_id)],
+                [assistant_message(then)],
+            ]
+        ),
+        tools=[transfer_tool(effects)],
+    )
+
+
 async def approve_all(rt: ConversationRuntime, outcomes: list[Any]) -> list[Any]:
     [request] = [o for o in outcomes if isinstance(o, ApprovalRequest)]
     return await decide(rt, request, request.calls[0].call_id)
 
 
 async def test_a_handoff_objects_target_is_guarded(store: Store, effects: SideEffects) -> None:
-    payments = Agent(
-        name="payments",
-        model=ScriptedModel(
-            [[function_call("transfer", {"amount": 5}, call_id="c-t")], [assistant_message("paid")]]
-        ),
-        tools=[transfer_tool(effects)],
-    )
+    payments = transferring("payments", effects, 5, call_id="c-t", then="paid")
     triage = Agent(
         name="triage",
         model=ScriptedModel([[function_call("transfer_to_payments", {}, call_id="c-h")]]),
@@ -80,13 +90,7 @@ async def test_a_handoff_objects_target_is_guarded(store: Store, effects: SideEf
 async def test_an_approval_inside_an_agent_used_as_a_tool(
     store: Store, effects: SideEffects, caplog: pytest.LogCaptureFixture
 ) -> None:
-    mailer = Agent(
-        name="mailer",
-        model=ScriptedModel(
-            [[function_call("transfer", {"amount": 7}, call_id="c-in")], [assistant_message("ok")]]
-        ),
-        tools=[transfer_tool(effects)],
-    )
+    mailer = transferring("mailer", effects, 7, call_id="c-in", then="ok")
     boss = Agent(
         name="boss",
         model=ScriptedModel(

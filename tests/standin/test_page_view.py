@@ -219,6 +219,13 @@ async def respond(url: str, **answer: Any) -> None:
         assert response.status == 200
 
 
+async def clicked(workspace: Workspace, page: Page, **click: str) -> None:
+    """A click on the page (`/ui/click`'s fields), accepted and delivered to the bot."""
+    status, _ = await page.post("/ui/click", click)
+    assert status == 200
+    await settle(workspace)
+
+
 async def test_feedback_and_stop_clicks_reach_the_bot_as_slack_sends_them(tmp_path: Path) -> None:
     async with standin(tmp_path / "data") as (workspace, fake, page):
         bot = await as_bot(workspace, page)
@@ -229,19 +236,16 @@ async def test_feedback_and_stop_clicks_reach_the_bot_as_slack_sends_them(tmp_pa
             text="It is 13:00.",
             blocks=[{"type": "markdown", "text": "It is 13:00."}, FEEDBACK],
         )
-        status, _ = await page.post(
-            "/ui/click",
-            {
-                "user": "alice",
-                "ts": answer["ts"],
-                "thread_ts": thread,
-                "action_id": "answer_feedback",
-                "value": "good-1",
-                "label": "Good answer",
-            },
+        await clicked(
+            workspace,
+            page,
+            user="alice",
+            ts=answer["ts"],
+            thread_ts=thread,
+            action_id="answer_feedback",
+            value="good-1",
+            label="Good answer",
         )
-        assert status == 200
-        await settle(workspace)
         [click] = clicks(fake, workspace.secret)
         [action] = click["actions"]
         assert {k: action[k] for k in ("type", "action_id", "block_id", "value")} == {
@@ -294,20 +298,17 @@ async def test_feedback_and_stop_clicks_reach_the_bot_as_slack_sends_them(tmp_pa
             },
         )
         assert status == 400  # not bob's
-        status, _ = await page.post(
-            "/ui/click",
-            {
-                "user": "alice",
-                "ephemeral": stop["id"],
-                "ts": "",
-                "thread_ts": thread,
-                "action_id": "stop_run",
-                "value": "T0LOCAL:C0GENERAL:1.1",
-                "label": "Stop",
-            },
+        await clicked(
+            workspace,
+            page,
+            user="alice",
+            ephemeral=stop["id"],
+            ts="",
+            thread_ts=thread,
+            action_id="stop_run",
+            value="T0LOCAL:C0GENERAL:1.1",
+            label="Stop",
         )
-        assert status == 200
-        await settle(workspace)
         stopped = clicks(fake, workspace.secret)[-1]
         assert stopped["container"]["is_ephemeral"] is True and "message" not in stopped
         assert stopped["actions"][0] | {"action_ts": ""} == {

@@ -166,6 +166,16 @@ def content_parts(call: Any, kind: str | None = None) -> list[dict[str, Any]]:
     ]
 
 
+def after_a_tool(call: Any) -> bool:
+    """The model is called back with a tool's output: the newest input item is one."""
+    items = call.input if isinstance(call.input, list) else []
+    return (
+        bool(items)
+        and isinstance(items[-1], dict)
+        and items[-1].get("type") == "function_call_output"
+    )
+
+
 def last_user_text(call: Any) -> str:
     """The latest user message's own text, without its author (`<@U1>: `)."""
     texts = user_texts(call)

@@ -19,7 +19,7 @@ from bot.slackapp.oauth import BOT_SCOPES
 from bot.standin.slack_api import SlackWebApi
 from bot.wiring import MakeRuntime
 from storage import Status, Store
-from testkit.runtime import SideEffects, build_agent, last_user_text
+from testkit.runtime import SideEffects, after_a_tool, build_agent, last_user_text
 from testkit.slack import CHANNEL, TEAM, oauth_bot, running_api, runtime_of
 
 ALICE, BOB = "UALICE", "UBOB"
@@ -30,12 +30,7 @@ def assistant(steps: int = 40) -> ScriptedModel:
     """Asks to send an email when told to (the tool needs approval), else echoes."""
 
     def respond(call: Any) -> Any:
-        items = call.input if isinstance(call.input, list) else []
-        if (
-            items
-            and isinstance(items[-1], dict)
-            and items[-1].get("type") == "function_call_output"
-        ):
+        if after_a_tool(call):
             return [assistant_message("Done: email sent.")]
         text = last_user_text(call)
         if "email" in text:

@@ -19,7 +19,7 @@ from bot.slackapp.blocks import APPROVE
 from bot.standin import requests
 from bot.standin.slack_api import Message
 from storage import Status
-from testkit.runtime import SideEffects, build_agent, last_user_text
+from testkit.runtime import SideEffects, after_a_tool, build_agent, last_user_text
 from testkit.slack import CHANNEL, Harness, runtime_of, slack_bot
 from tests.conftest import Backend
 
@@ -46,12 +46,7 @@ def model(gates: Gates) -> ScriptedModel:
     answers, naming what it answered."""
 
     async def respond(call: Any) -> Any:
-        items = call.input if isinstance(call.input, list) else []
-        if (
-            items
-            and isinstance(items[-1], dict)
-            and items[-1].get("type") == "function_call_output"
-        ):
+        if after_a_tool(call):
             return [assistant_message("email sent")]
         text = last_user_text(call)
         if "email" in text:

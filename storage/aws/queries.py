@@ -16,9 +16,12 @@ from storage.aws.expressions import Item, n, s
 from storage.aws.layout import (
     PLACE_INDEX,
     PLACED,
+    STATE_EXPIRES,
     STATUS_INDEX,
     WAITING_INDEX,
     day_of,
+    expired,
+    gone,
     ms,
     record_from_item,
     status_key,
@@ -56,6 +59,8 @@ class ListingQueries:
         merged = heapq.merge(*shards, key=lambda item: int(item["last_activity_ms"]["N"]))
         records: list[Conversation] = []
         for item in merged:
+            if not self._live(item, now):
+                continue
             records.append(self._listed(item))
             if len(records) >= limit:
                 break
@@ -69,6 +74,24 @@ class ListingQueries:
 
     def _alive(self, item: Item, now: datetime) -> bool:
         return int(item["last_activity_ms"]["N"]) >= ms(now - self.t.state_ttl)
+
+    def _live(self, item: Item, now: datetime) -> bool:
+        """Whether the listed record's state has not expired. The queries bound that by
+        the last activity and today's TTL, which is not the TTL the record was written
+        under once `BOT_STATE_TTL` was raised. The index carries the record's own TTL, a
+        `tombstone_ttl` past its state's expiry: a record whose TTL says its state lives
+        passes; any other (expired, or written before `state_expires` existed) is read
+        from the table to be sure, a read per such record, never per live one."""
+        if not gone(item, now + self.t.tombstone_ttl):
+            return True
+        found = self.t.dynamodb.get_item(
+            TableName=self.t.table,
+            Key={"pk": item["pk"], "sk": item["sk"]},
+            ConsistentRead=True,
+            ProjectionExpression="#s, expires_at",
+            ExpressionAttributeNames={"#s": STATE_EXPIRES},
+        ).get("Item")
+        return found is not None and not expired(found, now)
 
     def _shard(self, key: str, since: int, cutoff: int, limit: int) -> Iterator[Item]:
         """One shard's matches, oldest activity first, fetched a page at a time as merged."""
@@ -114,7 +137,7 @@ class ListingQueries:
             self._listed(item)
             for items in self.pool.map(lambda key: self._starting(key, prefix), partitions)
             for item in items
-            if self._alive(item, now)
+            if self._alive(item, now) and self._live(item, now)
         ]
         mine = [
             r
@@ -171,7 +194,7 @@ class ListingQueries:
                 for item in page["Items"]
                 # A replica of an earlier release (a rolling update) moves the status
                 # without the place key: the projected status has the last word.
-                if Status(item["conv_status"]["S"]) in PLACED
+                if Status(item["conv_status"]["S"]) in PLACED and self._live(item, now)
             ]
             if len(found) >= limit or "LastEvaluatedKey" not in page:
                 break
@@ -188,7 +211,8 @@ class ListingQueries:
         query = self._waiting_query(workspace, limit, user)
         query["ScanIndexForward"] = False
         page = self.t.dynamodb.query(**query)
-        return [self._listed(item) for item in page["Items"] if self._waits(item)]
+        now = self.t.clock()
+        return [self._listed(item) for item in page["Items"] if self._waits(item, now)]
 
     def list_waiting_in(
         self, team: str, *, enterprise: str | None, limit: int
@@ -199,10 +223,11 @@ class ListingQueries:
         if workspace is None or limit < 1:
             return []
         query = self._waiting_query(workspace, limit)
+        now = self.t.clock()
         found: list[Conversation] = []
         for _ in range(WAITING_PAGES):
             page = self.t.dynamodb.query(**query)
-            found += [self._listed(item) for item in page["Items"] if self._waits(item)]
+            found += [self._listed(item) for item in page["Items"] if self._waits(item, now)]
             if "LastEvaluatedKey" not in page:
                 break
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -229,10 +254,12 @@ class ListingQueries:
             "Limit": limit,
         }
 
-    def _waits(self, item: Item) -> bool:
+    def _waits(self, item: Item, now: datetime) -> bool:
         """A replica of an earlier release moves the status without the approval index's
         keys: the projected status has the last word."""
-        return Status(item["conv_status"]["S"]) is Status.AWAITING_APPROVAL
+        return Status(item["conv_status"]["S"]) is Status.AWAITING_APPROVAL and self._live(
+            item, now
+        )
 
     def count_by_status(self) -> dict[Status, int]:
         """From the counters: conversations by the status they last settled in, whose state

@@ -58,10 +58,11 @@ def fresh_venv(tmp_path: Path, wheel: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
-    install = subprocess.run(
+    install = subprocess.run(  # clean: a PYTHONPATH at the repository shows it installed
         [*pip, "install", "-q", "--no-deps", "--no-index", str(wheel)],
         capture_output=True,
         text=True,
+        env=clean_env(),
     )
     assert install.returncode == 0, install.stdout + install.stderr
     site = Path(sysconfig.get_path("purelib", vars={"base": str(venv)}))

@@ -7,6 +7,7 @@ approval index (one query of a person's entries; a few pages of a workspace's)."
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -31,6 +32,8 @@ from storage.aws.tables import Tables
 from storage.listings import PAUSED_PAGES, WAITING_PAGES
 from storage.models import Conversation, Status, place_of, waitable, workspace_of
 
+EXPIRED_REMEMBERED = 10_000  # keys found expired, not read again (about 1 MB)
+
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import QueryInputTypeDef
 
@@ -39,6 +42,9 @@ class ListingQueries:
     def __init__(self, tables: Tables) -> None:
         self.t = tables
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="status-shards")
+        # Records found expired by a read (`_live`), by key and the TTL they were read
+        # with: an expired state stays expired until a write (which moves the TTL) revives it.
+        self.expired_seen: OrderedDict[str, str] = OrderedDict()
 
     def list_by_status(
         self, status: Status, *, idle_for: timedelta | None, limit: int
@@ -81,9 +87,12 @@ class ListingQueries:
         under once `BOT_STATE_TTL` was raised. The index carries the record's own TTL, a
         `tombstone_ttl` past its state's expiry: a record whose TTL says its state lives
         passes; any other (expired, or written before `state_expires` existed) is read
-        from the table to be sure, a read per such record, never per live one."""
+        from the table to be sure, once while its TTL stays the same, never a live one."""
         if not gone(item, now + self.t.tombstone_ttl):
             return True
+        pk, ttl = item["pk"]["S"], item.get("expires_at", {}).get("N", "")
+        if self.expired_seen.get(pk) == ttl:
+            return False
         found = self.t.dynamodb.get_item(
             TableName=self.t.table,
             Key={"pk": item["pk"], "sk": item["sk"]},
@@ -91,7 +100,12 @@ class ListingQueries:
             ProjectionExpression="#s, expires_at",
             ExpressionAttributeNames={"#s": STATE_EXPIRES},
         ).get("Item")
-        return found is not None and not expired(found, now)
+        if found is not None and not expired(found, now):
+            return True
+        self.expired_seen[pk] = ttl
+        if len(self.expired_seen) > EXPIRED_REMEMBERED:
+            self.expired_seen.popitem(last=False)
+        return False
 
     def _shard(self, key: str, since: int, cutoff: int, limit: int) -> Iterator[Item]:
         """One shard's matches, oldest activity first, fetched a page at a time as merged."""

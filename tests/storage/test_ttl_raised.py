@@ -45,3 +45,10 @@ def test_a_state_that_expired_under_a_shorter_ttl_is_never_listed_after_a_raise(
     assert raised.list_waiting_in("T1", limit=10) == []
     assert raised.list_waiting_on("T1", "U1", limit=10) == []
     assert [r.key for r in raised.list_by_team("T1", limit=10)] == [alive]
+
+    # A message into an expired thread brings it back, listed at once (what was found
+    # expired before is not remembered past the write that revived it).
+    kept = raised.keep(running, "ev-again", '{"text":"hi"}', participant="U1", owner="w")
+    assert kept.lease is not None
+    listed = {r.key for r in raised.list_by_status(Status.RUNNING, limit=10)}
+    assert listed == {running, alive}

@@ -17,7 +17,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from storage.codec import decode_state, encode_state
@@ -33,7 +33,6 @@ from storage.models import (
     Conversation,
     ConversationKey,
     DeliveryMark,
-    Expiry,
     Lease,
     Status,
     Summary,
@@ -41,11 +40,10 @@ from storage.models import (
     utcnow,
 )
 from storage.people import PersonKey, PersonRecords
+from storage.policies import Policies
 from storage.replicas import ReplicaBeats
 from storage.writes import (
     APPEND_ATTEMPTS,
-    BACKLOG_LIMIT,
-    DROPPED_KEPT,
     INLINE_CHECKPOINT_LIMIT,
     Commit,
     Committed,
@@ -120,13 +118,15 @@ class Store(
     PersonRecords,
     ContentBlobs,
     ReplicaBeats,
+    Policies,
     ABC,
 ):
     """Durable conversation state (and the application's installations, see
     `installations`; what it keeps of people, see `people`). Blocking calls: async code
     makes them through `StorageCalls`, off the event loop unless `run_here` makes one at
     once. Bytes referred to by digest (files people shared) are kept by `put_content` /
-    `get_content`.
+    `get_content`. Its policies (TTLs, leases, the backlog cap: `Policies`) are the
+    keyword arguments it is made with, beside `clock`.
 
     A backend gives a part for each attribute typed by a `...Part` protocol, here and in the
     faces this class is made of, and `translating`, the context each call of a part is made
@@ -139,27 +139,8 @@ class Store(
     blobs: BlobsPart
     translating: AbstractContextManager[None]
 
-    def __init__(
-        self,
-        *,
-        lease_duration: timedelta = timedelta(seconds=15),
-        lease_skew: timedelta = timedelta(seconds=1),
-        state_ttl: timedelta = timedelta(days=7),
-        tombstone_ttl: timedelta = timedelta(days=90),
-        event_ttl: timedelta = timedelta(days=1),
-        claim_ttl: timedelta = timedelta(minutes=15),
-        backlog_limit: int = BACKLOG_LIMIT,
-        status_shards: int = 16,
-        clock: Callable[[], datetime] = utcnow,
-    ) -> None:
-        self.lease_duration = lease_duration
-        self.lease_skew = lease_skew
-        self.state_ttl = state_ttl
-        self.tombstone_ttl = tombstone_ttl
-        self.backlog_limit = backlog_limit
-        self.event_ttl = event_ttl
-        self.claim_ttl = claim_ttl
-        self.status_shards = status_shards
+    def __init__(self, *, clock: Callable[[], datetime] = utcnow, **policies: Any) -> None:
+        Policies.__init__(self, **policies)
         self.clock = clock
 
     # -- records and leases -------------------------------------------------------------
@@ -447,67 +428,3 @@ class Store(
 
     @abstractmethod
     def close(self) -> None: ...
-
-    # -- helpers shared by backends -----------------------------------------------------
-
-    def tombstone_until(self, record: Conversation) -> datetime:
-        """When the record itself goes (its state expired a `tombstone_ttl` earlier)."""
-        return record.expires_at + self.tombstone_ttl
-
-    def revived(
-        self, old: Conversation, now: datetime, dropped: Sequence[str] = (), queued: int = 0
-    ) -> Conversation:
-        return revived(old, now, state_ttl=self.state_ttl, dropped=dropped, queued=queued)
-
-    def new_record(self, key: ConversationKey, now: datetime) -> Conversation:
-        return new_record(key, now, state_ttl=self.state_ttl)
-
-    def takeover_cutoff(self, now: datetime) -> datetime:
-        """A lease that expired before this instant may be taken over."""
-        return now - self.lease_skew
-
-
-def new_record(key: ConversationKey, now: datetime, *, state_ttl: timedelta) -> Conversation:
-    return Conversation(
-        key=key,
-        generation=int(now.timestamp() * 1000),
-        created_at=now,
-        updated_at=now,
-        last_activity_at=now,
-        expires_at=now + state_ttl,
-    )
-
-
-def revived(
-    old: Conversation,
-    now: datetime,
-    *,
-    state_ttl: timedelta,
-    dropped: Sequence[str] = (),
-    queued: int = 0,
-) -> Conversation:
-    """The record that replaces one whose state expired: a new generation (no old row is
-    seen) with the old participants, fence, message counter and untold refusals, saying
-    what expired.
-    `dropped` are payloads of messages that were queued and never answered, the oldest
-    first; `queued` how many there were in all (at least `len(dropped)`)."""
-    kept = list(dropped)[:DROPPED_KEPT]
-    return new_record(old.key, now, state_ttl=state_ttl).model_copy(
-        update={
-            "fence": old.fence,
-            "inbox_seq": old.inbox_seq,
-            "participants": old.participants,
-            # Refused at the cap and not yet told: the thread is still told (not_taken).
-            "refused": old.refused,
-            "refused_more": old.refused_more,
-            "expired_from": Expiry(
-                status=old.status,
-                last_activity_at=old.last_activity_at,
-                expired_at=old.expires_at,
-                generation=old.generation,
-                checkpoint=old.checkpoint,
-                dropped=kept,
-                dropped_more=max(queued, len(dropped)) - len(kept),
-            ),
-        }
-    )

@@ -30,7 +30,9 @@ def counter_actions(
     assert commit.status is not None
     old = lease.counted
     # The day its state expires: moved by this write, or as counted before.
-    day = old.rsplit("#", 1)[-1] if old and not commit.touch else day_of(tables.expiry(now))
+    day = (
+        old.rsplit("#", 1)[-1] if old and not commit.touch else day_of(tables.policies.expiry(now))
+    )
     new = f"{commit.status.value}#{day}"
     if new == old:
         return []
@@ -68,7 +70,9 @@ def ledger_actions(
         {
             "Put": {
                 "TableName": tables.table,
-                "Item": ledger_rows.started_row(record, generation, tables.expiry(now), put_blob),
+                "Item": ledger_rows.started_row(
+                    record, generation, tables.policies.expiry(now), put_blob
+                ),
                 "ConditionExpression": "attribute_not_exists(sk)",
             }
         }

@@ -114,7 +114,7 @@ class Commits:
             commit.items,
             base_seq or 0,
             max_rows=min(room, TRANSACTION_ITEM_LIMIT),
-            expires=self.t.expiry(now),
+            expires=self.t.policies.expiry(now),
             put_blob=self.put_blob,
         )
         armed = [call.call_id for call in commit.arm]
@@ -210,8 +210,8 @@ class Commits:
                 update.set_if_missing(counter, n(0))
             update.set_if_missing("created_ms", n(ms(now)))
             update.set_if_missing("last_activity_ms", n(ms(now)))
-            update.set_if_missing(STATE_EXPIRES, n(epoch_seconds(self.t.expiry(now))))
-            update.set_if_missing("expires_at", n(epoch_seconds(self.t.record_ttl(now))))
+            update.set_if_missing(STATE_EXPIRES, n(epoch_seconds(self.t.policies.expiry(now))))
+            update.set_if_missing("expires_at", n(epoch_seconds(self.t.policies.record_ttl(now))))
             update.set_if_missing("generation", n(generation))
         if commit.status is not None:
             self.t.set_status(update, commit.key, commit.status, run_by=commit.run_by, now=now)

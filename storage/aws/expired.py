@@ -25,7 +25,6 @@ from storage.aws.layout import (
     record_from_item,
 )
 from storage.aws.tables import Tables
-from storage.base import revived
 from storage.models import (
     ConversationKey,
     Status,
@@ -53,7 +52,7 @@ def revive(t: Tables, key: ConversationKey, old: Item, now: datetime) -> bool:
         rows = row_entries(t, key, cutoff, DROPPED_KEPT)
         entries = sorted(entries + rows, key=lambda e: e.entry_id)
     dropped = [entry.payload for entry in entries][:DROPPED_KEPT]
-    fresh = revived(record, now, state_ttl=t.state_ttl, dropped=dropped, queued=queued)
+    fresh = t.policies.revived(record, now, dropped, queued)
     item: Item = {
         **meta_key(key),
         "conv_key": s(str(key)),
@@ -67,8 +66,8 @@ def revive(t: Tables, key: ConversationKey, old: Item, now: datetime) -> bool:
         "created_ms": n(ms(now)),
         "updated_ms": n(ms(now)),
         "last_activity_ms": n(ms(now)),
-        STATE_EXPIRES: n(epoch_seconds(t.expiry(now))),
-        "expires_at": n(epoch_seconds(t.record_ttl(now))),
+        STATE_EXPIRES: n(epoch_seconds(t.policies.expiry(now))),
+        "expires_at": n(epoch_seconds(t.policies.record_ttl(now))),
         "expired_from": s(fresh.expired_from.model_dump_json() if fresh.expired_from else ""),
     }
     if fresh.participants:

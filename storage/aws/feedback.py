@@ -107,7 +107,7 @@ class Feedback:
                     "Item": {
                         **vote_key(key, answer, user),
                         "verdict": s(verdict.value),
-                        "expires_at": n(epoch_seconds(self.t.expiry(now))),
+                        "expires_at": n(epoch_seconds(self.t.policies.expiry(now))),
                     },
                     **vote_condition,  # type: ignore[typeddict-item]
                 }
@@ -125,7 +125,7 @@ class Feedback:
 
     def count(self) -> FeedbackTally:
         total = FeedbackTally()
-        for shard in range(self.t.shards):
+        for shard in range(self.t.policies.status_shards):
             item = self._get(feedback_counter(shard))
             if item:
                 total = total.add(tally_of(item, "good", "bad"))

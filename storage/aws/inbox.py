@@ -28,7 +28,7 @@ def generation_cutoff(t: Tables, generation: int | None) -> int:
     every message of that record arrived at least a TTL before it expired and this
     generation began. (A message kept a moment before the record's creation by another
     replica is this generation's.)"""
-    return generation - int(t.state_ttl.total_seconds() * 1000) // 2 if generation else 0
+    return generation - int(t.policies.state_ttl.total_seconds() * 1000) // 2 if generation else 0
 
 
 def row_entries(

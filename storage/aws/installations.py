@@ -109,7 +109,7 @@ class Installations:
                 UpdateExpression="SET expires_at = :expires, finished_ms = :now",
                 ConditionExpression="attribute_exists(pk) AND attribute_not_exists(expires_at)",
                 ExpressionAttributeValues={
-                    ":expires": n(epoch_seconds(now + self.t.event_ttl)),
+                    ":expires": n(epoch_seconds(now + self.t.policies.event_ttl)),
                     ":now": n(ms(now)),
                 },
             )

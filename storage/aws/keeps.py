@@ -140,14 +140,14 @@ class Keeps:
                 if expired(old, now):
                     revive(self.t, key, old, now)  # (or someone else did): keep into it
                     continue
-                if claimed(old, event_id, now, self.t.claim_ttl):
+                if claimed(old, event_id, now, self.t.policies.claim_ttl):
                     # Our own earlier attempt (same token) whose answer was lost is a keep;
                     # anything else with this event id is a duplicate delivery.
                     mine = any(
                         e.event_id == event_id and e.token == token for e in inline_entries(old)[0]
                     )
                     return KeepResult(kept=mine)
-                if capped and _number(old, "inbox_count") >= self.t.backlog_limit:
+                if capped and _number(old, "inbox_count") >= self.t.policies.backlog_limit:
                     refusal = Refusal(
                         event_id=event_id,
                         user=participant or "",
@@ -156,7 +156,7 @@ class Keeps:
                     )
                     return self._refuse(key, entry, token, refusal, old)
                 self.hints.note(old)
-                if take and not _lease_free(old, self.t.takeover_cutoff(now)):
+                if take and not _lease_free(old, self.t.policies.takeover_cutoff(now)):
                     take = False  # the thread is busy: keep only; its holder will serve it
                     continue
                 if not spill:
@@ -204,9 +204,9 @@ class Keeps:
         if capped:
             update.add_to_set("inbox_count", n(1))
             count = update.name("inbox_count")
-            cap = update.value("cap", n(self.t.backlog_limit))
+            cap = update.value("cap", n(self.t.policies.backlog_limit))
             update.require(f"attribute_not_exists({count}) OR {count} < {cap}")
-        current, previous, upcoming = claim_sets(now, self.t.claim_ttl)
+        current, previous, upcoming = claim_sets(now, self.t.policies.claim_ttl)
         digest = update.value("claim", s(claim_digest(entry.event_id)))
         update.require(
             f"NOT contains({update.name(current)}, {digest}) AND "
@@ -218,7 +218,7 @@ class Keeps:
         update.require(f"attribute_not_exists(#legacy_claim) OR #legacy_claim < {over}")
         if in_row(entry.entry_id):
             update.add_to_set("inbox_rows", n(1))
-            until = now + self.t.claim_ttl + self.t.lease_skew
+            until = now + self.t.policies.claim_ttl + self.t.policies.lease_skew
             update.set("spill_until", n(epoch_seconds(until) + 1))
             return
         # In the record: while there is room, and no claim may live in a row.
@@ -257,7 +257,7 @@ class Keeps:
             "pk": s(conv_pk(key)),
             "sk": s(claim_sk(entry.event_id)),
             "token": s(entry.token),
-            "expires_at": n(epoch_seconds(entry.received_at + self.t.claim_ttl) + 1),
+            "expires_at": n(epoch_seconds(entry.received_at + self.t.policies.claim_ttl) + 1),
         }
         actions: list[TransactWriteItemTypeDef] = [
             {"Update": update.as_update(self.t.table, meta_key(key))},
@@ -268,7 +268,7 @@ class Keeps:
                         "pk": s(conv_pk(key)),
                         "sk": s(inbox_sk(entry.entry_id)),
                         "entry": s(entry.model_dump_json()),
-                        "expires_at": n(epoch_seconds(self.t.expiry(entry.received_at))),
+                        "expires_at": n(epoch_seconds(self.t.policies.expiry(entry.received_at))),
                     },
                 }
             },
@@ -295,7 +295,7 @@ class Keeps:
         same write records the refusal (`record_refusal`) until the thread is told."""
         now = entry.received_at
         update = Update()
-        until = now + self.t.claim_ttl + self.t.lease_skew
+        until = now + self.t.policies.claim_ttl + self.t.policies.lease_skew
         update.set("spill_until", n(epoch_seconds(until) + 1))
         update.require(f"attribute_exists({update.name('pk')})")
         named = record_refusal(update, refusal, old)
@@ -304,7 +304,7 @@ class Keeps:
             "pk": s(conv_pk(key)),
             "sk": s(claim_sk(entry.event_id)),
             "token": mine,  # never a keep's own token: a retried keep is not "kept"
-            "expires_at": n(epoch_seconds(now + self.t.claim_ttl) + 1),
+            "expires_at": n(epoch_seconds(now + self.t.policies.claim_ttl) + 1),
         }
         actions: list[TransactWriteItemTypeDef] = [
             {"Update": update.as_update(self.t.table, meta_key(key))},

@@ -43,7 +43,7 @@ class Ledger:
                 Item={
                     "pk": s(f"EVENT#{event_id}"),
                     "sk": s("EVENT"),
-                    "expires_at": n(seconds + int(self.t.event_ttl.total_seconds())),
+                    "expires_at": n(seconds + int(self.t.policies.event_ttl.total_seconds())),
                 },
                 # TTL deletes late: an expired claim counts as absent.
                 ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
@@ -76,7 +76,9 @@ class Ledger:
             fence=lease.fence,
             started_at=now,
         )
-        item = ledger_rows.started_row(record, lease.generation, self.t.expiry(now), self.put_blob)
+        item = ledger_rows.started_row(
+            record, lease.generation, self.t.policies.expiry(now), self.put_blob
+        )
         actions: list[TransactWriteItemTypeDef] = [
             self._lease_check(lease),
             {
@@ -113,7 +115,7 @@ class Ledger:
         now = self.t.clock()
         output = plain_text(output)
         update = ledger_rows.completion(
-            lease.key, call_id, output, now, self.t.expiry(now), self.put_blob, status
+            lease.key, call_id, output, now, self.t.policies.expiry(now), self.put_blob, status
         )
         key = {"pk": s(conv_pk(lease.key)), "sk": s(tool_sk(lease.generation, call_id))}
         target = update.as_update(self.t.table, key)

@@ -57,10 +57,10 @@ class ListingQueries:
         cutoff = ms(now - (idle_for or timedelta(0)))
         # Records outlive their state as tombstones: those whose state expired (a TTL after
         # their last activity) are not even read.
-        since = ms(now - self.t.state_ttl)
+        since = ms(now - self.t.policies.state_ttl)
         shards = [
             self._shard(status_key(status, shard), since, cutoff, limit)
-            for shard in range(self.t.shards)
+            for shard in range(self.t.policies.status_shards)
         ]
         merged = heapq.merge(*shards, key=lambda item: int(item["last_activity_ms"]["N"]))
         records: list[Conversation] = []
@@ -76,10 +76,12 @@ class ListingQueries:
         """A record as the status index carries it. The index holds the record's own TTL,
         not its state's expiry (which is a TTL after the last activity, see `Tables.touch`)."""
         record = record_from_item(item)
-        return record.model_copy(update={"expires_at": record.last_activity_at + self.t.state_ttl})
+        return record.model_copy(
+            update={"expires_at": record.last_activity_at + self.t.policies.state_ttl}
+        )
 
     def _alive(self, item: Item, now: datetime) -> bool:
-        return int(item["last_activity_ms"]["N"]) >= ms(now - self.t.state_ttl)
+        return int(item["last_activity_ms"]["N"]) >= ms(now - self.t.policies.state_ttl)
 
     def _live(self, item: Item, now: datetime) -> bool:
         """Whether the listed record's state has not expired. The queries bound that by
@@ -88,7 +90,7 @@ class ListingQueries:
         `tombstone_ttl` past its state's expiry: a record whose TTL says its state lives
         passes; any other (expired, or written before `state_expires` existed) is read
         from the table to be sure, once while its TTL stays the same, never a live one."""
-        if not gone(item, now + self.t.tombstone_ttl):
+        if not gone(item, now + self.t.policies.tombstone_ttl):
             return True
         pk, ttl = item["pk"]["S"], item.get("expires_at", {}).get("N", "")
         if self.expired_seen.get(pk) == ttl:
@@ -144,7 +146,7 @@ class ListingQueries:
             status_key(status, shard)
             for status in statuses
             if status is not Status.IDLE
-            for shard in range(self.t.shards)
+            for shard in range(self.t.policies.status_shards)
         ]
         now = self.t.clock()
         found = [
@@ -187,7 +189,7 @@ class ListingQueries:
         if place is None or limit < 1:
             return []
         now = self.t.clock()
-        values = {":place": s(place), ":since": n(ms(now - self.t.state_ttl))}
+        values = {":place": s(place), ":since": n(ms(now - self.t.policies.state_ttl))}
         query: QueryInputTypeDef = {
             "TableName": self.t.table,
             "IndexName": PLACE_INDEX,
@@ -252,7 +254,7 @@ class ListingQueries:
         self, workspace: str, limit: int, user: str | None = None
     ) -> QueryInputTypeDef:
         """The workspace's entries of the approval index (one person's, with `user`)."""
-        since = ms(self.t.clock() - self.t.state_ttl)
+        since = ms(self.t.clock() - self.t.policies.state_ttl)
         condition = "waiting_ws = :ws"
         values = {":ws": s(workspace), ":since": n(since)}
         if user is not None:
@@ -281,7 +283,7 @@ class ListingQueries:
         today = day_of(self.t.clock())
         counts = dict.fromkeys(Status, 0)
         for items in self.pool.map(
-            lambda shard: self._counters(shard, today), range(self.t.shards)
+            lambda shard: self._counters(shard, today), range(self.t.policies.status_shards)
         ):
             for item in items:
                 for name, value in item.items():
@@ -293,7 +295,7 @@ class ListingQueries:
         counts[Status.RUNNING] = sum(
             self.pool.map(
                 lambda shard: self._count(status_key(Status.RUNNING, shard)),
-                range(self.t.shards),
+                range(self.t.policies.status_shards),
             )
         )
         return {status: max(count, 0) for status, count in counts.items()}
@@ -308,7 +310,7 @@ class ListingQueries:
         return items
 
     def _count(self, key: str) -> int:
-        since = ms(self.t.clock() - self.t.state_ttl)  # not those whose state expired
+        since = ms(self.t.clock() - self.t.policies.state_ttl)  # not those whose state expired
         query: dict[str, Any] = {
             "TableName": self.t.table,
             "IndexName": STATUS_INDEX,

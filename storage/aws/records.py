@@ -135,18 +135,18 @@ class Records:
             update.remove("stop_by")
         update.increment("fence")
         update.set("lease_owner", s(owner))
-        update.set("lease_expires_ms", n(ms(now + self.t.lease_duration)))
+        update.set("lease_expires_ms", n(ms(now + self.t.policies.lease_duration)))
 
     def renew(self, lease: Lease, *, working: bool) -> Lease:
         now = self.t.clock()
-        expires = now + self.t.lease_duration
+        expires = now + self.t.policies.lease_duration
         update = Update()
         update.set("lease_expires_ms", n(ms(expires)))
         update.fenced(lease.fence, lease.owner)
         if working:  # a run in progress is activity: its state lives on (not if gone)
             update.require(self.t.live(update, now, create=False))
-            update.set(STATE_EXPIRES, n(epoch_seconds(self.t.expiry(now))))
-            update.set("expires_at", n(epoch_seconds(self.t.record_ttl(now))))
+            update.set(STATE_EXPIRES, n(epoch_seconds(self.t.policies.expiry(now))))
+            update.set("expires_at", n(epoch_seconds(self.t.policies.record_ttl(now))))
         try:
             result = self.t.dynamodb.update_item(
                 TableName=self.t.table,

@@ -52,14 +52,7 @@ class AwsStore(Store):
             table=table,
             bucket=bucket,
             clock=lambda: self.clock(),
-            state_ttl=self.state_ttl,
-            tombstone_ttl=self.tombstone_ttl,
-            backlog_limit=self.backlog_limit,
-            event_ttl=self.event_ttl,
-            claim_ttl=self.claim_ttl,
-            lease_duration=self.lease_duration,
-            lease_skew=self.lease_skew,
-            shards=self.status_shards,
+            policies=self,
         )
         self.dynamodb = self.tables.dynamodb
         self.s3 = self.tables.s3

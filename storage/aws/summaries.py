@@ -38,7 +38,7 @@ def summary_sk(generation: int) -> str:
 
 def summary_expiry(tables: Tables, now: datetime) -> datetime:
     """When a summary written (or renewed) now expires: past the state this write keeps."""
-    return tables.expiry(now) + min(RENEWAL_MARGIN, tables.state_ttl)
+    return tables.policies.expiry(now) + min(RENEWAL_MARGIN, tables.policies.state_ttl)
 
 
 def renewal_due(tables: Tables, item: Item, now: datetime) -> bool:
@@ -46,7 +46,7 @@ def renewal_due(tables: Tables, item: Item, now: datetime) -> bool:
     commit now keeps alive (records written before `summary_expires`: always)."""
     if _number(item, "summary_seq", 0) == 0:
         return False
-    return _number(item, SUMMARY_EXPIRES, 0) < epoch_seconds(tables.expiry(now))
+    return _number(item, SUMMARY_EXPIRES, 0) < epoch_seconds(tables.policies.expiry(now))
 
 
 def summary_actions(

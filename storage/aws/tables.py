@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from storage.aws.expressions import Update, n, s
@@ -20,6 +20,7 @@ from storage.aws.layout import (
     waiting_sk,
 )
 from storage.models import ConversationKey, Status, waitable
+from storage.policies import Policies
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -33,36 +34,19 @@ class Tables:
     table: str
     bucket: str
     clock: Callable[[], datetime]
-    state_ttl: timedelta
-    tombstone_ttl: timedelta
-    backlog_limit: int
-    event_ttl: timedelta
-    claim_ttl: timedelta
-    lease_duration: timedelta
-    lease_skew: timedelta
-    shards: int
-
-    def expiry(self, now: datetime) -> datetime:
-        return now + self.state_ttl
-
-    def takeover_cutoff(self, now: datetime) -> datetime:
-        return now - self.lease_skew
+    policies: Policies
 
     def shard(self, key: ConversationKey) -> int:
-        return shard_of(key, self.shards)
+        return shard_of(key, self.policies.status_shards)
 
     # -- recurring pieces of the record's update expressions ----------------------------
-
-    def record_ttl(self, now: datetime) -> datetime:
-        """The record's own TTL: it outlives its state as the conversation's tombstone."""
-        return self.expiry(now) + self.tombstone_ttl
 
     def touch(self, update: Update, now: datetime) -> None:
         """Activity: moves `last_activity_ms`, the state's expiry and the record's TTL."""
         update.set("updated_ms", n(ms(now)))
         update.set("last_activity_ms", n(ms(now)))
-        update.set(STATE_EXPIRES, n(epoch_seconds(self.expiry(now))))
-        update.set("expires_at", n(epoch_seconds(self.record_ttl(now))))
+        update.set(STATE_EXPIRES, n(epoch_seconds(self.policies.expiry(now))))
+        update.set("expires_at", n(epoch_seconds(self.policies.record_ttl(now))))
 
     def initialise(self, update: Update, key: ConversationKey, now: datetime) -> None:
         """Fields a new record starts with (left alone on an existing one)."""
@@ -73,8 +57,8 @@ class Tables:
         update.set_if_missing("generation", n(ms(now)))
         update.set_if_missing("created_ms", n(ms(now)))
         update.set_if_missing("last_activity_ms", n(ms(now)))
-        update.set_if_missing(STATE_EXPIRES, n(epoch_seconds(self.expiry(now))))
-        update.set_if_missing("expires_at", n(epoch_seconds(self.record_ttl(now))))
+        update.set_if_missing(STATE_EXPIRES, n(epoch_seconds(self.policies.expiry(now))))
+        update.set_if_missing("expires_at", n(epoch_seconds(self.policies.record_ttl(now))))
 
     def set_status(
         self,
@@ -114,7 +98,7 @@ class Tables:
         return f"attribute_exists(pk) AND {alive}"
 
     def lease_free(self, update: Update, now: datetime) -> str:
-        cutoff = update.value("cutoff", n(ms(self.takeover_cutoff(now))))
+        cutoff = update.value("cutoff", n(ms(self.policies.takeover_cutoff(now))))
         return (
             f"attribute_not_exists(pk) OR attribute_not_exists({update.name('lease_owner')}) OR "
             f"{update.name('lease_expires_ms')} < {cutoff}"

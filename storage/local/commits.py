@@ -85,7 +85,7 @@ class Commits:
             if commit.release:
                 update |= {"lease_owner": None, "lease_expires_at": None, "stop_by": None}
             if commit.touch:
-                update |= {"last_activity_at": now, "expires_at": now + self.d.state_ttl}
+                update |= {"last_activity_at": now, "expires_at": self.d.policies.expiry(now)}
             record = record.model_copy(update=update)
             delivery = commit.delivery
             if delivery is None and commit.delivered:

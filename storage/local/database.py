@@ -9,13 +9,12 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
-from storage.base import new_record, revived
 from storage.errors import LeaseLost, WouldWait
 from storage.local.loop_time import BLOCKED
 from storage.models import (
@@ -28,6 +27,7 @@ from storage.models import (
     ToolCallRecord,
     waitable,
 )
+from storage.policies import Policies
 from storage.writes import DROPPED_KEPT
 
 ROW_TABLES = ("items", "tool_calls", "inbox", "votes", "summaries")
@@ -39,22 +39,10 @@ class Database:
         data_dir: Path,
         *,
         clock: Callable[[], datetime],
-        lease_duration: timedelta,
-        lease_skew: timedelta,
-        state_ttl: timedelta,
-        tombstone_ttl: timedelta,
-        event_ttl: timedelta,
-        claim_ttl: timedelta,
-        backlog_limit: int,
+        policies: Policies,
     ) -> None:
         self.clock = clock
-        self.lease_duration = lease_duration
-        self.lease_skew = lease_skew
-        self.state_ttl = state_ttl
-        self.tombstone_ttl = tombstone_ttl
-        self.event_ttl = event_ttl
-        self.claim_ttl = claim_ttl
-        self.backlog_limit = backlog_limit
+        self.policies = policies
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.data_dir / "state.sqlite3"
@@ -160,24 +148,6 @@ class Database:
             db.close()
             self._local.db = None
 
-    # -- policies (as `Store`'s helpers) ------------------------------------------------
-
-    def tombstone_until(self, record: Conversation) -> datetime:
-        """When the record itself goes (its state expired a `tombstone_ttl` earlier)."""
-        return record.expires_at + self.tombstone_ttl
-
-    def takeover_cutoff(self, now: datetime) -> datetime:
-        """A lease that expired before this instant may be taken over."""
-        return now - self.lease_skew
-
-    def new_record(self, key: ConversationKey, now: datetime) -> Conversation:
-        return new_record(key, now, state_ttl=self.state_ttl)
-
-    def revived(
-        self, old: Conversation, now: datetime, dropped: Sequence[str] = (), queued: int = 0
-    ) -> Conversation:
-        return revived(old, now, state_ttl=self.state_ttl, dropped=dropped, queued=queued)
-
     # -- records ------------------------------------------------------------------------
 
     def expired(self, record: Conversation, now: datetime) -> bool:
@@ -200,14 +170,14 @@ class Database:
         (`Store.revived`): it says what expired."""
         old = read_record(db, key)
         if old is None:
-            return self.new_record(key, now)
+            return self.policies.new_record(key, now)
         dropped = [entry.payload for entry in read_inbox(db, key, DROPPED_KEPT)]
         queued = backlog(db, key)
         for table in ROW_TABLES:
             db.execute(f"DELETE FROM {table} WHERE key = ?", (str(key),))
-        if revive and now <= self.tombstone_until(old):
-            return self.revived(old, now, dropped, queued)
-        return self.new_record(key, now)
+        if revive and now <= self.policies.tombstone_until(old):
+            return self.policies.revived(old, now, dropped, queued)
+        return self.policies.new_record(key, now)
 
     def save(self, db: sqlite3.Connection, record: Conversation) -> None:
         waiting = record.status is Status.AWAITING_APPROVAL and record.waiting_on is not None

@@ -34,7 +34,7 @@ class Housekeeping:
                     "SELECT key FROM conversations WHERE expires_at < ?", (now.timestamp(),)
                 )
             ]
-            gone = (now - self.d.tombstone_ttl).timestamp()
+            gone = (now - self.d.policies.tombstone_ttl).timestamp()
             for key in expired:
                 db.execute(
                     "DELETE FROM conversations WHERE key = ? AND expires_at < ?", (key, gone)
@@ -58,7 +58,7 @@ class Housekeeping:
             if object_key not in live and mtime < cutoff:
                 self.blobs.delete(object_key)
                 removed += 1
-        retained = (now - self.d.state_ttl - CONTENT_GRACE).timestamp()
+        retained = (now - self.d.policies.state_ttl - CONTENT_GRACE).timestamp()
         for object_key, mtime in self.blobs.keys(CONTENT_PREFIX.rstrip("/")):
             if mtime < retained:
                 self.blobs.delete(object_key)

@@ -74,7 +74,7 @@ class Installations:
         return sorted(found, key=lambda removal: removal.at)
 
     def finish_removal(self, removal_id: str) -> None:
-        expires = (self.d.clock() + self.d.event_ttl).timestamp()
+        expires = (self.d.clock() + self.d.policies.event_ttl).timestamp()
         with self.d.write() as db:
             db.execute(
                 "UPDATE removals SET expires_at = ? WHERE removal_id = ? AND expires_at IS NULL",

@@ -53,13 +53,13 @@ class Keeps:
             record = self.d.live(db, key, now)
             if record is None:
                 tombstone = read_record(db, key)
-                lasts = tombstone is not None and now <= self.d.tombstone_until(tombstone)
+                lasts = tombstone is not None and now <= self.d.policies.tombstone_until(tombstone)
                 if not (create or lasts):
                     raise NotFound(str(key))
                 record = self.d.fresh(db, key, now, revive=True)
             claim = f"{key}|{event_id}"
             refusal = f"{claim}|refused|{token}"  # this keep was refused (if it was)
-            if not self.ledger.claim(db, claim, now.timestamp(), self.d.claim_ttl):
+            if not self.ledger.claim(db, claim, now.timestamp(), self.d.policies.claim_ttl):
                 if token and self.ledger.claimed(db, refusal, now.timestamp()):
                     return KeepResult(kept=False, refused=True)  # our own refusal, retried
                 # Our own earlier attempt (same token) is a keep; anything else a duplicate.
@@ -67,11 +67,11 @@ class Keeps:
                     e.event_id == event_id and e.token == token for e in read_inbox(db, key)
                 )
                 return KeepResult(kept=mine)
-            if capped and capped_backlog(db, key) >= self.d.backlog_limit:
+            if capped and capped_backlog(db, key) >= self.d.policies.backlog_limit:
                 # Claimed all the same: another delivery of it is a duplicate, not kept
                 # after the thread was told this one was not taken.
                 if token:
-                    self.ledger.claim(db, refusal, now.timestamp(), self.d.claim_ttl)
+                    self.ledger.claim(db, refusal, now.timestamp(), self.d.policies.claim_ttl)
                 told = Refusal(
                     event_id=event_id,
                     user=participant or "",
@@ -102,16 +102,16 @@ class Keeps:
                 "run_by": record.run_by or participant,
                 "updated_at": now,
                 "last_activity_at": now,
-                "expires_at": now + self.d.state_ttl,
+                "expires_at": self.d.policies.expiry(now),
             }
             held = record.lease_owner is not None and record.lease_expires_at is not None
-            free = not held or record.lease_expires_at < self.d.takeover_cutoff(now)  # type: ignore[operator]
+            free = not held or record.lease_expires_at < self.d.policies.takeover_cutoff(now)  # type: ignore[operator]
             take = owner is not None and free
             if take:
                 update |= {
                     "fence": record.fence + 1,
                     "lease_owner": owner,
-                    "lease_expires_at": now + self.d.lease_duration,
+                    "lease_expires_at": now + self.d.policies.lease_duration,
                     "stop_by": None,
                 }
             if stop_by:
@@ -125,7 +125,7 @@ class Keeps:
             key=key,
             owner=record.lease_owner or "",
             fence=record.fence,
-            expires_at=now + self.d.lease_duration,
+            expires_at=now + self.d.policies.lease_duration,
             generation=record.generation,
         )
         return KeepResult(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))

@@ -54,7 +54,7 @@ class Ledger:
             return False  # an expired claim counts as absent, as with DynamoDB's late TTL
         db.execute(
             "INSERT OR REPLACE INTO events (event_id, expires_at) VALUES (?, ?)",
-            (event_id, now + (ttl or self.d.event_ttl).total_seconds()),
+            (event_id, now + (ttl or self.d.policies.event_ttl).total_seconds()),
         )
         return True
 
@@ -122,7 +122,7 @@ class Ledger:
         return read_tool(self.d.connection(), key, call_id)
 
     def save_tool(self, db: sqlite3.Connection, record: ToolCallRecord) -> None:
-        expires = (self.d.clock() + self.d.state_ttl).timestamp()
+        expires = (self.d.clock() + self.d.policies.state_ttl).timestamp()
         db.execute(
             "INSERT OR REPLACE INTO tool_calls (key, call_id, record, expires_at)"
             " VALUES (?, ?, ?, ?)",

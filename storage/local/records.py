@@ -26,7 +26,7 @@ class Records:
         now = self.d.clock()
         if record is None or not self.d.expired(record, now):
             return None
-        return record if now <= self.d.tombstone_until(record) else None
+        return record if now <= self.d.policies.tombstone_until(record) else None
 
     def stop_requested(self, key: ConversationKey) -> str | None:
         record = self.get(key)
@@ -50,7 +50,7 @@ class Records:
                     raise NotFound(str(key))
                 record = self.d.fresh(db, key, now, revive=True)
             held = record.lease_owner is not None and record.lease_expires_at is not None
-            busy = held and record.lease_expires_at >= self.d.takeover_cutoff(now)  # type: ignore[operator]
+            busy = held and record.lease_expires_at >= self.d.policies.takeover_cutoff(now)  # type: ignore[operator]
             if takeover_from is not None and record.lease_owner == takeover_from:
                 busy = False  # its holder is known to be dead
             if busy and not force:
@@ -59,7 +59,7 @@ class Records:
                 update={
                     "fence": record.fence + 1,
                     "lease_owner": owner,
-                    "lease_expires_at": now + self.d.lease_duration,  # == Lease.expires_at
+                    "lease_expires_at": now + self.d.policies.lease_duration,  # == Lease.expires_at
                     "stop_by": None,
                     "updated_at": now,
                     **(status_change(status, None, now) if status else {}),
@@ -67,7 +67,7 @@ class Records:
             )
             self.d.save(db, record)
             inbox = read_inbox(db, key)
-        expires = now + self.d.lease_duration
+        expires = now + self.d.policies.lease_duration
         lease = Lease(
             key=key,
             owner=owner,
@@ -81,12 +81,12 @@ class Records:
         now = self.d.clock()
         with self.d.write() as db:
             record = fenced(db, lease)
-            expires = now + self.d.lease_duration
+            expires = now + self.d.policies.lease_duration
             update: dict[str, object] = {"lease_expires_at": expires}
             if working:  # a run in progress is activity: its state lives on (not if gone)
                 if self.d.expired(record, now):
                     raise LeaseLost(str(lease.key), lease.fence)
-                update["expires_at"] = now + self.d.state_ttl
+                update["expires_at"] = self.d.policies.expiry(now)
             self.d.save(db, record.model_copy(update=update))
         return lease.model_copy(update={"expires_at": expires, "stop_by": record.stop_by})
 

@@ -75,13 +75,7 @@ class LocalStore(Store):
         self.database = Database(
             data_dir,
             clock=lambda: self.clock(),
-            lease_duration=self.lease_duration,
-            lease_skew=self.lease_skew,
-            state_ttl=self.state_ttl,
-            tombstone_ttl=self.tombstone_ttl,
-            event_ttl=self.event_ttl,
-            claim_ttl=self.claim_ttl,
-            backlog_limit=self.backlog_limit,
+            policies=self,
         )
         self.data_dir = self.database.data_dir
         self.db_path = self.database.db_path

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -76,18 +76,12 @@ class _PersonChanged(Exception):
     """Only the person's item of a noting write had changed since this process saw it."""
 
 
+@dataclass
 class Commits:
-    def __init__(
-        self,
-        tables: Tables,
-        get: Callable[[ConversationKey], Conversation | None],
-        put_blob: Callable[[str, bytes], None],
-        people: People,
-    ) -> None:
-        self.t = tables
-        self.get = get
-        self.put_blob = put_blob
-        self.people = people
+    t: Tables
+    get: Callable[[ConversationKey], Conversation | None]
+    put_blob: Callable[[str, bytes], None]
+    people: People
 
     def apply(self, commit: Commit) -> Committed:
         now = self.t.clock()

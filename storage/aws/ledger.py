@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -21,18 +22,12 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
 
+@dataclass
 class Ledger:
-    def __init__(
-        self,
-        tables: Tables,
-        generation_of: Callable[[ConversationKey], int],
-        put_blob: Callable[[str, bytes], None],
-        get_blob: Callable[[str], bytes],
-    ) -> None:
-        self.t = tables
-        self.generation_of = generation_of
-        self.put_blob = put_blob
-        self.get_blob = get_blob
+    t: Tables
+    generation_of: Callable[[ConversationKey], int]
+    put_blob: Callable[[str, bytes], None]
+    get_blob: Callable[[str], bytes]
 
     def claim_event(self, event_id: str) -> bool:
         now = self.t.clock()

@@ -3,6 +3,7 @@ become `StorageUnavailable` once boto3's own retries are spent; callers never se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import (
@@ -39,6 +40,18 @@ TRANSIENT_REASONS = frozenset(
 
 def code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def landed(write: Callable[[], object]) -> bool:
+    """Makes a conditional `write`: True when it landed, False when its condition did not
+    hold; any other failure is raised."""
+    try:
+        write()
+    except ClientError as exc:
+        if code(exc) != "ConditionalCheckFailedException":
+            raise
+        return False
+    return True
 
 
 def reasons(exc: ClientError) -> list[dict[str, Any]]:

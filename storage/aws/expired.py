@@ -8,9 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from storage.aws.errors import code
+from storage.aws.errors import landed
 from storage.aws.expressions import Item, n, s, ss
 from storage.aws.inbox import generation_cutoff, row_count, row_entries
 from storage.aws.layout import (
@@ -87,15 +85,11 @@ def revive(t: Tables, key: ConversationKey, old: Item, now: datetime) -> bool:
 def _if_unchanged(write: Callable[..., object], old: Item, **request: Any) -> bool:
     """`write` the record only if it is still the one read (`old`, by its expiry); False
     when it changed meanwhile."""
-    try:
-        write(
+    return landed(
+        lambda: write(
             **request,
             ConditionExpression="#expires_at = :old",
             ExpressionAttributeNames={"#expires_at": "expires_at"},
             ExpressionAttributeValues={":old": old["expires_at"]},
         )
-    except ClientError as exc:
-        if code(exc) != "ConditionalCheckFailedException":
-            raise
-        return False
-    return True
+    )

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from botocore.exceptions import ClientError
-
-from storage.aws.errors import code
+from storage.aws.errors import landed
 from storage.aws.expressions import n, s
 from storage.aws.layout import REMOVALS, epoch_seconds, install_key, ms, removal_key, state_key
 from storage.aws.tables import Tables
@@ -42,18 +40,14 @@ class Installations:
                 TableName=self.t.table, Key=install_key(install_id), ReturnValues="ALL_OLD"
             )
             return bool(gone.get("Attributes"))
-        try:
-            self.t.dynamodb.delete_item(
+        return landed(
+            lambda: self.t.dynamodb.delete_item(
                 TableName=self.t.table,
                 Key=install_key(install_id),
                 ConditionExpression="doc = :doc",
                 ExpressionAttributeValues={":doc": s(only)},
             )
-        except ClientError as exc:
-            if code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     def record_removal(self, removal: Removal) -> bool:
         """Pending while it has no `expires_at` (TTL deletes late: past it, it counts as
@@ -61,18 +55,14 @@ class Installations:
         item = removal_key(check_id(removal.removal_id, "removal id")) | {
             "doc": s(removal.model_dump_json())
         }
-        try:
-            self.t.dynamodb.put_item(
+        return landed(
+            lambda: self.t.dynamodb.put_item(
                 TableName=self.t.table,
                 Item=item,
                 ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
                 ExpressionAttributeValues={":now": n(epoch_seconds(self.t.clock()))},
             )
-        except ClientError as exc:
-            if code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     def find_removal(self, removal_id: str) -> Removal | None:
         found = self.t.dynamodb.get_item(
@@ -102,8 +92,8 @@ class Installations:
 
     def finish_removal(self, removal_id: str) -> None:
         now = self.t.clock()
-        try:
-            self.t.dynamodb.update_item(
+        landed(  # not landed: finished already, or unknown
+            lambda: self.t.dynamodb.update_item(
                 TableName=self.t.table,
                 Key=removal_key(removal_id),
                 UpdateExpression="SET expires_at = :expires, finished_ms = :now",
@@ -113,39 +103,29 @@ class Installations:
                     ":now": n(ms(now)),
                 },
             )
-        except ClientError as exc:
-            if code(exc) != "ConditionalCheckFailedException":  # finished already, or unknown
-                raise
+        )
 
     def issue_state(self, state: str, ttl: timedelta) -> bool:
         """One conditional put: over nothing, or over a state that expired (TTL deletes
         late)."""
         now = self.t.clock()
         item = state_key(check_id(state, "state")) | {"expires_at": n(epoch_seconds(now + ttl))}
-        try:
-            self.t.dynamodb.put_item(
+        return landed(
+            lambda: self.t.dynamodb.put_item(
                 TableName=self.t.table,
                 Item=item,
                 ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
                 ExpressionAttributeValues={":now": n(epoch_seconds(now))},
             )
-        except ClientError as exc:
-            if code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     def consume_state(self, state: str) -> bool:
         """One conditional delete; TTL deletes late, so an expired state counts as absent."""
-        try:
-            self.t.dynamodb.delete_item(
+        return landed(
+            lambda: self.t.dynamodb.delete_item(
                 TableName=self.t.table,
                 Key=state_key(state),
                 ConditionExpression="attribute_exists(pk) AND expires_at >= :now",
                 ExpressionAttributeValues={":now": n(epoch_seconds(self.t.clock()))},
             )
-        except ClientError as exc:
-            if code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )

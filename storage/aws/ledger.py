@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from storage.aws import tools as ledger_rows
-from storage.aws.errors import code, first_failed, is_transient
+from storage.aws.errors import code, first_failed, is_transient, landed
 from storage.aws.expressions import Item, Update, n, s
 from storage.aws.layout import conv_pk, epoch_seconds, meta_key, tool_sk
 from storage.aws.tables import Tables
@@ -32,8 +32,8 @@ class Ledger:
     def claim_event(self, event_id: str) -> bool:
         now = self.t.clock()
         seconds = epoch_seconds(now)
-        try:
-            self.t.dynamodb.put_item(
+        return landed(
+            lambda: self.t.dynamodb.put_item(
                 TableName=self.t.table,
                 Item={
                     "pk": s(f"EVENT#{event_id}"),
@@ -44,11 +44,7 @@ class Ledger:
                 ConditionExpression="attribute_not_exists(pk) OR expires_at < :now",
                 ExpressionAttributeValues={":now": n(seconds)},
             )
-        except ClientError as exc:
-            if code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     def event_claimed(self, event_id: str) -> bool:
         found = self.t.dynamodb.get_item(
@@ -142,13 +138,11 @@ class Ledger:
         `approved` one is its new holder's to start or cancel)."""
         update.require(f"{update.name('status')} = {update.value('our_start', s('started'))}")
         update.require(f"{update.name('fence')} = {update.value('our_fence', n(lease.fence))}")
-        try:
-            self.t.dynamodb.update_item(TableName=self.t.table, Key=key, **update.expression())
-        except ClientError as exc:
-            if code(exc) != "ConditionalCheckFailedException":
-                raise
-            return False
-        return True
+        return landed(
+            lambda: self.t.dynamodb.update_item(
+                TableName=self.t.table, Key=key, **update.expression()
+            )
+        )
 
     def retry(self, lease: Lease, call_id: str, *, max_attempts: int) -> ToolCallRecord | None:
         """One transaction: the lease's check and the call's conditional update."""

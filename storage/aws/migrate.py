@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from storage.aws.errors import code
+from storage.aws.errors import code, landed
 from storage.aws.expressions import Item, Update, n, s
 from storage.aws.keeps import INLINE_ENTRY_LIMIT
 from storage.aws.layout import (
@@ -75,8 +75,8 @@ def _place(tables: Tables, item: Item, done: Migrated) -> None:
     if Status(item["conv_status"]["S"]) not in PLACED or "place_key" in item:
         return
     key = ConversationKey.parse(item["conv_key"]["S"])
-    try:
-        tables.dynamodb.update_item(
+    placed = landed(
+        lambda: tables.dynamodb.update_item(
             TableName=tables.table,
             Key={"pk": item["pk"], "sk": item["sk"]},
             UpdateExpression="SET place_key = :place",
@@ -86,11 +86,9 @@ def _place(tables: Tables, item: Item, done: Migrated) -> None:
                 ":status": item["conv_status"],
             },
         )
-    except ClientError as exc:
-        if code(exc) != "ConditionalCheckFailedException":
-            raise
-        return  # its status changed, or a second run placed it
-    done.placed += 1
+    )
+    if placed:  # else its status changed, or a second run placed it
+        done.placed += 1
 
 
 def _waiting(tables: Tables, item: Item, done: Migrated) -> None:
@@ -102,23 +100,22 @@ def _waiting(tables: Tables, item: Item, done: Migrated) -> None:
         return
     if record.run_by is None or not waitable(record.run_by):
         return
-    try:
-        tables.dynamodb.update_item(
+    run_by = record.run_by
+    listed = landed(
+        lambda: tables.dynamodb.update_item(
             TableName=tables.table,
             Key={"pk": item["pk"], "sk": item["sk"]},
             UpdateExpression="SET waiting_ws = :ws, waiting_sk = :sk",
             ConditionExpression="conv_status = :status AND attribute_not_exists(waiting_ws)",
             ExpressionAttributeValues={
                 ":ws": s(record.key.workspace),
-                ":sk": s(waiting_sk(record.run_by, record.last_activity_at)),
+                ":sk": s(waiting_sk(run_by, record.last_activity_at)),
                 ":status": item["conv_status"],
             },
         )
-    except ClientError as exc:
-        if code(exc) != "ConditionalCheckFailedException":
-            raise
-        return
-    done.waiting += 1
+    )
+    if listed:
+        done.waiting += 1
 
 
 def _migrate_record(tables: Tables, item: Item, done: Migrated) -> None:

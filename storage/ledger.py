@@ -5,6 +5,7 @@ completed side effect never run twice."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Protocol
 
 from storage.models import (
@@ -14,6 +15,21 @@ from storage.models import (
     ToolCallRecord,
     ToolCallStatus,
 )
+
+
+def started(
+    lease: Lease, call_id: str, tool_name: str, arguments: str, now: datetime
+) -> ToolCallRecord:
+    """The record `begin` writes: the call started at `now` under `lease`'s fence."""
+    return ToolCallRecord(
+        key=lease.key,
+        call_id=call_id,
+        tool_name=tool_name,
+        arguments=arguments,
+        status=ToolCallStatus.STARTED,
+        fence=lease.fence,
+        started_at=now,
+    )
 
 
 class LedgerPart(Protocol):

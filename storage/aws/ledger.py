@@ -15,6 +15,7 @@ from storage.aws.expressions import Item, Update, n, s
 from storage.aws.layout import conv_pk, epoch_seconds, meta_key, tool_sk
 from storage.aws.tables import Tables
 from storage.errors import LeaseLost, StorageError
+from storage.ledger import started
 from storage.models import ConversationKey, Lease, ToolCallClaim, ToolCallRecord, ToolCallStatus
 from storage.text import plain_text
 
@@ -58,15 +59,7 @@ class Ledger:
 
     def begin(self, lease: Lease, call_id: str, tool_name: str, arguments: str) -> ToolCallClaim:
         now = self.t.clock()
-        record = ToolCallRecord(
-            key=lease.key,
-            call_id=call_id,
-            tool_name=tool_name,
-            arguments=arguments,
-            status=ToolCallStatus.STARTED,
-            fence=lease.fence,
-            started_at=now,
-        )
+        record = started(lease, call_id, tool_name, arguments, now)
         item = ledger_rows.started_row(
             record, lease.generation, self.t.policies.expiry(now), self.put_blob
         )

@@ -9,6 +9,7 @@ from storage.errors import (
     LeaseLost,
     StorageError,
 )
+from storage.ledger import started
 from storage.local.database import Database, fenced, read_tool
 from storage.models import (
     ConversationKey,
@@ -65,15 +66,7 @@ class Ledger:
             existing = read_tool(db, lease.key, call_id)
             if existing is not None and existing.status is not ToolCallStatus.APPROVED:
                 return ToolCallClaim(record=existing, created=False)
-            record = ToolCallRecord(
-                key=lease.key,
-                call_id=call_id,
-                tool_name=tool_name,
-                arguments=arguments,
-                status=ToolCallStatus.STARTED,
-                fence=lease.fence,
-                started_at=now,
-            )
+            record = started(lease, call_id, tool_name, arguments, now)
             self.save_tool(db, record)
         return ToolCallClaim(record=record, created=True)
 

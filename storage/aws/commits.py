@@ -76,6 +76,21 @@ class _PersonChanged(Exception):
     """Only the person's item of a noting write had changed since this process saw it."""
 
 
+@dataclass(frozen=True)
+class _Transaction:
+    """What one commit's transaction writes: the record's `update`, session `rows`, the
+    `extra` actions (counters, summary, armed calls), the inbox rows it consumes and the
+    person it notes."""
+
+    commit: Commit
+    base_seq: int | None
+    update: Update
+    rows: list[Item]
+    extra: list[TransactWriteItemTypeDef]
+    in_rows: list[str]
+    note: Written | None
+
+
 @dataclass
 class Commits:
     t: Tables
@@ -114,14 +129,15 @@ class Commits:
         armed = [call.call_id for call in commit.arm]
         note = None if commit.note is None else self._note(commit.note, commit.key)
         if rows or extra or in_rows or note:
+            transaction = _Transaction(commit, base_seq, update, rows, extra, in_rows, note)
             try:
-                armed = self._transact_armed(commit, base_seq, update, rows, extra, in_rows, note)
+                armed = self._transact_armed(transaction)
             except _PersonChanged:
                 assert commit.note is not None
                 self.people.forget(commit.note)
                 note = None  # the write goes without it; the note follows from a fresh read
                 again = replace(commit, token=uuid.uuid4().hex)  # another write: its own token
-                armed = self._transact_armed(again, base_seq, update, rows, extra, in_rows, None)
+                armed = self._transact_armed(replace(transaction, commit=again, note=None))
         else:
             self._update(commit, base_seq, update)
         if note is not None:
@@ -137,26 +153,18 @@ class Commits:
             checkpoint = checkpoint.model_copy(update={"session_seq": next_seq})
         return Committed(commit.key, next_seq, checkpoint, commit.status, tuple(armed))
 
-    def _transact_armed(
-        self,
-        commit: Commit,
-        base_seq: int | None,
-        update: Update,
-        rows: list[Item],
-        extra: list[TransactWriteItemTypeDef],
-        in_rows: list[str],
-        note: Written | None,
-    ) -> list[str]:
+    def _transact_armed(self, transaction: _Transaction) -> list[str]:
         """The transaction; the calls it recorded as approved."""
+        commit, extra = transaction.commit, transaction.extra
         armed = [call.call_id for call in commit.arm]
         try:
-            self._transact(commit, base_seq, update, rows, extra, in_rows, note)
+            self._transact(transaction)
         except _ArmedBefore as already:
             # A call this commit arms is in the ledger already (it says more): keep it.
             first = len(extra) - len(commit.arm)
             kept = [a for i, a in enumerate(extra) if i not in already.positions]
             armed = [c for i, c in enumerate(armed) if first + i not in already.positions]
-            self._transact(commit, base_seq, update, rows, kept, in_rows, note)
+            self._transact(replace(transaction, extra=kept))
         return armed
 
     # -- the person it notes -------------------------------------------------------------
@@ -322,18 +330,11 @@ class Commits:
             if failure is not None:
                 raise failure from exc
 
-    def _transact(
-        self,
-        commit: Commit,
-        base_seq: int | None,
-        update: Update,
-        rows: list[Item],
-        extra: list[TransactWriteItemTypeDef],
-        in_rows: list[str],
-        note: Written | None = None,
-    ) -> None:
+    def _transact(self, transaction: _Transaction) -> None:
+        commit, base_seq, note = transaction.commit, transaction.base_seq, transaction.note
+        rows, in_rows = transaction.rows, transaction.in_rows
         actions: list[TransactWriteItemTypeDef] = [
-            {"Update": update.as_update(self.t.table, meta_key(commit.key))}
+            {"Update": transaction.update.as_update(self.t.table, meta_key(commit.key))}
         ]
         actions += [
             {
@@ -357,7 +358,7 @@ class Commits:
             }
             for entry_id in in_rows
         ]
-        actions += extra
+        actions += transaction.extra
         if note is not None:
             actions.append(note.action)  # last: a failure of its own is told apart
         try:

@@ -358,6 +358,23 @@ class Lease(BaseModel):
         "commit under this lease keeps it (where summaries expire, aws)",
     )
 
+    @classmethod
+    def held_in(
+        cls, record: Conversation, housekeeping: tuple[str, ...] = (), *, summary_due: bool = False
+    ) -> Lease:
+        """The lease `record` says is held: by `lease_owner`, until `lease_expires_at`."""
+        assert record.lease_owner is not None and record.lease_expires_at is not None
+        return cls(
+            key=record.key,
+            owner=record.lease_owner,
+            fence=record.fence,
+            expires_at=record.lease_expires_at,
+            generation=record.generation,
+            counted=record.counted,
+            housekeeping=housekeeping,
+            summary_due=summary_due,
+        )
+
 
 class DeliveryMark(BaseModel):
     """Where delivery of a checkpoint's outbox stands: `count` entries of version

@@ -43,7 +43,7 @@ from storage.aws.layout import (
     ms,
     record_from_item,
 )
-from storage.aws.records import Records, lease_of
+from storage.aws.records import Records
 from storage.aws.summaries import renewal_due
 from storage.aws.tables import Tables
 from storage.errors import NotFound, StorageError
@@ -52,6 +52,7 @@ from storage.models import (
     REFUSALS_NAMED,
     ConversationKey,
     InboxEntry,
+    Lease,
     Refusal,
     Status,
     inbox_entry_id,
@@ -169,11 +170,11 @@ class Keeps:
             if item is None:  # written in a transaction: nothing came back, so read it
                 record = self.records.get(key)
                 if record is not None and record.lease_owner == owner:
-                    return KeepResult(kept=True, lease=lease_of(record), record=record)
+                    return KeepResult(kept=True, lease=Lease.held_in(record), record=record)
                 return KeepResult(kept=True)
             record = record_from_item(item, with_inbox=True)
             due = renewal_due(self.t, item, now)
-            lease = lease_of(record, expired_claims(item, now), summary_due=due)
+            lease = Lease.held_in(record, expired_claims(item, now), summary_due=due)
             return KeepResult(kept=True, lease=lease, record=record)
         raise StorageError(f"{key}: keeping a message kept losing to concurrent writers")
 

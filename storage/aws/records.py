@@ -115,12 +115,12 @@ class Records:
                     raise NotFound(str(key)) from exc
                 holder = record_from_item(old, with_inbox=True)
                 if holder.lease_owner == owner and holder.lease_expires_at is not None:
-                    return lease_of(holder), holder  # our own attempt landed; answer was lost
+                    return Lease.held_in(holder), holder  # our own attempt landed; answer was lost
                 raise LeaseBusy(str(key), holder.lease_owner, holder.lease_expires_at) from exc
             item = result["Attributes"]
             record = record_from_item(item, with_inbox=True)
             due = renewal_due(self.t, item, now)
-            return lease_of(record, expired_claims(item, now), summary_due=due), record
+            return Lease.held_in(record, expired_claims(item, now), summary_due=due), record
         raise StorageError(f"{key}: its expired record could not be replaced")
 
     def take(
@@ -171,22 +171,6 @@ class Records:
         )
         value: str | None = found.get("Item", {}).get("stop_by", {}).get("S")
         return value
-
-
-def lease_of(
-    record: Conversation, expired: tuple[str, ...] = (), *, summary_due: bool = False
-) -> Lease:
-    assert record.lease_owner is not None and record.lease_expires_at is not None
-    return Lease(
-        key=record.key,
-        owner=record.lease_owner,
-        fence=record.fence,
-        expires_at=record.lease_expires_at,
-        generation=record.generation,
-        counted=record.counted,
-        housekeeping=expired,
-        summary_due=summary_due,
-    )
 
 
 class Replicas:

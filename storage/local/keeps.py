@@ -121,14 +121,8 @@ class Keeps:
             inbox = read_inbox(db, key)
         if not take:
             return KeepResult(kept=True)
-        lease = Lease(
-            key=key,
-            owner=record.lease_owner or "",
-            fence=record.fence,
-            expires_at=now + self.d.policies.lease_duration,
-            generation=record.generation,
-        )
-        return KeepResult(kept=True, lease=lease, record=record.model_copy(update={"inbox": inbox}))
+        with_inbox = record.model_copy(update={"inbox": inbox})
+        return KeepResult(kept=True, lease=Lease.held_in(record), record=with_inbox)
 
     def read(
         self, key: ConversationKey, generation: int | None, limit: int | None

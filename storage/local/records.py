@@ -67,15 +67,7 @@ class Records:
             )
             self.d.save(db, record)
             inbox = read_inbox(db, key)
-        expires = now + self.d.policies.lease_duration
-        lease = Lease(
-            key=key,
-            owner=owner,
-            fence=record.fence,
-            expires_at=expires,
-            generation=record.generation,
-        )
-        return lease, record.model_copy(update={"inbox": inbox})
+        return Lease.held_in(record), record.model_copy(update={"inbox": inbox})
 
     def renew(self, lease: Lease, *, working: bool) -> Lease:
         now = self.d.clock()

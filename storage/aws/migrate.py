@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from storage.aws.errors import code, landed
-from storage.aws.expressions import Item, Update, n, s
+from storage.aws.expressions import Item, Update, Value, n, s
 from storage.aws.keeps import INLINE_ENTRY_LIMIT
 from storage.aws.layout import (
     INBOX_PREFIX,
@@ -75,20 +75,8 @@ def _place(tables: Tables, item: Item, done: Migrated) -> None:
     if Status(item["conv_status"]["S"]) not in PLACED or "place_key" in item:
         return
     key = ConversationKey.parse(item["conv_key"]["S"])
-    placed = landed(
-        lambda: tables.dynamodb.update_item(
-            TableName=tables.table,
-            Key={"pk": item["pk"], "sk": item["sk"]},
-            UpdateExpression="SET place_key = :place",
-            ConditionExpression="conv_status = :status AND attribute_not_exists(place_key)",
-            ExpressionAttributeValues={
-                ":place": s(key.place),
-                ":status": item["conv_status"],
-            },
-        )
-    )
-    if placed:  # else its status changed, or a second run placed it
-        done.placed += 1
+    if _set_while_status(tables, item, {"place_key": s(key.place)}):
+        done.placed += 1  # else its status changed, or a second run placed it
 
 
 def _waiting(tables: Tables, item: Item, done: Migrated) -> None:
@@ -100,22 +88,27 @@ def _waiting(tables: Tables, item: Item, done: Migrated) -> None:
         return
     if record.run_by is None or not waitable(record.run_by):
         return
-    run_by = record.run_by
-    listed = landed(
-        lambda: tables.dynamodb.update_item(
-            TableName=tables.table,
-            Key={"pk": item["pk"], "sk": item["sk"]},
-            UpdateExpression="SET waiting_ws = :ws, waiting_sk = :sk",
-            ConditionExpression="conv_status = :status AND attribute_not_exists(waiting_ws)",
-            ExpressionAttributeValues={
-                ":ws": s(record.key.workspace),
-                ":sk": s(waiting_sk(run_by, record.last_activity_at)),
-                ":status": item["conv_status"],
-            },
-        )
-    )
-    if listed:
+    since = waiting_sk(record.run_by, record.last_activity_at)
+    if _set_while_status(
+        tables, item, {"waiting_ws": s(record.key.workspace), "waiting_sk": s(since)}
+    ):
         done.waiting += 1
+
+
+def _set_while_status(tables: Tables, item: Item, values: dict[str, Value]) -> bool:
+    """Set `values` on the record `item`, on the condition that its status is still the one
+    read and the first of them is not set yet (a write since then set or removed them
+    itself, or a second run set them); False when it was not."""
+    update = Update()
+    for attribute, value in values.items():
+        update.set(attribute, value)
+    status = update.value("status", item["conv_status"])
+    update.require(f"{update.name('conv_status')} = {status}")
+    update.require(f"attribute_not_exists({update.name(next(iter(values)))})")
+    key = {"pk": item["pk"], "sk": item["sk"]}
+    return landed(
+        lambda: tables.dynamodb.update_item(TableName=tables.table, Key=key, **update.expression())
+    )
 
 
 def _migrate_record(tables: Tables, item: Item, done: Migrated) -> None:

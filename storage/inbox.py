@@ -9,26 +9,13 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from storage.models import ConversationKey, InboxEntry
-from storage.writes import KeepResult
+from storage.writes import KeepRequest, KeepResult
 
 
 class InboxPart(Protocol):
     """A backend's inbox: what `ConversationInbox` hands each call to, with every argument."""
 
-    def keep(
-        self,
-        key: ConversationKey,
-        event_id: str,
-        payload: str,
-        *,
-        create: bool,
-        participant: str | None,
-        owner: str | None,
-        token: str | None,
-        stop_by: str | None,
-        refusal_text: str,
-        capped: bool,
-    ) -> KeepResult: ...
+    def keep(self, request: KeepRequest) -> KeepResult: ...
 
     def read(
         self, key: ConversationKey, generation: int | None, limit: int | None
@@ -87,16 +74,18 @@ class ConversationInbox:
         `inbox_seq`, so that a holder's release sees it, until `refusals_told`."""
         with self.translating:
             return self.keeps.keep(
-                key,
-                event_id,
-                payload,
-                create=create,
-                participant=participant,
-                owner=owner,
-                token=token,
-                stop_by=stop_by,
-                refusal_text=refusal_text,
-                capped=capped,
+                KeepRequest(
+                    key,
+                    event_id,
+                    payload,
+                    create=create,
+                    participant=participant,
+                    owner=owner,
+                    token=token,
+                    stop_by=stop_by,
+                    refusal_text=refusal_text,
+                    capped=capped,
+                )
             )
 
     def refusals_told(

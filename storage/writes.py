@@ -55,6 +55,22 @@ class KeepResult:
 
 
 @dataclass(frozen=True)
+class KeepRequest:
+    """One `keep`'s arguments, as `Store.keep` hands them to a backend (see there)."""
+
+    key: ConversationKey
+    event_id: str
+    payload: str
+    create: bool
+    participant: str | None
+    owner: str | None
+    token: str | None
+    stop_by: str | None
+    refusal_text: str
+    capped: bool
+
+
+@dataclass(frozen=True)
 class SessionPage:
     """Session items read from the store, with the counters an append must build on."""
 

@@ -58,7 +58,7 @@ from storage.models import (
     inbox_entry_id,
     stamp_ms,
 )
-from storage.writes import KeepResult
+from storage.writes import KeepRequest, KeepResult
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -77,50 +77,45 @@ class Keeps:
         self.records = records
         self.hints = Hints()
 
-    def keep(
-        self,
-        key: ConversationKey,
-        event_id: str,
-        payload: str,
-        *,
-        create: bool,
-        participant: str | None,
-        owner: str | None,
-        token: str | None,
-        stop_by: str | None,
-        refusal_text: str,
-        capped: bool,
-    ) -> KeepResult:
-        token = token or uuid.uuid4().hex
+    def keep(self, request: KeepRequest) -> KeepResult:
+        token = request.token or uuid.uuid4().hex
         now = self.t.clock()
-        take = owner is not None and not self.hints.held(key, now)
-        spill = len(payload.encode()) > INLINE_ENTRY_LIMIT or self.hints.spilling(key, now)
+        take = request.owner is not None and not self.hints.held(request.key, now)
+        spill = len(request.payload.encode()) > INLINE_ENTRY_LIMIT or self.hints.spilling(
+            request.key, now
+        )
         for attempt in range(KEEP_ATTEMPTS):
             now = self.t.clock()
             suffix = SPILL_SUFFIX if spill else ""
             entry = InboxEntry(
-                entry_id=inbox_entry_id(now, event_id, capped=capped) + suffix,
-                event_id=event_id,
-                payload=payload,
+                entry_id=inbox_entry_id(now, request.event_id, capped=request.capped) + suffix,
+                event_id=request.event_id,
+                payload=request.payload,
                 received_at=now,
                 token=token,
             )
             update = Update()
             if take:
-                assert owner is not None
-                self.records.take(update, owner, now, keep_stop=bool(stop_by))
+                assert request.owner is not None
+                self.records.take(update, request.owner, now, keep_stop=bool(request.stop_by))
                 update.require(self.t.lease_free(update, now))
             self._keep_update(
-                update, key, entry, now, create=create, participant=participant, capped=capped
+                update,
+                request.key,
+                entry,
+                now,
+                create=request.create,
+                participant=request.participant,
+                capped=request.capped,
             )
-            if stop_by:
-                update.set("stop_by", s(stop_by))
+            if request.stop_by:
+                update.set("stop_by", s(request.stop_by))
             try:
                 item = None
                 if spill:
-                    self._keep_in_row(key, entry, update, f"{token[:30]}-{attempt}")
+                    self._keep_in_row(request.key, entry, update, f"{token[:30]}-{attempt}")
                 else:
-                    item = self._keep_inline(key, update, returned=take)
+                    item = self._keep_inline(request.key, update, returned=take)
             except ClientError as exc:
                 if code(exc) == "IdempotentParameterMismatchException":
                     return KeepResult(kept=True)  # our own attempt landed; its answer was lost
@@ -131,31 +126,32 @@ class Keeps:
                     return KeepResult(kept=claim.get("token", {}).get("S") == token)
                 old = _failed_item(exc)
                 if old is None:
-                    if create:
+                    if request.create:
                         continue  # created meanwhile by another writer: look again
-                    raise NotFound(str(key)) from exc
+                    raise NotFound(str(request.key)) from exc
                 if gone(old, now):  # not even a tombstone: a new conversation
-                    if create and forget_expired(self.t, key, old):
+                    if request.create and forget_expired(self.t, request.key, old):
                         continue
-                    raise NotFound(str(key)) from exc
+                    raise NotFound(str(request.key)) from exc
                 if expired(old, now):
-                    revive(self.t, key, old, now)  # (or someone else did): keep into it
+                    revive(self.t, request.key, old, now)  # (or someone else did): keep into it
                     continue
-                if claimed(old, event_id, now, self.t.policies.claim_ttl):
+                if claimed(old, request.event_id, now, self.t.policies.claim_ttl):
                     # Our own earlier attempt (same token) whose answer was lost is a keep;
                     # anything else with this event id is a duplicate delivery.
                     mine = any(
-                        e.event_id == event_id and e.token == token for e in inline_entries(old)[0]
+                        e.event_id == request.event_id and e.token == token
+                        for e in inline_entries(old)[0]
                     )
                     return KeepResult(kept=mine)
-                if capped and _number(old, "inbox_count") >= self.t.policies.backlog_limit:
+                if request.capped and _number(old, "inbox_count") >= self.t.policies.backlog_limit:
                     refusal = Refusal(
-                        event_id=event_id,
-                        user=participant or "",
-                        text=refusal_text[:REFUSAL_TEXT],
+                        event_id=request.event_id,
+                        user=request.participant or "",
+                        text=request.refusal_text[:REFUSAL_TEXT],
                         at=now,
                     )
-                    return self._refuse(key, entry, token, refusal, old)
+                    return self._refuse(request.key, entry, token, refusal, old)
                 self.hints.note(old)
                 if take and not _lease_free(old, self.t.policies.takeover_cutoff(now)):
                     take = False  # the thread is busy: keep only; its holder will serve it
@@ -166,17 +162,17 @@ class Keeps:
                 raise
             if not take:
                 return KeepResult(kept=True)
-            self.hints.taken(key)
+            self.hints.taken(request.key)
             if item is None:  # written in a transaction: nothing came back, so read it
-                record = self.records.get(key)
-                if record is not None and record.lease_owner == owner:
+                record = self.records.get(request.key)
+                if record is not None and record.lease_owner == request.owner:
                     return KeepResult(kept=True, lease=Lease.held_in(record), record=record)
                 return KeepResult(kept=True)
             record = record_from_item(item, with_inbox=True)
             due = renewal_due(self.t, item, now)
             lease = Lease.held_in(record, expired_claims(item, now), summary_due=due)
             return KeepResult(kept=True, lease=lease, record=record)
-        raise StorageError(f"{key}: keeping a message kept losing to concurrent writers")
+        raise StorageError(f"{request.key}: keeping a message kept losing to concurrent writers")
 
     def _keep_update(
         self,

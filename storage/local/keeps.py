@@ -26,7 +26,7 @@ from storage.models import (
     with_refusal,
     with_refusals_told,
 )
-from storage.writes import KeepResult
+from storage.writes import KeepRequest, KeepResult
 
 
 class Keeps:
@@ -34,91 +34,81 @@ class Keeps:
         self.d = database
         self.ledger = ledger
 
-    def keep(
-        self,
-        key: ConversationKey,
-        event_id: str,
-        payload: str,
-        *,
-        create: bool,
-        participant: str | None,
-        owner: str | None,
-        token: str | None,
-        stop_by: str | None,
-        refusal_text: str,
-        capped: bool,
-    ) -> KeepResult:
+    def keep(self, request: KeepRequest) -> KeepResult:
         now = self.d.clock()
         with self.d.write() as db:
-            record = self.d.live(db, key, now)
+            record = self.d.live(db, request.key, now)
             if record is None:
-                tombstone = read_record(db, key)
+                tombstone = read_record(db, request.key)
                 lasts = tombstone is not None and now <= self.d.policies.tombstone_until(tombstone)
-                if not (create or lasts):
-                    raise NotFound(str(key))
-                record = self.d.fresh(db, key, now, revive=True)
-            claim = f"{key}|{event_id}"
-            refusal = f"{claim}|refused|{token}"  # this keep was refused (if it was)
+                if not (request.create or lasts):
+                    raise NotFound(str(request.key))
+                record = self.d.fresh(db, request.key, now, revive=True)
+            claim = f"{request.key}|{request.event_id}"
+            refusal = f"{claim}|refused|{request.token}"  # this keep was refused (if it was)
             if not self.ledger.claim(db, claim, now.timestamp(), self.d.policies.claim_ttl):
-                if token and self.ledger.claimed(db, refusal, now.timestamp()):
+                if request.token and self.ledger.claimed(db, refusal, now.timestamp()):
                     return KeepResult(kept=False, refused=True)  # our own refusal, retried
                 # Our own earlier attempt (same token) is a keep; anything else a duplicate.
-                mine = bool(token) and any(
-                    e.event_id == event_id and e.token == token for e in read_inbox(db, key)
+                mine = bool(request.token) and any(
+                    e.event_id == request.event_id and e.token == request.token
+                    for e in read_inbox(db, request.key)
                 )
                 return KeepResult(kept=mine)
-            if capped and capped_backlog(db, key) >= self.d.policies.backlog_limit:
+            if request.capped and capped_backlog(db, request.key) >= self.d.policies.backlog_limit:
                 # Claimed all the same: another delivery of it is a duplicate, not kept
                 # after the thread was told this one was not taken.
-                if token:
+                if request.token:
                     self.ledger.claim(db, refusal, now.timestamp(), self.d.policies.claim_ttl)
                 told = Refusal(
-                    event_id=event_id,
-                    user=participant or "",
-                    text=refusal_text[:REFUSAL_TEXT],
+                    event_id=request.event_id,
+                    user=request.participant or "",
+                    text=request.refusal_text[:REFUSAL_TEXT],
                     at=now,
                 )
                 record = with_refusal(record, told)
                 self.d.save(db, record)
                 return KeepResult(kept=False, refused=True, named=told in record.refused)
             entry = InboxEntry(
-                entry_id=inbox_entry_id(now, event_id, capped=capped),
-                event_id=event_id,
-                payload=payload,
+                entry_id=inbox_entry_id(now, request.event_id, capped=request.capped),
+                event_id=request.event_id,
+                payload=request.payload,
                 received_at=now,
-                token=token or "",
+                token=request.token or "",
             )
             db.execute(
                 "INSERT INTO inbox (key, entry_id, entry) VALUES (?, ?, ?)",
-                (str(key), entry.entry_id, entry.model_dump_json()),
+                (str(request.key), entry.entry_id, entry.model_dump_json()),
             )
-            participants = record.participants | ({participant} if participant else set())
+            participants = record.participants | (
+                {request.participant} if request.participant else set()
+            )
             update: dict[str, Any] = {
                 "inbox_seq": record.inbox_seq + 1,
                 **status_change(Status.RUNNING, None, now),
                 "participants": participants,
                 # The first message names the run's starter; later ones never (the holder's
                 # commits do): a reply kept while a run waits is not its starter.
-                "run_by": record.run_by or participant,
+                "run_by": record.run_by or request.participant,
                 "updated_at": now,
                 "last_activity_at": now,
                 "expires_at": self.d.policies.expiry(now),
             }
             held = record.lease_owner is not None and record.lease_expires_at is not None
             free = not held or record.lease_expires_at < self.d.policies.takeover_cutoff(now)  # type: ignore[operator]
-            take = owner is not None and free
+            take = request.owner is not None and free
             if take:
                 update |= {
                     "fence": record.fence + 1,
-                    "lease_owner": owner,
+                    "lease_owner": request.owner,
                     "lease_expires_at": now + self.d.policies.lease_duration,
                     "stop_by": None,
                 }
-            if stop_by:
-                update["stop_by"] = stop_by
+            if request.stop_by:
+                update["stop_by"] = request.stop_by
             record = record.model_copy(update=update)
             self.d.save(db, record)
-            inbox = read_inbox(db, key)
+            inbox = read_inbox(db, request.key)
         if not take:
             return KeepResult(kept=True)
         with_inbox = record.model_copy(update={"inbox": inbox})

@@ -9,7 +9,16 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Protocol
 
-from storage.models import Conversation, ConversationKey, FeedbackTally, Status, Verdict
+from storage.models import (
+    Conversation,
+    ConversationKey,
+    FeedbackTally,
+    Status,
+    Verdict,
+    place_of,
+    waitable,
+    workspace_of,
+)
 
 # The statuses operational queries can find (idle conversations are not indexed).
 INDEXED = tuple(status for status in Status if status is not Status.IDLE)
@@ -38,23 +47,16 @@ class ListingsPart(Protocol):
         limit: int,
     ) -> list[Conversation]: ...
 
+    # The listings of one place or workspace get it as a key names it (`place_of`,
+    # `workspace_of`), and a `limit` of at least one.
+
     def list_paused_in(
-        self,
-        team: str,
-        channel: str,
-        *,
-        enterprise: str | None,
-        participant: str | None,
-        limit: int,
+        self, place: str, *, participant: str | None, limit: int
     ) -> list[Conversation]: ...
 
-    def list_waiting_on(
-        self, team: str, user: str, *, enterprise: str | None, limit: int
-    ) -> list[Conversation]: ...
+    def list_waiting_on(self, workspace: str, user: str, *, limit: int) -> list[Conversation]: ...
 
-    def list_waiting_in(
-        self, team: str, *, enterprise: str | None, limit: int
-    ) -> list[Conversation]: ...
+    def list_waiting_in(self, workspace: str, *, limit: int) -> list[Conversation]: ...
 
 
 class FeedbackPart(Protocol):
@@ -120,10 +122,11 @@ class ConversationListings:
         most `PAUSED_PAGES` queries of `limit` index entries each). So with `participant`,
         a thread of theirs behind that many newer paused threads of others in the channel
         is not listed."""
+        place = place_of(team, channel, enterprise)
+        if place is None or limit < 1:
+            return []
         with self.translating:
-            return self.queries.list_paused_in(
-                team, channel, enterprise=enterprise, participant=participant, limit=limit
-            )
+            return self.queries.list_paused_in(place, participant=participant, limit=limit)
 
     def list_waiting_on(
         self, team: str, user: str, *, enterprise: str | None = None, limit: int = 20
@@ -134,8 +137,11 @@ class ConversationListings:
         conversation out). The most recently waiting first, at most `limit`; never expired
         ones, nor values that could not be parts of a key. Bounded cost: one query of that
         person's entries in an index of waiting conversations, whatever the store holds."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or not waitable(user) or limit < 1:
+            return []
         with self.translating:
-            return self.queries.list_waiting_on(team, user, enterprise=enterprise, limit=limit)
+            return self.queries.list_waiting_on(workspace, user, limit=limit)
 
     def list_waiting_in(
         self, team: str, *, enterprise: str | None = None, limit: int = 50
@@ -145,8 +151,11 @@ class ConversationListings:
         most recently waiting first among those examined: at most `limit * WAITING_PAGES`
         index entries of that workspace (aws: at most `WAITING_PAGES` queries), so in a
         workspace with more waiting than that, some are not listed."""
+        workspace = workspace_of(team, enterprise)
+        if workspace is None or limit < 1:
+            return []
         with self.translating:
-            return self.queries.list_waiting_in(team, enterprise=enterprise, limit=limit)
+            return self.queries.list_waiting_in(workspace, limit=limit)
 
     # -- feedback on answers ------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from storage.aws.layout import (
 )
 from storage.aws.tables import Tables
 from storage.listings import PAUSED_PAGES, WAITING_PAGES
-from storage.models import Conversation, Status, place_of, waitable, workspace_of
+from storage.models import Conversation, Status
 
 EXPIRED_REMEMBERED = 10_000  # keys found expired, not read again (about 1 MB)
 
@@ -174,20 +174,11 @@ class ListingQueries:
         return [item for page in paginator.paginate(**query) for item in page["Items"]]  # type: ignore[misc]
 
     def list_paused_in(
-        self,
-        team: str,
-        channel: str,
-        *,
-        enterprise: str | None,
-        participant: str | None,
-        limit: int,
+        self, place: str, *, participant: str | None, limit: int
     ) -> list[Conversation]:
         """One partition of the place index, newest first, a page of `limit` entries at a
         time, until `limit` are found or `PAUSED_PAGES` pages were read: at most that many
         requests, reading at most `limit * PAUSED_PAGES` index entries."""
-        place = place_of(team, channel, enterprise)
-        if place is None or limit < 1:
-            return []
         now = self.t.clock()
         values = {":place": s(place), ":since": n(ms(now - self.t.policies.state_ttl))}
         query: QueryInputTypeDef = {
@@ -217,27 +208,17 @@ class ListingQueries:
             query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         return found[:limit]
 
-    def list_waiting_on(
-        self, team: str, user: str, *, enterprise: str | None, limit: int
-    ) -> list[Conversation]:
+    def list_waiting_on(self, workspace: str, user: str, *, limit: int) -> list[Conversation]:
         """One query of the person's entries in the approval index, newest first."""
-        workspace = workspace_of(team, enterprise)
-        if workspace is None or not waitable(user) or limit < 1:
-            return []
         query = self._waiting_query(workspace, limit, user)
         query["ScanIndexForward"] = False
         page = self.t.dynamodb.query(**query)
         now = self.t.clock()
         return [self._listed(item) for item in page["Items"] if self._waits(item, now)]
 
-    def list_waiting_in(
-        self, team: str, *, enterprise: str | None, limit: int
-    ) -> list[Conversation]:
+    def list_waiting_in(self, workspace: str, *, limit: int) -> list[Conversation]:
         """The workspace's partition of the approval index, a page of `limit` entries at a
         time, at most `WAITING_PAGES` pages; the most recently waiting of them first."""
-        workspace = workspace_of(team, enterprise)
-        if workspace is None or limit < 1:
-            return []
         query = self._waiting_query(workspace, limit)
         now = self.t.clock()
         found: list[Conversation] = []

@@ -12,9 +12,6 @@ from storage.models import (
     Conversation,
     ConversationKey,
     Status,
-    place_of,
-    waitable,
-    workspace_of,
 )
 
 # The partial index's condition, spelled out (sqlite uses a partial index only for a query
@@ -70,19 +67,10 @@ class ListingQueries:
         return [r for r in found if _of_team(r.key, team, enterprise)][:limit]
 
     def list_paused_in(
-        self,
-        team: str,
-        channel: str,
-        *,
-        enterprise: str | None,
-        participant: str | None,
-        limit: int,
+        self, place: str, *, participant: str | None, limit: int
     ) -> list[Conversation]:
         """Through the partial index `conversations_by_place`, newest first: reads at most
         `limit * PAUSED_PAGES` rows of that channel's paused threads."""
-        place = place_of(team, channel, enterprise)
-        if place is None or limit < 1:
-            return []
         now = self.d.clock()
         rows = (
             self.d.connection()
@@ -102,13 +90,8 @@ class ListingQueries:
             and (participant is None or participant in record.participants)
         ][:limit]
 
-    def list_waiting_on(
-        self, team: str, user: str, *, enterprise: str | None, limit: int
-    ) -> list[Conversation]:
+    def list_waiting_on(self, workspace: str, user: str, *, limit: int) -> list[Conversation]:
         """Through the partial index `conversations_waiting`: that person's entries only."""
-        workspace = workspace_of(team, enterprise)
-        if workspace is None or not waitable(user) or limit < 1:
-            return []
         rows = self.d.connection().execute(
             "SELECT record FROM conversations INDEXED BY conversations_waiting"
             " WHERE waiting_ws = ? AND waiting_user = ? AND waiting_ws IS NOT NULL"
@@ -117,15 +100,10 @@ class ListingQueries:
         )
         return [Conversation.model_validate_json(text) for (text,) in rows]
 
-    def list_waiting_in(
-        self, team: str, *, enterprise: str | None, limit: int
-    ) -> list[Conversation]:
+    def list_waiting_in(self, workspace: str, *, limit: int) -> list[Conversation]:
         """That workspace's entries of `conversations_waiting`: at most `limit *
         WAITING_PAGES` rows examined (the most recently waiting of them listed), as the aws
         backend examines that many index entries."""
-        workspace = workspace_of(team, enterprise)
-        if workspace is None or limit < 1:
-            return []
         rows = self.d.connection().execute(
             "SELECT record, expires_at FROM conversations INDEXED BY conversations_waiting"
             " WHERE waiting_ws = ? AND waiting_ws IS NOT NULL"

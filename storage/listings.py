@@ -16,6 +16,7 @@ from storage.models import (
     Status,
     Verdict,
     place_of,
+    team_prefix,
     waitable,
     workspace_of,
 )
@@ -38,14 +39,9 @@ class ListingsPart(Protocol):
 
     def count_by_status(self) -> dict[Status, int]: ...
 
-    def list_by_team(
-        self,
-        team: str | None,
-        *,
-        enterprise: str | None,
-        statuses: Sequence[Status],
-        limit: int,
-    ) -> list[Conversation]: ...
+    def list_starting(self, prefix: str, *, statuses: Sequence[Status]) -> list[Conversation]:
+        """The live conversations in `statuses` whose key starts with `prefix`."""
+        ...
 
     # The listings of one place or workspace get it as a key names it (`place_of`,
     # `workspace_of`), and a `limit` of at least one.
@@ -98,10 +94,17 @@ class ConversationListings:
         `enterprise` (None: a key without one); with `team` None, those of every team of
         `enterprise`. Least recently active first. A rare operator query (a workspace that
         uninstalled the app): it may read every conversation in those statuses."""
+        if team is None and enterprise is None:
+            raise ValueError("list_by_team needs a team or an enterprise")
+        wanted = [status for status in statuses if status is not Status.IDLE]
         with self.translating:
-            return self.queries.list_by_team(
-                team, enterprise=enterprise, statuses=statuses, limit=limit
-            )
+            found = self.queries.list_starting(team_prefix(team, enterprise), statuses=wanted)
+        mine = [
+            r
+            for r in found
+            if r.key.enterprise == enterprise and (team is None or r.key.team == team)
+        ]
+        return sorted(mine, key=lambda r: r.last_activity_at)[:limit]
 
     def list_paused_in(
         self,

@@ -131,6 +131,11 @@ def place_of(team: str, channel: str, enterprise: str | None = None) -> str | No
     return ":".join(parts)
 
 
+def team_prefix(team: str | None, enterprise: str | None) -> str:
+    """What the keys of a team's conversations start with (see `ConversationKey`)."""
+    return ":".join(part for part in (enterprise, team) if part) + ":"
+
+
 def workspace_of(team: str, enterprise: str | None = None) -> str | None:
     """One workspace, as keys name it: `[enterprise:]team`. None when these could not be
     parts of a key (as with `place_of`)."""

@@ -194,11 +194,6 @@ def replica_key(replica: str) -> dict[str, Value]:
     return {"pk": s(REPLICAS), "sk": s(replica)}
 
 
-def team_prefix(team: str | None, enterprise: str | None) -> str:
-    """What the `conv_key` of a team's conversations starts with (see `ConversationKey`)."""
-    return ":".join(part for part in (enterprise, team) if part) + ":"
-
-
 def meta_key(key: ConversationKey) -> dict[str, Value]:
     return {"pk": s(conv_pk(key)), "sk": s(META)}
 

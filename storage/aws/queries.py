@@ -26,7 +26,6 @@ from storage.aws.layout import (
     ms,
     record_from_item,
     status_key,
-    team_prefix,
 )
 from storage.aws.tables import Tables
 from storage.listings import PAUSED_PAGES, WAITING_PAGES
@@ -129,38 +128,21 @@ class ListingQueries:
         for page in paginator.paginate(**query):  # type: ignore[misc]
             yield from page["Items"]
 
-    def list_by_team(
-        self,
-        team: str | None,
-        *,
-        enterprise: str | None,
-        statuses: Sequence[Status],
-        limit: int,
-    ) -> list[Conversation]:
+    def list_starting(self, prefix: str, *, statuses: Sequence[Status]) -> list[Conversation]:
         """Every shard of every status, filtered on the key's start: a full read of those
         index partitions, for a rare event (a workspace uninstalled the app)."""
-        if team is None and enterprise is None:
-            raise ValueError("list_by_team needs a team or an enterprise")
-        prefix = team_prefix(team, enterprise)
         partitions = [
             status_key(status, shard)
             for status in statuses
-            if status is not Status.IDLE
             for shard in range(self.t.policies.status_shards)
         ]
         now = self.t.clock()
-        found = [
+        return [
             self._listed(item)
             for items in self.pool.map(lambda key: self._starting(key, prefix), partitions)
             for item in items
             if self._alive(item, now) and self._live(item, now)
         ]
-        mine = [
-            r
-            for r in found
-            if r.key.enterprise == enterprise and (team is None or r.key.team == team)
-        ]
-        return sorted(mine, key=lambda r: r.last_activity_at)[:limit]
 
     def _starting(self, key: str, prefix: str) -> list[Item]:
         query: QueryInputTypeDef = {

@@ -10,7 +10,6 @@ from storage.listings import PAUSED_IN_CHANNEL, PAUSED_PAGES, WAITING_PAGES
 from storage.local.database import Database
 from storage.models import (
     Conversation,
-    ConversationKey,
     Status,
 )
 
@@ -46,25 +45,14 @@ class ListingQueries:
         counts.update({Status(status): count for status, count in rows})
         return counts
 
-    def list_by_team(
-        self,
-        team: str | None,
-        *,
-        enterprise: str | None,
-        statuses: Sequence[Status],
-        limit: int,
-    ) -> list[Conversation]:
-        if team is None and enterprise is None:
-            raise ValueError("list_by_team needs a team or an enterprise")
-        wanted = [status.value for status in statuses if status is not Status.IDLE]
-        prefix = ":".join(part for part in (enterprise, team) if part) + ":"
+    def list_starting(self, prefix: str, *, statuses: Sequence[Status]) -> list[Conversation]:
+        wanted = [status.value for status in statuses]
         rows = self.d.connection().execute(
             f"SELECT record FROM conversations WHERE status IN ({','.join('?' * len(wanted))})"
             " AND substr(key, 1, ?) = ? AND expires_at >= ? ORDER BY last_activity_at",
             (*wanted, len(prefix), prefix, self.d.clock().timestamp()),
         )
-        found = [Conversation.model_validate_json(row[0]) for row in rows]
-        return [r for r in found if _of_team(r.key, team, enterprise)][:limit]
+        return [Conversation.model_validate_json(row[0]) for row in rows]
 
     def list_paused_in(
         self, place: str, *, participant: str | None, limit: int
@@ -114,7 +102,3 @@ class ListingQueries:
         found = [Conversation.model_validate_json(text) for text, expires in rows if expires >= now]
         found.sort(key=lambda r: r.waiting_since or r.last_activity_at, reverse=True)
         return found[:limit]
-
-
-def _of_team(key: ConversationKey, team: str | None, enterprise: str | None) -> bool:
-    return key.enterprise == enterprise and (team is None or key.team == team)

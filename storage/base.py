@@ -47,6 +47,7 @@ from storage.writes import (
     INLINE_CHECKPOINT_LIMIT,
     Commit,
     Committed,
+    LeaseRequest,
     SessionPage,
 )
 
@@ -60,16 +61,7 @@ class RecordsPart(Protocol):
 
     def expired_record(self, key: ConversationKey) -> Conversation | None: ...
 
-    def acquire(
-        self,
-        key: ConversationKey,
-        owner: str,
-        *,
-        status: Status | None,
-        force: bool,
-        create: bool,
-        takeover_from: str | None,
-    ) -> tuple[Lease, Conversation]: ...
+    def acquire(self, request: LeaseRequest) -> tuple[Lease, Conversation]: ...
 
     def renew(self, lease: Lease, *, working: bool) -> Lease: ...
 
@@ -178,9 +170,8 @@ class Store(
         unique per acquisition: a retry that finds the lease held by this very `owner`
         (its first attempt landed, the answer was lost) gets that lease."""
         with self.translating:
-            return self.records.acquire(
-                key, owner, status=status, force=force, create=create, takeover_from=takeover_from
-            )
+            request = LeaseRequest(key, owner, status, force, create, takeover_from)
+            return self.records.acquire(request)
 
     def renew(self, lease: Lease, *, working: bool = False) -> Lease:
         """Extend a held lease. Raises `LeaseLost`. The lease it returns carries `stop_by`

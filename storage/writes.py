@@ -55,6 +55,18 @@ class KeepResult:
 
 
 @dataclass(frozen=True)
+class LeaseRequest:
+    """One `acquire`'s arguments, as `Store.acquire` hands them to a backend (see there)."""
+
+    key: ConversationKey
+    owner: str
+    status: Status | None
+    force: bool
+    create: bool
+    takeover_from: str | None
+
+
+@dataclass(frozen=True)
 class KeepRequest:
     """One `keep`'s arguments, as `Store.keep` hands them to a backend (see there)."""
 

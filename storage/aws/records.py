@@ -34,9 +34,9 @@ from storage.models import (
     Conversation,
     ConversationKey,
     Lease,
-    Status,
 )
 from storage.replicas import BEAT_TTL, check_replica
+from storage.writes import LeaseRequest
 
 
 class Records:
@@ -64,36 +64,27 @@ class Records:
 
     # -- leases -------------------------------------------------------------------------
 
-    def acquire(
-        self,
-        key: ConversationKey,
-        owner: str,
-        *,
-        status: Status | None,
-        force: bool,
-        create: bool,
-        takeover_from: str | None,
-    ) -> tuple[Lease, Conversation]:
+    def acquire(self, request: LeaseRequest) -> tuple[Lease, Conversation]:
         for _ in range(2):
             now = self.t.clock()
             update = Update()
-            self.take(update, owner, now)
+            self.take(update, request.owner, now)
             update.set("updated_ms", n(ms(now)))
-            if status is not None:
-                self.t.set_status(update, key, status)
-            self.t.initialise(update, key, now)
-            update.require(self.t.live(update, now, create=create))
-            if takeover_from is not None:
+            if request.status is not None:
+                self.t.set_status(update, request.key, request.status)
+            self.t.initialise(update, request.key, now)
+            update.require(self.t.live(update, now, create=request.create))
+            if request.takeover_from is not None:
                 update.require(
                     f"{self.t.lease_free(update, now)} OR "
-                    f"#lease_owner = {update.value('dead', s(takeover_from))}"
+                    f"#lease_owner = {update.value('dead', s(request.takeover_from))}"
                 )
-            elif not force:
+            elif not request.force:
                 update.require(self.t.lease_free(update, now))
             try:
                 result = self.t.dynamodb.update_item(
                     TableName=self.t.table,
-                    Key=meta_key(key),
+                    Key=meta_key(request.key),
                     ReturnValues="ALL_NEW",
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                     **update.expression(),
@@ -103,25 +94,27 @@ class Records:
                     raise
                 old: Item | None = exc.response.get("Item")  # type: ignore[assignment]
                 if old is None:
-                    raise NotFound(str(key)) from exc
+                    raise NotFound(str(request.key)) from exc
                 if gone(old, now):
-                    if create and forget_expired(self.t, key, old):
+                    if request.create and forget_expired(self.t, request.key, old):
                         continue
-                    raise NotFound(str(key)) from exc
+                    raise NotFound(str(request.key)) from exc
                 if expired(old, now):
-                    if create:
-                        revive(self.t, key, old, now)
+                    if request.create:
+                        revive(self.t, request.key, old, now)
                         continue
-                    raise NotFound(str(key)) from exc
+                    raise NotFound(str(request.key)) from exc
                 holder = record_from_item(old, with_inbox=True)
-                if holder.lease_owner == owner and holder.lease_expires_at is not None:
+                if holder.lease_owner == request.owner and holder.lease_expires_at is not None:
                     return Lease.held_in(holder), holder  # our own attempt landed; answer was lost
-                raise LeaseBusy(str(key), holder.lease_owner, holder.lease_expires_at) from exc
+                raise LeaseBusy(
+                    str(request.key), holder.lease_owner, holder.lease_expires_at
+                ) from exc
             item = result["Attributes"]
             record = record_from_item(item, with_inbox=True)
             due = renewal_due(self.t, item, now)
             return Lease.held_in(record, expired_claims(item, now), summary_due=due), record
-        raise StorageError(f"{key}: its expired record could not be replaced")
+        raise StorageError(f"{request.key}: its expired record could not be replaced")
 
     def take(
         self,

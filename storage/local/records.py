@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 
 from storage.errors import LeaseBusy, LeaseLost, NotFound
 from storage.local.database import Database, fenced, read_inbox, read_record, status_change
-from storage.models import Conversation, ConversationKey, Lease, Status
+from storage.models import Conversation, ConversationKey, Lease
 from storage.replicas import BEAT_TTL, check_replica
+from storage.writes import LeaseRequest
 
 
 class Records:
@@ -32,41 +33,32 @@ class Records:
         record = self.get(key)
         return record.stop_by if record else None
 
-    def acquire(
-        self,
-        key: ConversationKey,
-        owner: str,
-        *,
-        status: Status | None,
-        force: bool,
-        create: bool,
-        takeover_from: str | None,
-    ) -> tuple[Lease, Conversation]:
+    def acquire(self, request: LeaseRequest) -> tuple[Lease, Conversation]:
         now = self.d.clock()
         with self.d.write() as db:
-            record = self.d.live(db, key, now)
+            record = self.d.live(db, request.key, now)
             if record is None:
-                if not create:
-                    raise NotFound(str(key))
-                record = self.d.fresh(db, key, now, revive=True)
+                if not request.create:
+                    raise NotFound(str(request.key))
+                record = self.d.fresh(db, request.key, now, revive=True)
             held = record.lease_owner is not None and record.lease_expires_at is not None
             busy = held and record.lease_expires_at >= self.d.policies.takeover_cutoff(now)  # type: ignore[operator]
-            if takeover_from is not None and record.lease_owner == takeover_from:
+            if request.takeover_from is not None and record.lease_owner == request.takeover_from:
                 busy = False  # its holder is known to be dead
-            if busy and not force:
-                raise LeaseBusy(str(key), record.lease_owner, record.lease_expires_at)
+            if busy and not request.force:
+                raise LeaseBusy(str(request.key), record.lease_owner, record.lease_expires_at)
             record = record.model_copy(
                 update={
                     "fence": record.fence + 1,
-                    "lease_owner": owner,
+                    "lease_owner": request.owner,
                     "lease_expires_at": now + self.d.policies.lease_duration,  # == Lease.expires_at
                     "stop_by": None,
                     "updated_at": now,
-                    **(status_change(status, None, now) if status else {}),
+                    **(status_change(request.status, None, now) if request.status else {}),
                 }
             )
             self.d.save(db, record)
-            inbox = read_inbox(db, key)
+            inbox = read_inbox(db, request.key)
         return Lease.held_in(record), record.model_copy(update={"inbox": inbox})
 
     def renew(self, lease: Lease, *, working: bool) -> Lease:

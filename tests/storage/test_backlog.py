@@ -7,7 +7,6 @@ one keep stays flat however long the backlog: measured in DynamoDB's write units
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -21,6 +20,7 @@ from storage.models import REFUSAL_TEXT, REFUSALS_NAMED
 from storage.writes import DROPPED_KEPT
 from tests.conftest import Backend
 from tests.storage.conftest import KEY
+from tests.storage.test_paused_in_channel import clocked
 
 
 def payload(i: int, size: int = 20) -> str:
@@ -146,6 +146,7 @@ def test_refusals_not_yet_told_outlive_an_expired_state(backend: Backend) -> Non
     record that brings the thread back after its state expired, to be told (chaos seed
     160014: 12 refused messages were neither answered nor named)."""
     store = backend.open(lease_seconds=600, state_ttl=timedelta(seconds=2), backlog_limit=3)
+    clock = clocked(store)  # the keeps all happen within the TTL, however slow the machine
     hold(store)
     for i in range(REFUSALS_NAMED + 4):
         store.keep(KEY, f"Ev{i}", payload(i), create=False, participant="U2")
@@ -154,7 +155,7 @@ def test_refusals_not_yet_told_outlive_an_expired_state(backend: Backend) -> Non
         REFUSALS_NAMED,
         2,
     )
-    time.sleep(3.5)  # the state expires
+    clock.tick(timedelta(seconds=3.5))  # the state expires
     store.keep(KEY, "later", payload(99), participant="U2")
     record = store.get(KEY)
     assert record is not None and record.expired_from is not None
@@ -252,11 +253,13 @@ def test_an_expired_states_messages_are_named_from_its_rows_too(backend: Backend
     names when the thread comes back, as those kept in the record are (chaos seed 150050
     aws: a message behind a burst was neither answered nor named after the expiry)."""
     store = backend.open(lease_seconds=600, state_ttl=timedelta(seconds=2), backlog_limit=2500)
+    clock = clocked(store)  # the keeps all happen within the TTL, however slow the machine
     hold(store)
     sent = [payload(i, 12_500) for i in range(40)]  # past what the record holds on aws
     for i, text in enumerate(sent):
+        clock.tick(timedelta(milliseconds=1))  # one after the other, as they arrive
         assert store.keep(KEY, f"Ev{i}", text, create=False, participant="U2").kept
-    time.sleep(3.5)  # the state expires
+    clock.tick(timedelta(seconds=3.5))  # the state expires
     store.keep(KEY, "later", payload(99), participant="U2")
     record = store.get(KEY)
     assert record is not None and record.expired_from is not None
@@ -269,10 +272,11 @@ def test_an_expired_state_counts_the_messages_it_does_not_quote(backend: Backend
     the thread can be told how many went unanswered (chaos seed 160014: 37 were queued,
     the notice said 11)."""
     store = backend.open(lease_seconds=600, state_ttl=timedelta(seconds=2))
+    clock = clocked(store)  # the keeps all happen within the TTL, however slow the machine
     hold(store)
     for i in range(24):  # short: all in the record on aws
         assert store.keep(KEY, f"Ev{i}", payload(i), create=False, participant="U2").kept
-    time.sleep(3.5)
+    clock.tick(timedelta(seconds=3.5))  # the state expires
     store.keep(KEY, "later", payload(99), participant="U2")
     record = store.get(KEY)
     assert record is not None and record.expired_from is not None

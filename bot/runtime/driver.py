@@ -299,10 +299,10 @@ class _Turn:
             end = await guardrail_tripped(
                 serving, exc, started_by, held, self.consume, resumed=resumed
             )
-            serving.settle(end)
+            await serving.apply(end)
             return
         if is_context_refusal(exc):
-            serving.settle(
+            await serving.apply(
                 await too_large(serving, exc, started_by, held, self.consume, resumed=resumed)
             )
             return
@@ -314,7 +314,7 @@ class _Turn:
                 None,
             )
             return
-        serving.settle(await interrupted(serving, exc))
+        await serving.apply(await interrupted(serving, exc))
 
     async def may_keep(self) -> bool:
         """Whether the turn that returned may be kept; when not, the thread was told why (or

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from bot.runtime.envelope import DecisionRequest, Envelope, UserMessage, parse_payload
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall, quote, quoted_then_counted
-from bot.runtime.serving_view import Settled
+from bot.runtime.pass_results import Settled
 from bot.runtime.state_checks import human_age
 from storage import CheckpointError, CheckpointPointer, Expiry, Status
 

@@ -20,7 +20,7 @@ from agents.exceptions import (
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, HeldMessage
 from bot.runtime.outcomes import Notice, NoticeKind
-from bot.runtime.serving_view import Settled
+from bot.runtime.pass_results import Settled
 from storage import LeaseLost, Status, ToolCallStatus
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ async def guardrail_tripped(
     leaves decided approval requests showing who decided."""
     name = guardrail_name(exc) or "?"
     log.info("%s: guardrail %r stopped the request", serving.key, name)
-    await _not_started(serving)
+    disarmed = await _not_started(serving)
     closed = await state_checks.close_calls(serving, answered=resumed)
     said = _stopped(exc, name)
     if closed.acted:
@@ -84,15 +84,16 @@ async def guardrail_tripped(
         run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
     )
     await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
-    return Settled(Status.IDLE, reread=bool(held))
+    return Settled(Status.IDLE, reread=bool(held), disarmed=disarmed)
 
 
-async def _not_started(serving: ServingView) -> None:
+async def _not_started(serving: ServingView) -> frozenset[str]:
     """Calls approved (or claimed) and never started (a tool input guardrail stopped an
     approved call before it ran): the ledger says they did not run, not "outcome unknown".
     A result recorded after the lease was taken (the call's fence still holds it) is the
-    truth as well."""
-    for call_id in serving.take_armed():
+    truth as well. Returns them: settled here, they are no longer the serve's to run."""
+    armed = frozenset(serving.armed)
+    for call_id in sorted(armed):
         with contextlib.suppress(LeaseLost):  # approved, not started: its new holder's
             await serving.io(
                 serving.store.complete_tool_call,
@@ -101,3 +102,4 @@ async def _not_started(serving: ServingView) -> None:
                 NOT_RUN_GUARDED,
                 status=ToolCallStatus.CANCELLED,
             )
+    return armed

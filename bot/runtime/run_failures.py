@@ -13,7 +13,7 @@ from agents.exceptions import MaxTurnsExceeded
 
 from bot.runtime.model_access import model_access_reason
 from bot.runtime.outcomes import Notice, NoticeKind, new_reference
-from bot.runtime.serving_view import Settled
+from bot.runtime.pass_results import Settled
 from bot.runtime.window_refusals import is_permanent_refusal
 from storage import Status
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -46,9 +46,10 @@ from bot.runtime.outcomes import (
     Refused,
     new_reference,
 )
+from bot.runtime.pass_results import PassResult
 from bot.runtime.progress import shown
 from bot.runtime.runtime_parts import RuntimeParts
-from bot.runtime.serving_view import Settled, Start
+from bot.runtime.serving_view import Start
 from storage import (
     CONSUME_LIMIT,
     KEEP,
@@ -173,7 +174,7 @@ class Serving:
         entries = Entries(inbox[:CONSUME_LIMIT])
         self.read.update(entries.ids)
         if self.record.expired_from is not None:  # the thread is told first
-            self.settle(await expiry.announce(self, entries))
+            await self.apply(await expiry.announce(self, entries))
             return
         if self.record.refusals_untold:  # a notice its process did not live to post
             await self._tell_refusals(idle=False)
@@ -417,15 +418,11 @@ class Serving:
     def note_stopped_by(self, who: str | None) -> None:
         self.stopped_by = who or ""
 
-    def add_notes(self, notes: Sequence[Outcome]) -> None:
-        """For the thread, with the next commit."""
-        self.notes += notes
-
     async def input_for(self, messages: list[HeldMessage]) -> list[TResponseInputItem]:
         """The model's input for the messages that start a run; its notes for the thread go
         out with the run's next commit."""
         given = await render(self.parts, self.key, self.record.next_seq, messages)
-        self.add_notes(given.notes)
+        self.notes += given.notes
         return given.items
 
     def keep_summary(self, made: Summary | None) -> None:
@@ -470,10 +467,11 @@ class Serving:
         """When nothing is left to do, the thread is released as `status`."""
         self.final_status = status
 
-    def settle(self, settled: Settled) -> None:
-        """What a part of the pass decided the thread is left as."""
-        self.release_as(settled.status)
-        self.look_again(settled.reread)
+    async def apply(self, result: PassResult) -> None:
+        """What a part of the pass decided (`pass_results`), applied to this serve."""
+        self.release_as(result.status)
+        self.look_again(result.reread)
+        self.armed -= result.disarmed
 
     def await_decision(self, started_by: str) -> None:
         """The run waits for a decision: released as awaiting approval, listed for the

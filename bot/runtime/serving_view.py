@@ -5,8 +5,6 @@ properties, so that a plain attribute of `Serving` satisfies them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents import RunState, TResponseInputItem
@@ -20,22 +18,13 @@ from bot.runtime.envelope import (
     RunWindow,
 )
 from bot.runtime.outcomes import Notice, Outcome
+from bot.runtime.pass_results import PassResult
 from bot.runtime.runtime_parts import RuntimeParts
 from storage import Conversation, ConversationKey, Lease, LeaseKeeper, Status, Store, Summary
 from storage.calls import StorageCalls
 
 # What a run starts from: a new input, or a saved run state to continue.
 Start = str | list[TResponseInputItem] | RunState[Any]
-
-
-@dataclass(frozen=True)
-class Settled:
-    """What a part of a pass decided the thread is left as, for the serve to apply:
-    released as `status` when nothing more is to do, after reading the inbox once more
-    when `reread` (messages that came for the run it ended)."""
-
-    status: Status
-    reread: bool = False
 
 
 class ServingView(Protocol):
@@ -73,7 +62,6 @@ class ServingView(Protocol):
     async def show_work(self, requester: str | None) -> None: ...
     async def emit_now(self, outcome: Outcome) -> None: ...
     async def refuse(self, decision: DecisionRequest, text: str) -> None: ...
-    def add_notes(self, notes: Sequence[Outcome]) -> None: ...
     def note_decisions(self, decided: dict[str, DecisionMade]) -> None: ...
     def note_stopped_by(self, who: str | None) -> None: ...
     async def input_for(self, messages: list[HeldMessage]) -> list[TResponseInputItem]: ...
@@ -82,7 +70,7 @@ class ServingView(Protocol):
     async def saved_envelope(self) -> Envelope | None: ...
     def take_reminder(self) -> bool: ...
     def release_as(self, status: Status) -> None: ...
-    def settle(self, settled: Settled) -> None: ...
+    async def apply(self, result: PassResult) -> None: ...
     def await_decision(self, started_by: str) -> None: ...
     def look_again(self, when: bool = True) -> None: ...
     def give_back(self) -> None: ...

@@ -14,7 +14,7 @@ from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, HeldMessage
 from bot.runtime.fitting import TooLarge
 from bot.runtime.outcomes import Notice, NoticeKind, new_reference
-from bot.runtime.serving_view import Settled
+from bot.runtime.pass_results import Settled
 from storage import Status
 
 if TYPE_CHECKING:

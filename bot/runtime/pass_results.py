@@ -1,0 +1,24 @@
+"""What the parts of a pass decide (the approvals, expiry, stops, state checks, the run),
+returned to the serve as values that it applies: `Serving` alone writes its working state.
+Each value says what one kind of decision leaves the serve as."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage import Status
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a part of a pass decided the thread is left as: released as `status` when
+    nothing more is to do, after reading the inbox once more when `reread` (messages that
+    came for the run it ended). `disarmed`: calls this serve armed that the part settled
+    (a check stopped them before they started): the serve no longer counts them as its own."""
+
+    status: Status
+    reread: bool = False
+    disarmed: frozenset[str] = frozenset()
+
+
+PassResult = Settled

@@ -293,7 +293,8 @@ class _Turn:
         if isinstance(exc, StorageError):
             raise exc
         if isinstance(exc, McpServerDown) or self.seen_down:
-            await paused_for(serving, sorted(self.seen_down | set(getattr(exc, "servers", []))))
+            down = sorted(self.seen_down | set(getattr(exc, "servers", [])))
+            await serving.apply(await paused_for(serving, down))
             return
         if guardrail_name(exc) is not None:
             end = await guardrail_tripped(
@@ -325,7 +326,7 @@ class _Turn:
             raise scope.fault
         if self.seen_down:  # e.g. an agent used as a tool could not list its MCP tools
             self.session.discard_pending()
-            await paused_for(serving, sorted(self.seen_down))
+            await serving.apply(await paused_for(serving, sorted(self.seen_down)))
             return False
         serving.check()
         if serving.stop_asked:  # before anything of this turn is kept or posted

@@ -47,6 +47,7 @@ from bot.runtime.mcp_failures import (
     timed_out,
 )
 from bot.runtime.outcomes import Notice, NoticeKind, Outcome
+from bot.runtime.pass_results import Paused
 from bot.runtime.tool_failures import CURRENT_CALL, CallWatch, NoAnswer
 from storage import ConversationKey
 
@@ -425,17 +426,16 @@ class PausedServe(Protocol):
     def key(self) -> ConversationKey: ...
     @property
     def parts(self) -> _HasServers: ...
-    def pause_for_servers(self) -> None: ...
     async def emit_now(self, outcome: Outcome) -> None: ...
 
 
-async def paused_for(serving: PausedServe, servers: Sequence[str]) -> None:
-    """A run needs MCP servers that are down: the thread waits, interrupted, and is told.
-    Nothing is lost: its messages stay queued, its checkpoint stays as it was. This process
-    continues it when the servers are back; the next message or `/resume` does too."""
+async def paused_for(serving: PausedServe, servers: Sequence[str]) -> Paused:
+    """A run needs MCP servers that are down: the thread waits, interrupted, and is told
+    (the serve applies the `Paused` returned). Nothing is lost: its messages stay queued,
+    its checkpoint stays as it was. This process continues it when the servers are back;
+    the next message or `/resume` does too."""
     names = " and ".join(f"`{name}`" for name in servers)
     log.warning("%s: paused: MCP server(s) %s unavailable", serving.key, ", ".join(servers))
-    serving.pause_for_servers()  # nothing more runs in this serve
     serving.parts.mcp.wait_for(serving.key, servers)
     await serving.emit_now(
         Notice(
@@ -445,3 +445,4 @@ async def paused_for(serving: PausedServe, servers: Sequence[str]) -> None:
             "lost: I'll continue when they are back (or use /resume).",
         )
     )
+    return Paused()

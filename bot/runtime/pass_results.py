@@ -21,4 +21,10 @@ class Settled:
     disarmed: frozenset[str] = frozenset()
 
 
-PassResult = Settled
+@dataclass(frozen=True)
+class Paused:
+    """The run needs MCP servers that are down (`mcp_servers.paused_for`): the thread waits,
+    interrupted, and nothing more runs in this serve (not even the rest of a backlog)."""
+
+
+PassResult = Settled | Paused

@@ -46,7 +46,7 @@ from bot.runtime.outcomes import (
     Refused,
     new_reference,
 )
-from bot.runtime.pass_results import PassResult
+from bot.runtime.pass_results import PassResult, Paused, Settled
 from bot.runtime.progress import shown
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving_view import Start
@@ -180,7 +180,7 @@ class Serving:
             await self._tell_refusals(idle=False)
         unlisted = await self.parts.mcp.ready()
         if unlisted:  # the fingerprint is not final: nothing can be verified or committed
-            await paused_for(self, unlisted)
+            await self.apply(await paused_for(self, unlisted))
             return
         try:
             current = await state_checks.current_envelope(self)
@@ -405,12 +405,6 @@ class Serving:
         self.closed_to = finished
         self.look_again()
 
-    def pause_for_servers(self) -> None:
-        """It waits, interrupted, for MCP servers that are down: nothing more runs here."""
-        self.release_as(Status.INTERRUPTED)
-        self.paused = True
-        self.backlog_left = False
-
     def note_decisions(self, decided: dict[str, DecisionMade]) -> None:
         """Who decided what, carried to the envelopes this serve writes next."""
         self.decided = decided
@@ -469,9 +463,15 @@ class Serving:
 
     async def apply(self, result: PassResult) -> None:
         """What a part of the pass decided (`pass_results`), applied to this serve."""
-        self.release_as(result.status)
-        self.look_again(result.reread)
-        self.armed -= result.disarmed
+        match result:
+            case Settled():
+                self.release_as(result.status)
+                self.look_again(result.reread)
+                self.armed -= result.disarmed
+            case Paused():
+                self.release_as(Status.INTERRUPTED)
+                self.paused = True
+                self.backlog_left = False
 
     def await_decision(self, started_by: str) -> None:
         """The run waits for a decision: released as awaiting approval, listed for the

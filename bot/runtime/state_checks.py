@@ -158,11 +158,11 @@ async def load_state(serving: ServingView, envelope: Envelope) -> RunState[Any] 
             context_deserializer=lambda _: context,
         )
     except McpServerDown as unavailable:
-        await paused_for(serving, unavailable.servers)
+        await serving.apply(await paused_for(serving, unavailable.servers))
         return None
     except Exception as exc:
         if down:
-            await paused_for(serving, sorted(down))
+            await serving.apply(await paused_for(serving, sorted(down)))
             return None
         if not isinstance(exc, UserError | ModelBehaviorError | ValueError | KeyError | TypeError):
             raise

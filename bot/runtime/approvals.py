@@ -176,7 +176,8 @@ async def _decided(
     clicks: list[DecisionRequest],
 ) -> None:
     state = await state_checks.load_state(serving, envelope)
-    if state is None:
+    if not isinstance(state, RunState):
+        await serving.apply(state)
         return
     apply_decisions(state, verdicts)
     outcomes: list[Outcome] = [
@@ -239,7 +240,8 @@ async def _keep(
     decided = dict(envelope.decided)
     if verdicts:
         state = await state_checks.load_state(serving, envelope)
-        if state is None:
+        if not isinstance(state, RunState):
+            await serving.apply(state)
             return
         apply_decisions(state, verdicts)
         state_doc = state_document(state)

@@ -309,11 +309,12 @@ class _Turn:
             return
         if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
             log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
-            await state_checks.fail_closed(
+            failed = await state_checks.fail_closed(
                 serving,
                 state_checks.FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"),
                 None,
             )
+            await serving.apply(failed)
             return
         await serving.apply(await interrupted(serving, exc))
 

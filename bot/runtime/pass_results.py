@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bot.runtime.envelope import Envelope
 from storage import Status
 
 
@@ -27,4 +28,13 @@ class Paused:
     interrupted, and nothing more runs in this serve (not even the rest of a backlog)."""
 
 
-PassResult = Settled | Paused
+@dataclass(frozen=True)
+class FailedClosed:
+    """The saved state was set aside as untrustworthy (`state_checks.fail_closed`): what
+    arrived with this pass is served from `finished`, the fresh state, after reading the
+    inbox once more."""
+
+    finished: Envelope
+
+
+PassResult = Settled | Paused | FailedClosed

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from agents import TResponseInputItem
+from agents import RunState, TResponseInputItem
 
 from bot import metrics
 from bot.runtime import applying_stops, approvals, backlog_refusals, expiry, state_checks
@@ -46,7 +46,7 @@ from bot.runtime.outcomes import (
     Refused,
     new_reference,
 )
-from bot.runtime.pass_results import PassResult, Paused, Settled
+from bot.runtime.pass_results import FailedClosed, PassResult, Paused, Settled
 from bot.runtime.progress import shown
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving_view import Start
@@ -183,10 +183,13 @@ class Serving:
             await self.apply(await paused_for(self, unlisted))
             return
         try:
-            current = await state_checks.current_envelope(self)
+            checked = await state_checks.current_envelope(self)
         except state_checks.WrittenByNewer as newer:
             self._leave_for_newer(str(newer))
             return
+        if isinstance(checked, FailedClosed):
+            await self.apply(checked)
+        current = checked.finished if isinstance(checked, FailedClosed) else checked
         owed: list[Outcome] = []
         if not self.outbox.loaded(self.version):
             self.outbox.load(self.record, current.outbox if current else [])
@@ -223,10 +226,11 @@ class Serving:
         arrived = [HeldMessage.of(m) for m in entries.messages]
         if runnable is not None:  # a run to continue (after a restart, or `/resume`)
             state = await state_checks.load_state(self, runnable)
-            if state is not None:
+            if isinstance(state, RunState):
                 held = runnable.held + arrived
                 await self.drive(state, runnable.started_by, held, entries.ids, runnable.window)
                 return
+            await self.apply(state)
             if self.paused:  # its MCP servers are down: it waits
                 return
             current = self.closed_to
@@ -399,12 +403,6 @@ class Serving:
                 log.warning("%s: could not delete %s", self.key, old.object_key, exc_info=True)
         self.release_as(release_as)
 
-    def failed_closed(self, finished: Envelope) -> None:
-        """The state was set aside as untrustworthy: what arrived with this pass is served
-        from `finished`, the fresh state."""
-        self.closed_to = finished
-        self.look_again()
-
     def note_decisions(self, decided: dict[str, DecisionMade]) -> None:
         """Who decided what, carried to the envelopes this serve writes next."""
         self.decided = decided
@@ -472,6 +470,9 @@ class Serving:
                 self.release_as(Status.INTERRUPTED)
                 self.paused = True
                 self.backlog_left = False
+            case FailedClosed():
+                self.closed_to = result.finished
+                self.look_again()
 
     def await_decision(self, started_by: str) -> None:
         """The run waits for a decision: released as awaiting approval, listed for the

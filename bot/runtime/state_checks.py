@@ -27,6 +27,7 @@ from bot.runtime.open_calls import (
     unanswered_calls,
 )
 from bot.runtime.outcomes import Notice, NoticeKind, PendingCall, new_reference
+from bot.runtime.pass_results import FailedClosed, Paused
 from bot.runtime.request_context import for_restore, request_context
 from storage import CheckpointError, Conversation, Status, ToolCallRecord, ToolCallStatus
 
@@ -85,9 +86,10 @@ def verify(record: Conversation, *, fingerprint: str, state_ttl: timedelta, now:
         )
 
 
-async def current_envelope(serving: ServingView) -> Envelope | None:
-    """The checkpoint's envelope, verified; None when there is none, when it is finished
-    and owes nothing (not even loaded), or when it was set aside (a notice says so)."""
+async def current_envelope(serving: ServingView) -> Envelope | FailedClosed | None:
+    """The checkpoint's envelope, verified; None when there is none, or when it is finished
+    and owes nothing (not even loaded); `FailedClosed` when it was set aside (a notice says
+    so)."""
     record = serving.record
     pointer = record.checkpoint
     if pointer is None:
@@ -135,10 +137,13 @@ async def current_envelope(serving: ServingView) -> Envelope | None:
     return envelope
 
 
-async def load_state(serving: ServingView, envelope: Envelope) -> RunState[Any] | None:
+async def load_state(
+    serving: ServingView, envelope: Envelope
+) -> RunState[Any] | Paused | FailedClosed:
     """The SDK's run state, with the run context rebuilt from the envelope (not the copy the
-    state carries). None when it was set aside (`fail_closed`), or when the MCP
-    servers it needs are down (the thread then waits, interrupted: `paused_for`)."""
+    state carries). Else what the serve is left as: `FailedClosed` when it was set aside
+    (`fail_closed`), `Paused` when the MCP servers it needs are down (the thread then
+    waits, interrupted: `paused_for`)."""
     context = request_context(
         serving.key, envelope.started_by, envelope.decided, serving.lease.generation
     )
@@ -158,19 +163,16 @@ async def load_state(serving: ServingView, envelope: Envelope) -> RunState[Any] 
             context_deserializer=lambda _: context,
         )
     except McpServerDown as unavailable:
-        await serving.apply(await paused_for(serving, unavailable.servers))
-        return None
+        return await paused_for(serving, unavailable.servers)
     except Exception as exc:
         if down:
-            await serving.apply(await paused_for(serving, sorted(down)))
-            return None
+            return await paused_for(serving, sorted(down))
         if not isinstance(exc, UserError | ModelBehaviorError | ValueError | KeyError | TypeError):
             raise
         log.error("%s: the SDK refused the saved state: %s", serving.key, exc)
-        await fail_closed(
+        return await fail_closed(
             serving, FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"), envelope
         )
-        return None
     finally:
         SEEN_DOWN.reset(token)
 
@@ -183,10 +185,11 @@ def _current_agent_name(run_state: dict[str, Any]) -> str | None:
 
 async def fail_closed(
     serving: ServingView, failure: FailClosed, envelope: Envelope | None
-) -> Envelope:
+) -> FailedClosed:
     """Run nothing; close the history's open calls as the ledger says; replace the
     checkpoint by a finished one that carries the notice (and any messages held for the
-    next run); say what was lost and why. Returns that finished envelope."""
+    next run); say what was lost and why. Returns that finished envelope, for the serve to
+    serve what arrived from."""
     reference = new_reference()
     log.warning("%s [%s]: failing closed: %s", serving.key, reference, failure.why)
     closed = await close_calls(serving, run=envelope)
@@ -216,8 +219,7 @@ async def fail_closed(
         release_as=Status.SET_ASIDE,
         orphan_ok=True,  # the run's state is set aside already: an orphan blob harms none
     )
-    serving.failed_closed(tombstone)
-    return tombstone
+    return FailedClosed(tombstone)
 
 
 async def close_calls(

@@ -9,6 +9,7 @@ finished one is answered truthfully ("it had already finished")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bot.runtime import state_checks
@@ -22,6 +23,7 @@ from bot.runtime.envelope import (
 )
 from bot.runtime.open_calls import STOPPED_BEFORE_IT_RAN
 from bot.runtime.outcomes import Notice, NoticeKind, Refused, quote
+from bot.runtime.pass_results import Stopped
 from storage import (
     CONSUME_LIMIT,
     KEEP,
@@ -39,18 +41,18 @@ if TYPE_CHECKING:
 QUOTED = 10  # messages dropped by a stop that the notice names
 
 
-async def stopped(serving: ServingView, consume: list[str], *, by: str | None = None) -> None:
+async def stopped(serving: ServingView, consume: list[str], *, by: str | None = None) -> Stopped:
     """Someone asked the run to stop: it ends here. Its open calls are closed as the ledger
     says (a call that ran is said to have run; one armed but never started was stopped before
     it ran), the checkpoint is replaced by a finished one with the notice, messages that came
     for this run (held by its checkpoint, or in `consume`: given to it, not yet committed)
     are dropped and named, stop requests waiting in the inbox are consumed with
     it, and the next message starts a fresh run. Nothing of the run is posted after the
-    notice."""
+    notice. Returns what the serve is left with (`Stopped`)."""
     record = serving.record
     who = by or (serving.keeper.stop_by if serving.keeper else None)
     envelope = await serving.saved_envelope()
-    await _cancel_armed(serving)
+    disarmed = await _cancel_armed(serving)
     closed = await state_checks.close_calls(serving, run=envelope)
     inbox = await serving.io(
         serving.store.read_inbox, serving.key, record.generation, CONSUME_LIMIT
@@ -76,7 +78,6 @@ async def stopped(serving: ServingView, consume: list[str], *, by: str | None = 
     decided = dict(serving.decided)
     for call in closed.not_run + closed.stopped + closed.approved:
         decided[call.call_id] = DecisionMade(approved=False, user=who or "", stopped=True)
-    serving.note_decisions(decided)
     tombstone = Envelope(
         run_state={},
         started_by=envelope.started_by if envelope else "",
@@ -92,16 +93,18 @@ async def stopped(serving: ServingView, consume: list[str], *, by: str | None = 
         release_as=Status.IDLE,
         clear_stop=True,
     )
-    serving.note_stopped_by(who)
     if serving.keeper is not None:
         serving.keeper.stop_applied()
+    return Stopped(by=who or "", decided=decided, disarmed=disarmed)
 
 
-async def stop_requests(serving: ServingView, entries: Entries, runnable: Envelope | None) -> bool:
+async def stop_requests(
+    serving: ServingView, entries: Entries, runnable: Envelope | None
+) -> Stopped | None:
     """Stops read from the inbox in this pass. With a run to continue (paused for approval,
     interrupted), it is stopped: messages and clicks that came before the stop go with it;
     later messages are served next. Without one, each stopper is told it had finished.
-    True when the run was stopped (the pass is over)."""
+    `Stopped` when the run was stopped (the pass is over)."""
     first_arrived = entries.stop_arrived[0]
     if runnable is not None:
         before = [
@@ -116,9 +119,8 @@ async def stop_requests(serving: ServingView, entries: Entries, runnable: Envelo
             if not isinstance(item, UserMessage):  # a click: moot now (a message is named)
                 await serving.refuse(item, f"That call was stopped by <@{who}> before it ran.")
         consume = entries.stop_ids + [entry_id for entry_id, _ in before]
-        await stopped(serving, consume, by=who)
-        serving.look_again()  # what came after the stop is served next
-        return True
+        applied = await stopped(serving, consume, by=who)
+        return replace(applied, reread=True)  # what came after the stop is served next
     for stop in entries.stops:
         text = nothing_to_stop(serving.stopped_by)
         await serving.emit_now(
@@ -137,17 +139,19 @@ async def stop_requests(serving: ServingView, entries: Entries, runnable: Envelo
     if serving.keeper is not None:
         serving.keeper.stop_applied()
     entries.ids = [entry_id for entry_id in entries.ids if entry_id not in entries.stop_ids]
-    return False
+    return None
 
 
-async def _cancel_armed(serving: ServingView) -> None:
+async def _cancel_armed(serving: ServingView) -> frozenset[str]:
     """Calls this serve approved (with the commit that approved them) or claimed just
     before running them, and never started (the stop came first): the ledger says they did
     not run, rather than "outcome unknown". When the thread was taken from this serve
     meanwhile (a discard, which may have read a claimed call as started and said its
     outcome is unknown), the ledger is still set right, and the thread is told; an approved
-    call is then its new holder's to settle (`LeaseLost`)."""
-    for call_id in serving.take_armed():
+    call is then its new holder's to settle (`LeaseLost`). Returns them: no longer the
+    serve's to run."""
+    armed = frozenset(serving.armed)
+    for call_id in sorted(armed):
         try:
             held = await serving.io(
                 serving.store.complete_tool_call,
@@ -160,6 +164,7 @@ async def _cancel_armed(serving: ServingView) -> None:
             continue  # approved, not started: its new holder's (the others still are ours)
         if not held:
             await _tell_cancelled_late(serving, call_id)
+    return armed
 
 
 async def _tell_cancelled_late(serving: ServingView, call_id: str) -> None:

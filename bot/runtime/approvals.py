@@ -209,7 +209,7 @@ async def _decided(
                 if who
                 else "That call was stopped before it ran.",
             )
-        await applying_stops.stopped(serving, consume)
+        await serving.apply(await applying_stops.stopped(serving, consume))
         return
     # The decision is durable before anything runs: a crash from here on is recovered from
     # this checkpoint (status `running`), not asked again.

@@ -115,7 +115,7 @@ async def drive(
             session.lease = serving.lease
             if serving.stop_asked:
                 session.discard_pending()
-                await applying_stops.stopped(serving, consume)
+                await serving.apply(await applying_stops.stopped(serving, consume))
                 return
             turn = _Turn(serving, session, scope, seen_down, consume)
             result = await turn.run(start, started_by, held, view, from_checkpoint=from_checkpoint)
@@ -261,7 +261,7 @@ class _Turn:
             raise
         if abandoned:
             self.session.discard_pending()
-            await applying_stops.stopped(serving, self.consume)
+            await serving.apply(await applying_stops.stopped(serving, self.consume))
             return None
         try:
             return await turn
@@ -332,7 +332,7 @@ class _Turn:
         serving.check()
         if serving.stop_asked:  # before anything of this turn is kept or posted
             self.session.discard_pending()
-            await applying_stops.stopped(serving, self.consume)
+            await serving.apply(await applying_stops.stopped(serving, self.consume))
             return False
         return True
 

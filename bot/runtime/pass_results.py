@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.runtime.envelope import Envelope
+from bot.runtime.envelope import DecisionMade, Envelope
 from storage import Status
 
 
@@ -37,4 +37,17 @@ class FailedClosed:
     finished: Envelope
 
 
-PassResult = Settled | Paused | FailedClosed
+@dataclass(frozen=True)
+class Stopped:
+    """A run was stopped on request (`applying_stops`): who stopped it (`by`, told to a
+    later stop; "" when not known), who decided what with the calls it stopped
+    (`decided`), the calls this serve armed that the stop settled (`disarmed`), and
+    whether to read the inbox once more (`reread`: what came after the stop)."""
+
+    by: str
+    decided: dict[str, DecisionMade]
+    disarmed: frozenset[str]
+    reread: bool = False
+
+
+PassResult = Settled | Paused | FailedClosed | Stopped

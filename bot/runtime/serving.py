@@ -46,7 +46,7 @@ from bot.runtime.outcomes import (
     Refused,
     new_reference,
 )
-from bot.runtime.pass_results import FailedClosed, PassResult, Paused, Settled
+from bot.runtime.pass_results import FailedClosed, PassResult, Paused, Settled, Stopped
 from bot.runtime.progress import shown
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving_view import Start
@@ -214,8 +214,11 @@ class Serving:
             )
         self.outcomes.extend(owed)
         await self.outbox.deliver()
-        if entries.stops and await applying_stops.stop_requests(self, entries, runnable):
-            return
+        if entries.stops:
+            stop = await applying_stops.stop_requests(self, entries, runnable)
+            if stop is not None:
+                await self.apply(stop)
+                return
         if runnable is not None and runnable.humans:
             await approvals.while_awaiting(self, runnable, entries)
             return
@@ -407,9 +410,6 @@ class Serving:
         """Who decided what, carried to the envelopes this serve writes next."""
         self.decided = decided
 
-    def note_stopped_by(self, who: str | None) -> None:
-        self.stopped_by = who or ""
-
     async def input_for(self, messages: list[HeldMessage]) -> list[TResponseInputItem]:
         """The model's input for the messages that start a run; its notes for the thread go
         out with the run's next commit."""
@@ -421,13 +421,6 @@ class Serving:
         """A summary made for a run of this serve: stored by its next checkpoint commit."""
         if made is not None:
             self.pending_summary = made
-
-    def take_armed(self) -> list[str]:
-        """The calls this serve armed that no tool started, handed to whoever settles them
-        (a stop, a guardrail's trip): the serve no longer counts them as its own."""
-        armed = sorted(self.armed)
-        self.armed.clear()
-        return armed
 
     def take_reminder(self) -> bool:
         """Whether to remind the thread of what it waits for (once)."""
@@ -473,6 +466,12 @@ class Serving:
             case FailedClosed():
                 self.closed_to = result.finished
                 self.look_again()
+            case Stopped():
+                self.decided = result.decided
+                self.stopped_by = result.by
+                self.armed -= result.disarmed
+                if result.reread:
+                    self.look_again()
 
     def await_decision(self, started_by: str) -> None:
         """The run waits for a decision: released as awaiting approval, listed for the

@@ -41,14 +41,21 @@ if TYPE_CHECKING:
 QUOTED = 10  # messages dropped by a stop that the notice names
 
 
-async def stopped(serving: ServingView, consume: list[str], *, by: str | None = None) -> Stopped:
+async def stopped(
+    serving: ServingView,
+    consume: list[str],
+    *,
+    by: str | None = None,
+    decided: dict[str, DecisionMade] | None = None,
+) -> Stopped:
     """Someone asked the run to stop: it ends here. Its open calls are closed as the ledger
     says (a call that ran is said to have run; one armed but never started was stopped before
     it ran), the checkpoint is replaced by a finished one with the notice, messages that came
     for this run (held by its checkpoint, or in `consume`: given to it, not yet committed)
     are dropped and named, stop requests waiting in the inbox are consumed with
     it, and the next message starts a fresh run. Nothing of the run is posted after the
-    notice. Returns what the serve is left with (`Stopped`)."""
+    notice. `decided`: who decided what so far, when not the serve's (decisions that came
+    with the stop). Returns what the serve is left with (`Stopped`)."""
     record = serving.record
     who = by or (serving.keeper.stop_by if serving.keeper else None)
     envelope = await serving.saved_envelope()
@@ -75,7 +82,7 @@ async def stopped(serving: ServingView, consume: list[str], *, by: str | None = 
         settles=closed.undecided,
         details=quotes[:QUOTED],
     )
-    decided = dict(serving.decided)
+    decided = dict(serving.decided if decided is None else decided)
     for call in closed.not_run + closed.stopped + closed.approved:
         decided[call.call_id] = DecisionMade(approved=False, user=who or "", stopped=True)
     tombstone = Envelope(

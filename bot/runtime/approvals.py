@@ -28,6 +28,7 @@ from bot.runtime.outcomes import (
     Refused,
     StatusReply,
 )
+from bot.runtime.pass_results import AwaitsDecision, Decisions, PassResult, Resume
 from bot.runtime.request_context import state_document
 from storage import Status
 
@@ -106,7 +107,11 @@ def approval_request(serving: ServingView, envelope: Envelope) -> ApprovalReques
     )
 
 
-async def while_awaiting(serving: ServingView, envelope: Envelope, entries: Entries) -> None:
+async def while_awaiting(
+    serving: ServingView, envelope: Envelope, entries: Entries
+) -> tuple[PassResult, ...]:
+    """What arrived while the run waits for a decision: clicks and replies that decide,
+    refused or kept for the agent. Returns what the serve is left with, in order."""
     awaiting = {call.call_id for call in envelope.humans}
     verdicts: dict[str, Verdict] = {}
     clicked: dict[str, str | None] = {}
@@ -150,11 +155,13 @@ async def while_awaiting(serving: ServingView, envelope: Envelope, entries: Entr
             )
     consume = entries.ids
     if verdicts and awaiting <= verdicts.keys():
-        await _decided(serving, envelope, verdicts, clicked, held, consume, clicks)
-        return
+        return (await _decided(serving, envelope, verdicts, clicked, held, consume, clicks),)
+    kept: tuple[PassResult, ...] = ()
+    reminded = False
     if consume or verdicts:
-        await _keep(serving, envelope, verdicts, held, consume)
-    elif serving.take_reminder():
+        kept = (await _keep(serving, envelope, verdicts, held, consume),)
+    elif serving.remind:
+        reminded = True
         names = ", ".join(f"`{call.tool_name}`" for call in envelope.humans)
         await serving.emit_now(
             StatusReply(
@@ -163,7 +170,7 @@ async def while_awaiting(serving: ServingView, envelope: Envelope, entries: Entr
                 f"thread. {who_may_decide(serving, envelope)} can decide.",
             )
         )
-    serving.await_decision(envelope.started_by)
+    return (*kept, AwaitsDecision(envelope.started_by, reminded=reminded))
 
 
 async def _decided(
@@ -174,11 +181,10 @@ async def _decided(
     held: list[HeldMessage],
     consume: list[str],
     clicks: list[DecisionRequest],
-) -> None:
+) -> PassResult:
     state = await state_checks.load_state(serving, envelope)
     if not isinstance(state, RunState):
-        await serving.apply(state)
-        return
+        return state
     apply_decisions(state, verdicts)
     outcomes: list[Outcome] = [
         Decided(
@@ -199,7 +205,6 @@ async def _decided(
         call_id: DecisionMade(approved=approve, user=user)
         for call_id, (approve, user, _) in verdicts.items()
     }
-    serving.note_decisions(decided)
     if serving.stop_asked:  # a stop came with the decision: nothing of it runs
         who = serving.keeper.stop_by if serving.keeper else None
         for click in clicks:  # as a click read with the stop is told (see `applying_stops`)
@@ -209,8 +214,7 @@ async def _decided(
                 if who
                 else "That call was stopped before it ran.",
             )
-        await serving.apply(await applying_stops.stopped(serving, consume))
-        return
+        return await applying_stops.stopped(serving, consume, decided=decided)
     # The decision is durable before anything runs: a crash from here on is recovered from
     # this checkpoint (status `running`), not asked again.
     approved = envelope.model_copy(
@@ -224,7 +228,7 @@ async def _decided(
     # Approved calls, and calls that needed no person and waited with them, run next.
     to_run = [c for c in envelope.awaiting if not c.human or verdicts[c.call_id][0]]
     await serving.commit(approved, consume=consume, outcomes=outcomes, arm=to_run)
-    await serving.drive(state, envelope.started_by, held, [], envelope.window)
+    return Resume(decided, state, envelope.started_by, held, envelope.window)
 
 
 async def _keep(
@@ -233,7 +237,7 @@ async def _keep(
     verdicts: dict[str, Verdict],
     held: list[HeldMessage],
     consume: list[str],
-) -> None:
+) -> PassResult:
     """Keep what arrived (and any partial decision) in a new checkpoint; the request in the
     thread stays valid (clicks name their call)."""
     state_doc = envelope.run_state
@@ -241,15 +245,13 @@ async def _keep(
     if verdicts:
         state = await state_checks.load_state(serving, envelope)
         if not isinstance(state, RunState):
-            await serving.apply(state)
-            return
+            return state
         apply_decisions(state, verdicts)
         state_doc = state_document(state)
         decided |= {
             call_id: DecisionMade(approved=approve, user=user)
             for call_id, (approve, user, _) in verdicts.items()
         }
-    serving.note_decisions(decided)
     kept = envelope.model_copy(
         update={
             "run_state": state_doc,
@@ -268,6 +270,7 @@ async def _keep(
             )
         )
     await serving.commit(kept, consume=consume, outcomes=outcomes, status=Status.RUNNING)
+    return Decisions(decided)
 
 
 def _asked_before(asked: datetime | None, arrived: datetime) -> bool:

@@ -5,8 +5,11 @@ Each value says what one kind of decision leaves the serve as."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from bot.runtime.envelope import DecisionMade, Envelope
+from agents import RunState
+
+from bot.runtime.envelope import DecisionMade, Envelope, HeldMessage, RunWindow
 from storage import Status
 
 
@@ -50,4 +53,33 @@ class Stopped:
     reread: bool = False
 
 
-PassResult = Settled | Paused | FailedClosed | Stopped
+@dataclass(frozen=True)
+class Decisions:
+    """Who decided what (`approvals`), carried to the envelopes the serve writes next."""
+
+    decided: dict[str, DecisionMade]
+
+
+@dataclass(frozen=True)
+class AwaitsDecision:
+    """The run waits for a decision: released as awaiting approval, listed for the person
+    who started it (`Store.list_waiting_on`). `reminded`: the thread was reminded of what
+    it waits for, which is done once."""
+
+    started_by: str
+    reminded: bool = False
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Every call awaiting a person was decided (`approvals`) and the decisions committed:
+    the run continues from `state`, carrying `decided`."""
+
+    decided: dict[str, DecisionMade]
+    state: RunState[Any]
+    started_by: str
+    held: list[HeldMessage]
+    window: RunWindow | None
+
+
+PassResult = Settled | Paused | FailedClosed | Stopped | Decisions | AwaitsDecision | Resume

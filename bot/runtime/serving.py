@@ -46,7 +46,16 @@ from bot.runtime.outcomes import (
     Refused,
     new_reference,
 )
-from bot.runtime.pass_results import FailedClosed, PassResult, Paused, Settled, Stopped
+from bot.runtime.pass_results import (
+    AwaitsDecision,
+    Decisions,
+    FailedClosed,
+    PassResult,
+    Paused,
+    Resume,
+    Settled,
+    Stopped,
+)
 from bot.runtime.progress import shown
 from bot.runtime.runtime_parts import RuntimeParts
 from bot.runtime.serving_view import Start
@@ -220,7 +229,7 @@ class Serving:
                 await self.apply(stop)
                 return
         if runnable is not None and runnable.humans:
-            await approvals.while_awaiting(self, runnable, entries)
+            await self.apply(*await approvals.while_awaiting(self, runnable, entries))
             return
         if entries.decisions:
             known = current or await self.saved_envelope()
@@ -406,10 +415,6 @@ class Serving:
                 log.warning("%s: could not delete %s", self.key, old.object_key, exc_info=True)
         self.release_as(release_as)
 
-    def note_decisions(self, decided: dict[str, DecisionMade]) -> None:
-        """Who decided what, carried to the envelopes this serve writes next."""
-        self.decided = decided
-
     async def input_for(self, messages: list[HeldMessage]) -> list[TResponseInputItem]:
         """The model's input for the messages that start a run; its notes for the thread go
         out with the run's next commit."""
@@ -421,11 +426,6 @@ class Serving:
         """A summary made for a run of this serve: stored by its next checkpoint commit."""
         if made is not None:
             self.pending_summary = made
-
-    def take_reminder(self) -> bool:
-        """Whether to remind the thread of what it waits for (once)."""
-        remind, self.remind = self.remind, False
-        return remind
 
     async def _consume_only(self, consume: list[str]) -> None:
         await self.io(
@@ -452,8 +452,13 @@ class Serving:
         """When nothing is left to do, the thread is released as `status`."""
         self.final_status = status
 
-    async def apply(self, result: PassResult) -> None:
-        """What a part of the pass decided (`pass_results`), applied to this serve."""
+    async def apply(self, *results: PassResult) -> None:
+        """What the parts of the pass decided (`pass_results`), applied to this serve in
+        order."""
+        for result in results:
+            await self._apply(result)
+
+    async def _apply(self, result: PassResult) -> None:
         match result:
             case Settled():
                 self.release_as(result.status)
@@ -472,6 +477,15 @@ class Serving:
                 self.armed -= result.disarmed
                 if result.reread:
                     self.look_again()
+            case Decisions():
+                self.decided = result.decided
+            case AwaitsDecision():
+                self.await_decision(result.started_by)
+                if result.reminded:
+                    self.remind = False
+            case Resume():
+                self.decided = result.decided
+                await self.drive(result.state, result.started_by, result.held, [], result.window)
 
     def await_decision(self, started_by: str) -> None:
         """The run waits for a decision: released as awaiting approval, listed for the

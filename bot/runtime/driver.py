@@ -55,11 +55,12 @@ from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
 from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_window import RunView
 from bot.runtime.outcomes import Answer, Notice, NoticeKind, Outcome
+from bot.runtime.pass_results import AwaitsDecision, GivenBack, LeftAs, PassResult
 from bot.runtime.progress import Step, shown
 from bot.runtime.request_context import request_context, state_document
 from bot.runtime.run_failures import interrupted
 from bot.runtime.run_options import for_run
-from bot.runtime.summaries import open_window, resumed_view
+from bot.runtime.summaries import resumed_view
 from bot.runtime.too_large import too_large
 from bot.runtime.tool_failures import NoAnswer
 from bot.runtime.turn_scope import CURRENT_SCOPE, TurnScope, Unanswered
@@ -82,10 +83,10 @@ async def drive(
     held: list[HeldMessage],
     consume: list[str],
     window: RunWindow | None = None,
-) -> None:
+) -> PassResult:
     """Run until it pauses for a person, finishes (then answer held messages), fails, or the
     process starts shutting down. `window`: what a run continued from its checkpoint was
-    given of the history (`summaries`)."""
+    given of the history (`summaries`). Returns what the serve is left as."""
     parts = serving.parts
     session = _session(serving)
     from_checkpoint = isinstance(start, RunState)
@@ -103,24 +104,24 @@ async def drive(
         while True:
             serving.check()
             if parts.draining:
-                serving.give_back()  # released as `running`: the next process continues
-                return
+                return GivenBack()  # released as `running`: the next process continues
             if isinstance(start, list):  # a fresh run: what it is given of the history
-                opened = await open_window(serving, session, start, started_by)
+                opened = await serving.open_window(session, start, started_by)
                 view, window = opened.view, opened.window
-                serving.keep_summary(opened.made)
             scope.reset()
             seen_down.clear()
             scope.lease = serving.lease
             session.lease = serving.lease
             if serving.stop_asked:
                 session.discard_pending()
-                await serving.apply(await applying_stops.stopped(serving, consume))
-                return
+                return await applying_stops.stopped(serving, consume)
             turn = _Turn(serving, session, scope, seen_down, consume)
             result = await turn.run(start, started_by, held, view, from_checkpoint=from_checkpoint)
-            if result is None or not await turn.may_keep():
-                return
+            if not isinstance(result, RunResultStreaming):
+                return result
+            ended = await turn.may_keep()
+            if ended is not None:
+                return ended
             kept = _Kept.of(serving, scope, result, started_by, held, window)
             humans = [call for call in kept.awaiting if call.human]
             outcomes = _restart_notices(serving, scope)
@@ -146,12 +147,10 @@ async def drive(
             if humans:
                 for call in humans:
                     await scope.show(call.call_id, call.tool_name, Step.WAITING)
-                serving.await_decision(started_by)
-                return
+                return AwaitsDecision(started_by)
             if kept.envelope.finished:
                 if not held:
-                    serving.release_as(Status.IDLE)
-                    return
+                    return LeftAs(Status.IDLE)
                 start, started_by = await serving.input_for(held), held[0].user
                 held = []
                 await serving.begin_run(started_by)
@@ -200,8 +199,8 @@ def _scope(serving: ServingView) -> TurnScope:
 
 class _Turn:
     """One turn of the run, and how it ended when it did not end in a result to keep: the
-    thread is then already stopped, paused, told or set aside (`run` returns None), or a
-    fault is raised as itself."""
+    thread is then stopped, paused, told or set aside (`run` returns what the serve is
+    left as), or a fault is raised as itself."""
 
     def __init__(
         self,
@@ -225,7 +224,7 @@ class _Turn:
         view: RunView,
         *,
         from_checkpoint: bool,
-    ) -> RunResultStreaming | None:
+    ) -> RunResultStreaming | PassResult:
         serving, parts, key = self.serving, self.serving.parts, self.serving.key
         progress = parts.progress
 
@@ -261,20 +260,18 @@ class _Turn:
             raise
         if abandoned:
             self.session.discard_pending()
-            await serving.apply(await applying_stops.stopped(serving, self.consume))
-            return None
+            return await applying_stops.stopped(serving, self.consume)
         try:
             return await turn
         except Exception as exc:
             self.session.discard_pending()
-            await self._failed(
+            return await self._failed(
                 exc,
                 started_by,
                 held,
                 from_checkpoint=from_checkpoint,
                 resumed=isinstance(start, RunState),  # its earlier turns are committed
             )
-            return None
 
     async def _failed(
         self,
@@ -284,8 +281,9 @@ class _Turn:
         *,
         from_checkpoint: bool,
         resumed: bool,
-    ) -> None:
-        """Sort a turn's failure (see the module's docstring); re-raises the faults."""
+    ) -> PassResult:
+        """Sort a turn's failure (see the module's docstring): what the serve is left as;
+        re-raises the faults."""
         serving, scope = self.serving, self.scope
         if scope.fault is not None:
             await _tell_late(serving, scope)
@@ -294,47 +292,37 @@ class _Turn:
             raise exc
         if isinstance(exc, McpServerDown) or self.seen_down:
             down = sorted(self.seen_down | set(getattr(exc, "servers", [])))
-            await serving.apply(await paused_for(serving, down))
-            return
+            return await paused_for(serving, down)
         if guardrail_name(exc) is not None:
-            end = await guardrail_tripped(
+            return await guardrail_tripped(
                 serving, exc, started_by, held, self.consume, resumed=resumed
             )
-            await serving.apply(end)
-            return
         if is_context_refusal(exc):
-            await serving.apply(
-                await too_large(serving, exc, started_by, held, self.consume, resumed=resumed)
-            )
-            return
+            return await too_large(serving, exc, started_by, held, self.consume, resumed=resumed)
         if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
             log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
-            failed = await state_checks.fail_closed(
+            return await state_checks.fail_closed(
                 serving,
                 state_checks.FailClosed(NoticeKind.STATE_INCOMPATIBLE, "the SDK refused it"),
                 None,
             )
-            await serving.apply(failed)
-            return
-        await serving.apply(await interrupted(serving, exc))
+        return await interrupted(serving, exc)
 
-    async def may_keep(self) -> bool:
-        """Whether the turn that returned may be kept; when not, the thread was told why (or
-        a fault is raised)."""
+    async def may_keep(self) -> PassResult | None:
+        """None when the turn that returned may be kept; else the thread was told why, and
+        this is what the serve is left as (or a fault is raised)."""
         serving, scope = self.serving, self.scope
         if scope.fault is not None:
             await _tell_late(serving, scope)
             raise scope.fault
         if self.seen_down:  # e.g. an agent used as a tool could not list its MCP tools
             self.session.discard_pending()
-            await serving.apply(await paused_for(serving, sorted(self.seen_down)))
-            return False
+            return await paused_for(serving, sorted(self.seen_down))
         serving.check()
         if serving.stop_asked:  # before anything of this turn is kept or posted
             self.session.discard_pending()
-            await serving.apply(await applying_stops.stopped(serving, self.consume))
-            return False
-        return True
+            return await applying_stops.stopped(serving, self.consume)
+        return None
 
 
 def _restart_notices(serving: ServingView, scope: TurnScope) -> list[Outcome]:

@@ -23,6 +23,7 @@ from agents.run_config import CallModelData, ModelInputData
 
 from bot import metrics
 from bot.runtime.attachments import SharedFiles
+from bot.runtime.envelope import RunWindow
 from bot.runtime.fitting import Fitted, TooLarge, fit
 from bot.runtime.rate_gate import RateGate
 from bot.runtime.window_budget import Budget, agent_tools_size, model_name
@@ -49,6 +50,15 @@ class MadeSummary:
 
     summary: Summary
     base: int
+
+
+@dataclass(frozen=True)
+class OpenWindow:
+    """What a fresh run is given of the history (`summaries.open_window`)."""
+
+    view: RunView  # what the run is given of the history
+    window: RunWindow  # what its checkpoints say of it
+    made: Summary | None  # a summary made for it, for the serve's next commit to store
 
 
 class ContextWindow:

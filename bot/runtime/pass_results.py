@@ -82,4 +82,28 @@ class Resume:
     window: RunWindow | None
 
 
-PassResult = Settled | Paused | FailedClosed | Stopped | Decisions | AwaitsDecision | Resume
+@dataclass(frozen=True)
+class LeftAs:
+    """The run finished with nothing held for the next (`driver`): released as `status`
+    when nothing more is to do."""
+
+    status: Status
+
+
+@dataclass(frozen=True)
+class GivenBack:
+    """The process is stopping (`driver`): released as `running`, its messages queued,
+    so that another process continues it."""
+
+
+PassResult = (
+    Settled
+    | Paused
+    | FailedClosed
+    | Stopped
+    | Decisions
+    | AwaitsDecision
+    | Resume
+    | LeftAs
+    | GivenBack
+)

@@ -1,6 +1,7 @@
 """Serving one thread while holding its lease: passes until nothing is left to do, then the
 release. A serve is the one writer of its thread's working state: what the parts of a pass
-decide (approvals, expiry, stops, state checks, the run) it records here.
+decide (approvals, expiry, stops, state checks, the run) they return as values
+(`pass_results`), which it applies here (`apply`).
 
 Each pass reads the inbox (messages and decisions, in arrival order) and the checkpoint,
 delivers what the thread is still owed, then either applies decisions to a paused run,
@@ -21,7 +22,14 @@ from typing import Any
 from agents import RunState, TResponseInputItem
 
 from bot import metrics
-from bot.runtime import applying_stops, approvals, backlog_refusals, expiry, state_checks
+from bot.runtime import (
+    applying_stops,
+    approvals,
+    backlog_refusals,
+    expiry,
+    state_checks,
+    summaries,
+)
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
 from bot.runtime.envelope import (
@@ -37,6 +45,7 @@ from bot.runtime.envelope import (
 )
 from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_input import render
+from bot.runtime.model_window import OpenWindow
 from bot.runtime.outcomes import (
     ApprovalRequest,
     AwaitingDecision,
@@ -50,6 +59,8 @@ from bot.runtime.pass_results import (
     AwaitsDecision,
     Decisions,
     FailedClosed,
+    GivenBack,
+    LeftAs,
     PassResult,
     Paused,
     Resume,
@@ -65,6 +76,7 @@ from storage import (
     CheckpointError,
     Commit,
     Conversation,
+    ConversationSession,
     InboxChanged,
     InboxEntry,
     Lease,
@@ -278,7 +290,7 @@ class Serving:
         consume: list[str],
         window: RunWindow | None = None,
     ) -> None:
-        await drive(self, start, started_by, held, consume, window)
+        await self.apply(await drive(self, start, started_by, held, consume, window))
 
     async def saved_envelope(self) -> Envelope | None:
         """The current checkpoint's envelope as it was saved, read only to tell what it held
@@ -422,10 +434,15 @@ class Serving:
         self.notes += given.notes
         return given.items
 
-    def keep_summary(self, made: Summary | None) -> None:
-        """A summary made for a run of this serve: stored by its next checkpoint commit."""
-        if made is not None:
-            self.pending_summary = made
+    async def open_window(
+        self, session: ConversationSession, given: list[Any], started_by: str
+    ) -> OpenWindow:
+        """What a fresh run is given of the history (`summaries.open_window`); a summary
+        made for it is stored by this serve's next checkpoint commit."""
+        opened = await summaries.open_window(self, session, given, started_by)
+        if opened.made is not None:
+            self.pending_summary = opened.made
+        return opened
 
     async def _consume_only(self, consume: list[str]) -> None:
         await self.io(
@@ -479,19 +496,18 @@ class Serving:
                     self.look_again()
             case Decisions():
                 self.decided = result.decided
-            case AwaitsDecision():
-                self.await_decision(result.started_by)
+            case AwaitsDecision():  # listed for its starter (`Store.list_waiting_on`)
+                self.release_as(Status.AWAITING_APPROVAL)
+                self.waiting_on = result.started_by or None
                 if result.reminded:
                     self.remind = False
             case Resume():
                 self.decided = result.decided
                 await self.drive(result.state, result.started_by, result.held, [], result.window)
-
-    def await_decision(self, started_by: str) -> None:
-        """The run waits for a decision: released as awaiting approval, listed for the
-        person who started it (`Store.list_waiting_on`)."""
-        self.release_as(Status.AWAITING_APPROVAL)
-        self.waiting_on = started_by or None
+            case LeftAs():
+                self.release_as(result.status)
+            case GivenBack():
+                self.give_back()
 
     def look_again(self, when: bool = True) -> None:
         """Whether the serve reads the inbox once more after this pass."""

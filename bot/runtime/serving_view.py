@@ -1,6 +1,8 @@
 """A serve as the parts of a pass see it (the approvals, expiry, stops, state checks, the
-run): the members of `Serving` they read and call. Typed against this rather than
-`Serving`, which calls them, they need nothing of `serving`. Read-only members are
+run): the members of `Serving` they read, and the actions they take through it (posting,
+committing, setting state aside). Typed against this rather than `Serving`, which calls
+them, they need nothing of `serving`. None of them changes the serve's working state: what
+they decide they return (`pass_results`), and the serve applies it. Read-only members are
 properties, so that a plain attribute of `Serving` satisfies them."""
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from bot.runtime.envelope import (
     Envelope,
     HeldMessage,
 )
+from bot.runtime.model_window import OpenWindow
 from bot.runtime.outcomes import Notice, Outcome
-from bot.runtime.pass_results import PassResult
 from bot.runtime.runtime_parts import RuntimeParts
-from storage import Conversation, ConversationKey, Lease, LeaseKeeper, Status, Store, Summary
+from storage import (
+    Conversation,
+    ConversationKey,
+    ConversationSession,
+    Lease,
+    LeaseKeeper,
+    Status,
+    Store,
+)
 from storage.calls import StorageCalls
 
 # What a run starts from: a new input, or a saved run state to continue.
@@ -58,18 +68,16 @@ class ServingView(Protocol):
 
     def check(self) -> None: ...
 
-    # -- what it tells, and what it is left as ------------------------------------------
+    # -- what it tells, and what it reads -----------------------------------------------
 
     async def show_work(self, requester: str | None) -> None: ...
     async def emit_now(self, outcome: Outcome) -> None: ...
     async def refuse(self, decision: DecisionRequest, text: str) -> None: ...
     async def input_for(self, messages: list[HeldMessage]) -> list[TResponseInputItem]: ...
-    def keep_summary(self, made: Summary | None) -> None: ...
+    async def open_window(
+        self, session: ConversationSession, given: list[Any], started_by: str
+    ) -> OpenWindow: ...
     async def saved_envelope(self) -> Envelope | None: ...
-    def release_as(self, status: Status) -> None: ...
-    async def apply(self, result: PassResult) -> None: ...
-    def await_decision(self, started_by: str) -> None: ...
-    def give_back(self) -> None: ...
 
     # -- running and writing ------------------------------------------------------------
 

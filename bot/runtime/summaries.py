@@ -38,7 +38,7 @@ from agents import Agent, Runner
 from bot import metrics
 from bot.runtime.envelope import RunWindow
 from bot.runtime.fitting import SMALLEST, cut_text, groups, left_out_note, summary_note
-from bot.runtime.model_window import MadeSummary, RunView
+from bot.runtime.model_window import MadeSummary, OpenWindow, RunView
 from bot.runtime.run_options import for_run
 from bot.runtime.window_budget import ITEM_OVERHEAD, agent_tools_size, item_size, text_size
 from storage import SUMMARY_LIMIT, ConversationSession, Summary
@@ -130,13 +130,6 @@ def summary_room(room: int) -> int:
 
 
 # -- opening a run's window ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OpenWindow:
-    view: RunView  # what the run is given of the history
-    window: RunWindow  # what its checkpoints say of it
-    made: Summary | None  # a summary made for it, for the serve's next commit to store
 
 
 async def open_window(

@@ -108,12 +108,12 @@ def fit(
     plan.cut_all_to(share)
     plan.left_out = left_out
     if plan.size() > room:
-        plan.trim_history_outputs(preview, room)
+        plan.trim_outputs("history", preview, room)
     if plan.size() > room:
         plan.drop_history(room)
     for smallest in (preview, SMALLEST):  # previews first, then less
         if plan.size() > room:
-            plan.trim_run_outputs(smallest, room)
+            plan.trim_outputs("run", smallest, room)
         if plan.size() > room:
             plan.trim_the_rest(smallest, room)
     size = plan.size()
@@ -339,12 +339,14 @@ class _Plan:
                 if size > share:
                     self._replace(part, index, share)
 
-    def trim_history_outputs(self, preview: int, room: int) -> None:
-        for index, item in enumerate(self.history):
+    def trim_outputs(self, part: str, preview: int, room: int) -> None:
+        """Cut the tool outputs of `part` ("history" or "run") to `preview`, oldest first,
+        until the request fits `room`."""
+        for index, item in enumerate(getattr(self, part)):
             if self.size() <= room:
                 return
-            if _is_output(item) and self.sizes["history"][index] > preview:
-                self._replace("history", index, preview)
+            if _is_output(item) and self.sizes[part][index] > preview:
+                self._replace(part, index, preview)
 
     def drop_history(self, room: int) -> None:
         """Keep the newest whole groups that fit; leave the older ones out."""
@@ -361,13 +363,6 @@ class _Plan:
         self.left_out += kept_from
         del self.history[:kept_from]
         del sizes[:kept_from]
-
-    def trim_run_outputs(self, preview: int, room: int) -> None:
-        for index, item in enumerate(self.run):
-            if self.size() <= room:
-                return
-            if _is_output(item) and self.sizes["run"][index] > preview:
-                self._replace("run", index, preview)
 
     def trim_the_rest(self, preview: int, room: int) -> None:
         """The summary, then the run's items, oldest first."""

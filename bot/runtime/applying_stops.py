@@ -22,7 +22,7 @@ from bot.runtime.envelope import (
     parse_payload,
 )
 from bot.runtime.open_calls import STOPPED_BEFORE_IT_RAN
-from bot.runtime.outcomes import Notice, NoticeKind, Refused, quote
+from bot.runtime.outcomes import Notice, NoticeKind, Refused, messages_were, quote
 from bot.runtime.pass_results import Stopped
 from storage import (
     CONSUME_LIMIT,
@@ -68,10 +68,7 @@ async def stopped(
     quotes += [quote(message.text) for message in _messages(inbox, consume)]
     lost = f" {closed.describe()}" if closed.all else ""
     unanswered = (
-        f" {len(quotes)} message{'s' if len(quotes) != 1 else ''} sent for this run "
-        f"{'were' if len(quotes) != 1 else 'was'} not answered:"
-        if quotes
-        else ""
+        f" {messages_were(len(quotes), 'sent for this run')} not answered:" if quotes else ""
     )
     notice = Notice(
         key=serving.key,

@@ -28,6 +28,7 @@ from bot.runtime.outcomes import (
     NoticeKind,
     Outcome,
     Refused,
+    messages_were,
     quote,
     quoted_then_counted,
 )
@@ -181,8 +182,7 @@ async def _discard(serving: Serving, by: str | None) -> Discarded:
     who = _who(by)
     lost = closed.describe() or "No tool call was pending."
     messages = (
-        f" {dropped} message{'s' if dropped != 1 else ''} waiting for an answer "
-        f"{'were' if dropped != 1 else 'was'} dropped; send "
+        f" {messages_were(dropped, 'waiting for an answer')} dropped; send "
         f"{'them' if dropped != 1 else 'it'} again if you still need an answer:"
         if dropped
         else ""

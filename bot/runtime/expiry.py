@@ -15,7 +15,14 @@ import logging
 from typing import TYPE_CHECKING
 
 from bot.runtime.envelope import DecisionRequest, Envelope, UserMessage, parse_payload
-from bot.runtime.outcomes import Notice, NoticeKind, PendingCall, quote, quoted_then_counted
+from bot.runtime.outcomes import (
+    Notice,
+    NoticeKind,
+    PendingCall,
+    messages_were,
+    quote,
+    quoted_then_counted,
+)
 from bot.runtime.pass_results import Settled
 from bot.runtime.state_checks import human_age
 from storage import CheckpointError, CheckpointPointer, Expiry, Status
@@ -86,12 +93,7 @@ def expiry_text(gone: Expiry, pending: list[PendingCall], unanswered: int) -> st
         Status.RUNNING: "The run in progress was not continued, and nothing of it ran again.",
         Status.INTERRUPTED: "The interrupted run was not continued.",
     }.get(gone.status, "Nothing pending was run.")
-    lost = (
-        f" {unanswered} message{'s' if unanswered != 1 else ''} sent here "
-        f"{'were' if unanswered != 1 else 'was'} not answered:"
-        if unanswered
-        else ""
-    )
+    lost = f" {messages_were(unanswered, 'sent here')} not answered:" if unanswered else ""
     return (
         f"This conversation's saved state expired: it is kept for {human_age(idle)} after "
         f"the last activity, and there was none here since "

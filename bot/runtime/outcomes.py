@@ -186,6 +186,13 @@ def quote(text: str, limit: int = 120) -> str:
     return f"“{cut}”"
 
 
+def messages_were(count: int, which: str) -> str:
+    """How many messages `which` were (a notice's sentence about them), in agreement:
+    "1 message sent here was", "2 messages sent here were"."""
+    many = count != 1
+    return f"{count} message{'s' if many else ''} {which} {'were' if many else 'was'}"
+
+
 def quoted_then_counted(quotes: Sequence[str], total: int, limit: int) -> list[str]:
     """A notice's details naming messages: the first `limit` quotes, then how many more of
     the `total` it is about ("… and 27 more")."""

@@ -50,7 +50,7 @@ from agents.memory import Session
 
 from bot.runtime import applying_stops, approvals, state_checks
 from bot.runtime.envelope import AwaitingCall, Envelope, HeldMessage, RunWindow
-from bot.runtime.guardrail_trips import guardrail_name, guardrail_tripped
+from bot.runtime.guardrail_trips import EndedRequest, guardrail_name, guardrail_tripped
 from bot.runtime.mcp_failures import SEEN_DOWN, McpServerDown
 from bot.runtime.mcp_servers import paused_for
 from bot.runtime.model_window import RunView
@@ -293,12 +293,11 @@ class _Turn:
         if isinstance(exc, McpServerDown) or self.seen_down:
             down = sorted(self.seen_down | set(getattr(exc, "servers", [])))
             return await paused_for(serving, down)
+        ended = EndedRequest(started_by, held, self.consume, resumed)
         if guardrail_name(exc) is not None:
-            return await guardrail_tripped(
-                serving, exc, started_by, held, self.consume, resumed=resumed
-            )
+            return await guardrail_tripped(serving, exc, ended)
         if is_context_refusal(exc):
-            return await too_large(serving, exc, started_by, held, self.consume, resumed=resumed)
+            return await too_large(serving, exc, ended)
         if from_checkpoint and isinstance(exc, UserError | ModelBehaviorError):
             log.error("%s: the SDK refused the saved run: %s", serving.key, exc)
             return await state_checks.fail_closed(

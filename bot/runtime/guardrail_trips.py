@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agents.exceptions import (
@@ -19,6 +20,7 @@ from agents.exceptions import (
 
 from bot.runtime import state_checks
 from bot.runtime.envelope import Envelope, HeldMessage
+from bot.runtime.open_calls import ClosedCalls
 from bot.runtime.outcomes import Notice, NoticeKind
 from bot.runtime.pass_results import Settled
 from storage import LeaseLost, Status, ToolCallStatus
@@ -50,14 +52,39 @@ def _stopped(exc: BaseException, name: str) -> str:
     return f"A check (`{name}`) stopped this request"
 
 
+@dataclass(frozen=True)
+class EndedRequest:
+    """A request that a check (or its size: `too_large`) ended: who started it, messages
+    held for its run (answered next), the inbox entries given to it, and whether its run
+    was `resumed` from a checkpoint (then its history holds its earlier turns' calls)."""
+
+    started_by: str
+    held: list[HeldMessage]
+    consume: list[str]
+    resumed: bool
+
+    async def finish(
+        self,
+        serving: ServingView,
+        notice: Notice,
+        closed: ClosedCalls,
+        disarmed: frozenset[str] = frozenset(),
+    ) -> Settled:
+        """Record the request as finished with `notice` and the outputs that close its
+        open calls; the thread is left idle, its held messages answered next."""
+        finished = Envelope(
+            run_state={},
+            started_by=self.started_by,
+            held=self.held,
+            finished=True,
+            decided=serving.decided,
+        )
+        await serving.commit(finished, consume=self.consume, outcomes=[notice], items=closed.items)
+        return Settled(Status.IDLE, reread=bool(self.held), disarmed=disarmed)
+
+
 async def guardrail_tripped(
-    serving: ServingView,
-    exc: BaseException,
-    started_by: str,
-    held: list[HeldMessage],
-    consume: list[str],
-    *,
-    resumed: bool,
+    serving: ServingView, exc: BaseException, ended: EndedRequest
 ) -> Settled:
     """A guardrail stopped the request: the turn ends with a plain answer naming it, and is
     recorded as finished (not a failure: nothing is retried, `/resume` has nothing to
@@ -69,7 +96,7 @@ async def guardrail_tripped(
     name = guardrail_name(exc) or "?"
     log.info("%s: guardrail %r stopped the request", serving.key, name)
     disarmed = await _not_started(serving)
-    closed = await state_checks.close_calls(serving, answered=resumed)
+    closed = await state_checks.close_calls(serving, answered=ended.resumed)
     said = _stopped(exc, name)
     if closed.acted:
         text = f"{said}; what was done before it stands. {closed.describe()}"
@@ -80,11 +107,7 @@ async def guardrail_tripped(
     if closed.all and not closed.acted:
         text += f" {closed.describe()}"
     notice = Notice(key=serving.key, kind=NoticeKind.GUARDRAIL, text=text, settles=closed.undecided)
-    finished = Envelope(
-        run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
-    )
-    await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
-    return Settled(Status.IDLE, reread=bool(held), disarmed=disarmed)
+    return await ended.finish(serving, notice, closed, disarmed)
 
 
 async def _not_started(serving: ServingView) -> frozenset[str]:

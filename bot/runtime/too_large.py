@@ -11,13 +11,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from bot.runtime import state_checks
-from bot.runtime.envelope import Envelope, HeldMessage
 from bot.runtime.fitting import TooLarge
 from bot.runtime.outcomes import Notice, NoticeKind, new_reference
 from bot.runtime.pass_results import Settled
-from storage import Status
 
 if TYPE_CHECKING:
+    from bot.runtime.guardrail_trips import EndedRequest
     from bot.runtime.serving_view import ServingView
 
 log = logging.getLogger(__name__)
@@ -38,15 +37,7 @@ def why(exc: BaseException) -> str:
     return "the model refused it as too large"
 
 
-async def too_large(
-    serving: ServingView,
-    exc: BaseException,
-    started_by: str,
-    held: list[HeldMessage],
-    consume: list[str],
-    *,
-    resumed: bool,
-) -> Settled:
+async def too_large(serving: ServingView, exc: BaseException, ended: EndedRequest) -> Settled:
     """As a guardrail's trip (`guardrail_trips`): the calls of the request are told as the
     ledger says (those of its earlier turns too, when the run was `resumed` from a
     checkpoint), decided approval requests keep who decided."""
@@ -54,7 +45,7 @@ async def too_large(
     log.warning(
         "%s [%s]: the request does not fit the model's window", serving.key, reference, exc_info=exc
     )
-    closed = await state_checks.close_calls(serving, answered=resumed)
+    closed = await state_checks.close_calls(serving, answered=ended.resumed)
     text = (
         "I can't answer this request: even with earlier messages summed up or left out and "
         f"long texts cut short, it does not fit the model's context window ({why(exc)}). "
@@ -71,8 +62,4 @@ async def too_large(
         settles=closed.undecided,
         reference=reference,
     )
-    finished = Envelope(
-        run_state={}, started_by=started_by, held=held, finished=True, decided=serving.decided
-    )
-    await serving.commit(finished, consume=consume, outcomes=[notice], items=closed.items)
-    return Settled(Status.IDLE, reread=bool(held))
+    return await ended.finish(serving, notice, closed)

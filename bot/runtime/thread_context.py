@@ -124,18 +124,25 @@ def _sooner(ts: str, before: str) -> bool:
 
 
 def _not_read(key: ConversationKey, why: str) -> Notice:
-    return Notice(
-        key=key,
-        kind=NoticeKind.CONTEXT_UNAVAILABLE,
-        text=f"I couldn't read the earlier messages in this thread ({why}), so I'm answering "
-        "from the messages sent to me only. Quote what matters if I seem to miss it.",
+    return _unavailable(
+        key,
+        f"I couldn't read the earlier messages in this thread ({why}), so I'm answering "
+        "from the messages sent to me only.",
     )
 
 
 def _partly_read(key: ConversationKey, history: ThreadHistory) -> Notice:
+    return _unavailable(
+        key,
+        f"I could read only part of the earlier messages in this thread ({history.why}); "
+        "I'm answering with what I could read.",
+    )
+
+
+def _unavailable(key: ConversationKey, said: str) -> Notice:
+    """The thread's earlier messages were not all read: `said` what the answer is from."""
     return Notice(
         key=key,
         kind=NoticeKind.CONTEXT_UNAVAILABLE,
-        text=f"I could read only part of the earlier messages in this thread ({history.why}); "
-        "I'm answering with what I could read. Quote what matters if I seem to miss it.",
+        text=f"{said} Quote what matters if I seem to miss it.",
     )

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
 from agents import RunState, TResponseInputItem
 
@@ -508,6 +508,8 @@ class Serving:
                 self.release_as(result.status)
             case GivenBack():
                 self.give_back()
+            case _:
+                assert_never(result)
 
     def look_again(self, when: bool = True) -> None:
         """Whether the serve reads the inbox once more after this pass."""

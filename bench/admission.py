@@ -155,7 +155,7 @@ async def run_writes(
     for task in serving:
         task.cancel()
     await asyncio.gather(*serving, beating, return_exceptions=True)
-    runtime.io.close()
+    runtime.storage_calls.close()
     puts = tally.requests.get("dynamodb.PutItem", 0)  # the heartbeat's beats
     updates = tally.requests.get("dynamodb.UpdateItem", 0)  # the lease renewals
     per_hour = 3600 / window

@@ -60,7 +60,7 @@ async def one_thread(emulators: Emulators, turns: int, *, files: bool) -> Thread
             record = store.get(key)
             assert record is not None and record.checkpoint is not None
             thread.checkpoint_bytes[n] = record.checkpoint.size
-    runtime.io.close()
+    runtime.storage_calls.close()
     store.close()
     return thread
 

@@ -165,16 +165,16 @@ async def slack_calls() -> dict[str, float]:
 
 async def durable_write(store: Store) -> float:
     """CPU ms per heartbeat through the store's client and the bridge (all threads)."""
-    io = StorageCalls(store)
+    storage_calls = StorageCalls(store)
     name = f"floor-{uuid.uuid4().hex[:8]}"
 
     async def beat(_: int) -> None:
-        await io(store.beat, name)
+        await storage_calls(store.beat, name)
 
     try:
         return (await interleaved({"write": Kind(beat, time.process_time)}))["write"]
     finally:
-        io.close()
+        storage_calls.close()
 
 
 async def plain_session(folder: Path) -> float:

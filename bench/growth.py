@@ -176,7 +176,7 @@ async def ours(emulators: Emulators, turns: int, *, prune_claims: bool = False) 
             samples.append((time.perf_counter() - start) * 1000)
     side.load_latest_ms = median(samples)
     side.load_latest_requests = load
-    runtime.io.close()
+    runtime.storage_calls.close()
     store.close()
     return side
 

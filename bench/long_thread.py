@@ -360,8 +360,8 @@ async def run_backend(
         for start, thread in threads.items():
             new_replica = ConversationRuntime(store, build_agent(model), settings)
             await measured(new_replica, thread, side.fresh.setdefault(start, Window()))
-            new_replica.io.close()
-    rt.io.close()
+            new_replica.storage_calls.close()
+    rt.storage_calls.close()
     side.requests, side.over = model.requests, model.over
     return side
 

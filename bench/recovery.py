@@ -48,7 +48,7 @@ async def recovery_rate(
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         others = machine_busy() - busy - cpu
     answered = sum(1 for o in outcomes if type(o).__name__ == "Answer")
-    runtime.io.close()
+    runtime.storage_calls.close()
     if answered != conversations:
         raise AssertionError(f"recovered {answered} of {conversations}")
     return (

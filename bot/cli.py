@@ -208,7 +208,10 @@ def _checked_agent(runtime_settings: RuntimeSettings) -> Agent[Any] | None:
 
 
 def _runtime(
-    store: Store, runtime_settings: RuntimeSettings, poster: SlackPoster | None, io: StorageCalls
+    store: Store,
+    runtime_settings: RuntimeSettings,
+    poster: SlackPoster | None,
+    storage_calls: StorageCalls,
 ) -> ConversationRuntime | None:
     from agents.exceptions import UserError
 
@@ -219,7 +222,9 @@ def _runtime(
     from bot.wiring import build_runtime
 
     try:
-        runtime = build_runtime(store, runtime_settings, on_outcome=poster, io=io)
+        runtime = build_runtime(
+            store, runtime_settings, on_outcome=poster, storage_calls=storage_calls
+        )
         load_suggestions(runtime_settings.agent)  # the container's prompts, checked at start
         return runtime
     except (AgentLoadError, SuggestionsError, TracingConfigError, UnguardedTool, UserError) as exc:
@@ -260,9 +265,11 @@ async def _admin_command(
     from storage.calls import StorageCalls
 
     store = open_store(settings)
-    io = StorageCalls(store)  # the runtime's storage bridge, shared with the installations
-    poster, client = _admin_poster(process, store, io)
-    runtime = _runtime(store, runtime_settings, poster, io)
+    storage_calls = StorageCalls(
+        store
+    )  # the runtime's storage bridge, shared with the installations
+    poster, client = _admin_poster(process, store, storage_calls)
+    runtime = _runtime(store, runtime_settings, poster, storage_calls)
     if runtime is None:
         return 2
     if team is None and client is not None:
@@ -278,7 +285,7 @@ async def _admin_command(
 
 
 def _admin_poster(
-    process: ProcessSettings, store: Store, io: StorageCalls
+    process: ProcessSettings, store: Store, storage_calls: StorageCalls
 ) -> tuple[SlackPoster | None, AsyncWebClient | None]:
     """Where the admin command's notices (e.g. "discarded") go, as from the slash command:
     with the bot token (and its client, to learn the workspace), or with each workspace's
@@ -302,7 +309,7 @@ def _admin_poster(
         client_secret=process.slack_client_secret,
         api_url=process.api_url,
     )
-    installations = StoredInstallations(store, io)
+    installations = StoredInstallations(store, storage_calls)
     return SlackPoster(workspace_clients(slack, installations, web_client(slack))), None
 
 

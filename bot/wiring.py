@@ -52,12 +52,14 @@ def build_runtime(
     runtime: RuntimeSettings,
     *,
     on_outcome: OutcomeSink | None = None,
-    io: StorageCalls | None = None,
+    storage_calls: StorageCalls | None = None,
 ) -> ConversationRuntime:
     """The operator's runtime outside a Slack server (the admin command line): its outcomes
     go to `on_outcome` (notices posted with the bot's token), or nowhere."""
     configure_tracing(runtime.tracing, runtime.trace_processors)
-    return ConversationRuntime(store, checked_agent(runtime), runtime, on_outcome=on_outcome, io=io)
+    return ConversationRuntime(
+        store, checked_agent(runtime), runtime, on_outcome=on_outcome, storage_calls=storage_calls
+    )
 
 
 class MakeRuntime(Protocol):
@@ -67,7 +69,7 @@ class MakeRuntime(Protocol):
     def __call__(
         self,
         *,
-        io: StorageCalls,
+        storage_calls: StorageCalls,
         on_outcome: OutcomeSink,
         progress: Progress,
         source: ContextSource,
@@ -82,10 +84,20 @@ def slack_runtime(store: Store, runtime: RuntimeSettings, agent: Agent[Any]) -> 
     load_suggestions(runtime.agent)
 
     def make(
-        *, io: StorageCalls, on_outcome: OutcomeSink, progress: Progress, source: ContextSource
+        *,
+        storage_calls: StorageCalls,
+        on_outcome: OutcomeSink,
+        progress: Progress,
+        source: ContextSource,
     ) -> ConversationRuntime:
         return ConversationRuntime(
-            store, agent, runtime, io=io, on_outcome=on_outcome, progress=progress, source=source
+            store,
+            agent,
+            runtime,
+            storage_calls=storage_calls,
+            on_outcome=on_outcome,
+            progress=progress,
+            source=source,
         )
 
     return make
@@ -123,9 +135,11 @@ async def assemble_slack(
     (auth.test: the token, the workspace's URL for thread links, the bot's own ids); many
     workspaces have no one token, and keep their installations in `store`."""
     client = web_client(settings, session)
-    io = StorageCalls(store)  # one storage pool per process, the runtime's and the installs'
+    storage_calls = StorageCalls(
+        store
+    )  # one storage pool per process, the runtime's and the installs'
     metrics.watch_storage(store)
-    many = installs(settings, store, io, client) if settings.many_workspaces else None
+    many = installs(settings, store, storage_calls, client) if settings.many_workspaces else None
     identity = None if many else await client.auth_test()
     workspace_url = str((identity and identity.get("url")) or "https://slack.com/")
     clients: SlackClients = many.clients if many else OneWorkspace(client, own_ids(identity))
@@ -153,7 +167,7 @@ async def assemble_slack(
         after_request=after_request,
     )
     runtime = make_runtime(
-        io=io,
+        storage_calls=storage_calls,
         on_outcome=poster,
         progress=live,
         source=SlackSource(settings, clients, session=session),

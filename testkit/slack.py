@@ -416,13 +416,17 @@ def runtime_of(
     `options` are the runtime's others (e.g. `owner`)."""
 
     def make(
-        *, io: StorageCalls, on_outcome: OutcomeSink, progress: Progress, source: ContextSource
+        *,
+        storage_calls: StorageCalls,
+        on_outcome: OutcomeSink,
+        progress: Progress,
+        source: ContextSource,
     ) -> ConversationRuntime:
         return ConversationRuntime(
             store,
             agent,
             settings,
-            io=io,
+            storage_calls=storage_calls,
             on_outcome=on_outcome,
             progress=progress,
             source=source,

@@ -54,7 +54,9 @@ async def set_aside_changed(scheduler: Scheduler, *, limit: int = LIMIT) -> int:
             await asyncio.wait_for(parts.mcp.until_listed(), LISTED_CHECK)
     if parts.draining:
         return 0
-    listed = await parts.io(parts.store.list_by_status, Status.AWAITING_APPROVAL, limit=limit)
+    listed = await parts.storage_calls(
+        parts.store.list_by_status, Status.AWAITING_APPROVAL, limit=limit
+    )
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(found: Conversation) -> bool:
@@ -72,7 +74,7 @@ async def set_aside_changed(scheduler: Scheduler, *, limit: int = LIMIT) -> int:
 async def _set_aside(scheduler: Scheduler, found: Conversation) -> bool:
     parts = scheduler.parts
     key = found.key
-    record = await parts.io(parts.store.get, key)
+    record = await parts.storage_calls(parts.store.get, key)
     if not made_by_another(record, parts.fingerprint) or parts.slots.waits(key):
         return False  # (a thread that waits for a slot here is served, and told, by that)
     assert record is not None
@@ -82,14 +84,14 @@ async def _set_aside(scheduler: Scheduler, found: Conversation) -> bool:
         return False
     with slot:
         try:
-            lease, fresh = await parts.io(
+            lease, fresh = await parts.storage_calls(
                 parts.store.acquire, key, new_owner(parts.process), create=False
             )
         except (LeaseBusy, NotFound):
             return False  # served elsewhere (which verifies it), or gone
         if not made_by_another(fresh, parts.fingerprint):  # set aside, decided, or answered
             with contextlib.suppress(LeaseLost):
-                await parts.io(parts.store.release, lease, touch=False)
+                await parts.storage_calls(parts.store.release, lease, touch=False)
             return False
         served = await scheduler.serve_under_lease(lease, fresh)
     if served.yielded:  # messages came meanwhile and others wait: back in line

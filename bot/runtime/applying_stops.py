@@ -61,7 +61,7 @@ async def stopped(
     envelope = await serving.saved_envelope()
     disarmed = await _cancel_armed(serving)
     closed = await state_checks.close_calls(serving, run=envelope)
-    inbox = await serving.io(
+    inbox = await serving.storage_calls(
         serving.store.read_inbox, serving.key, record.generation, CONSUME_LIMIT
     )
     quotes = [quote(held.text) for held in envelope.held] if envelope else []
@@ -130,7 +130,7 @@ async def stop_requests(
         await serving.emit_now(
             Refused(key=serving.key, text=text, user=stop.user, reply_to=stop.reply_to)
         )
-    await serving.io(
+    await serving.storage_calls(
         serving.store.apply,
         Commit(
             key=serving.key,
@@ -157,7 +157,7 @@ async def _cancel_armed(serving: ServingView) -> frozenset[str]:
     armed = frozenset(serving.armed)
     for call_id in sorted(armed):
         try:
-            held = await serving.io(
+            held = await serving.storage_calls(
                 serving.store.complete_tool_call,
                 serving.lease,
                 call_id,
@@ -172,7 +172,7 @@ async def _cancel_armed(serving: ServingView) -> frozenset[str]:
 
 
 async def _tell_cancelled_late(serving: ServingView, call_id: str) -> None:
-    record = await serving.io(
+    record = await serving.storage_calls(
         serving.store.get_tool_call, serving.key, call_id, serving.record.generation
     )
     tool = record.tool_name if record is not None else "a tool"

@@ -126,8 +126,8 @@ class SharedFiles:
     """Keeping shared files (download, store once) and putting their bytes back into model
     requests."""
 
-    def __init__(self, io: StorageCalls) -> None:
-        self.io = io
+    def __init__(self, storage_calls: StorageCalls) -> None:
+        self.storage_calls = storage_calls
         self.cache = ContentCache()
 
     async def attach(
@@ -144,7 +144,7 @@ class SharedFiles:
             except Unavailable as exc:
                 attached.skipped.append((file.name, exc.reason))
                 continue
-            digest = await self.io(self.io.store.put_content, data)
+            digest = await self.storage_calls(self.storage_calls.store.put_content, data)
             self.cache.put(digest, data)
             attached.lines.append(f"[shared {kind.label} {file.name} ({human_size(len(data))})]")
             ref = reference(kind.mimetype, digest)
@@ -213,7 +213,7 @@ class SharedFiles:
         data = self.cache.get(digest)
         if data is None:
             try:
-                data = await self.io(self.io.store.get_content, digest)
+                data = await self.storage_calls(self.storage_calls.store.get_content, digest)
             except (ContentMissing, ValueError) as exc:
                 log.warning("shared file %s is gone: %s", digest[:16], exc)
                 return 0, {"type": "input_text", "text": f"[file {name} is no longer available]"}

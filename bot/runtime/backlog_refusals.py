@@ -46,11 +46,11 @@ class BacklogRefusals:
     """The refusals this process made, gathered per thread and told together."""
 
     def __init__(
-        self, sink: Callable[[], OutcomeSink | None], store: Store, io: StorageCalls
+        self, sink: Callable[[], OutcomeSink | None], store: Store, storage_calls: StorageCalls
     ) -> None:
         self.sink = sink
         self.store = store
-        self.io = io
+        self.storage_calls = storage_calls
         self._waiting: dict[ConversationKey, list[Untold]] = {}
         self._timers: dict[ConversationKey, asyncio.TimerHandle] = {}
         self._telling: set[asyncio.Task[bool]] = set()
@@ -85,7 +85,7 @@ class BacklogRefusals:
             return await tell(
                 self.sink(),
                 self.store,
-                self.io,
+                self.storage_calls,
                 key,
                 [u.refusal for u in untold],
                 named=[u.refusal.event_id for u in untold if u.named],
@@ -98,7 +98,7 @@ class BacklogRefusals:
 async def tell(
     sink: OutcomeSink | None,
     store: Store,
-    io: StorageCalls,
+    storage_calls: StorageCalls,
     key: ConversationKey,
     refusals: Sequence[Refusal],
     *,
@@ -125,7 +125,7 @@ async def tell(
         log.exception("%s: telling %d refusals failed", key, len(refusals))
         return False
     try:
-        await io(store.refusals_told, key, list(named), counted)
+        await storage_calls(store.refusals_told, key, list(named), counted)
     except StorageError:  # told, but not marked: a later teller looks before posting
         log.warning("%s: could not mark %d refusals told", key, len(refusals), exc_info=True)
         return False
@@ -135,7 +135,7 @@ async def tell(
 async def tell_untold(
     sink: OutcomeSink | None,
     store: Store,
-    io: StorageCalls,
+    storage_calls: StorageCalls,
     record: Conversation,
     *,
     idle: bool,
@@ -157,12 +157,12 @@ async def tell_untold(
     young = [r for r in others if r.at + TELL_AFTER > now]
     if young and not idle and len(young) == len(others):
         return record, False  # not due yet; a later pass, or the release, looks again
-    record = await _reread(store, io, record)
+    record = await _reread(store, storage_calls, record)
     young = [r for r in record.refused if r.at + TELL_AFTER > now and r.event_id not in telling]
     if young and idle:  # (told meanwhile by their process, they are not waited for: 180065)
         youngest = max(r.at for r in young)
         await asyncio.sleep(max((youngest + TELL_AFTER - now).total_seconds(), 0))
-        record = await _reread(store, io, record)
+        record = await _reread(store, storage_calls, record)
     now = store.clock()
     due = [r for r in record.refused if r.at + TELL_AFTER <= now and r.event_id not in telling]
     every = len(due) == len(record.refused) and not telling
@@ -172,7 +172,7 @@ async def tell_untold(
     told = await tell(
         sink,
         store,
-        io,
+        storage_calls,
         record.key,
         due,
         more=more,
@@ -185,9 +185,9 @@ async def tell_untold(
     return with_refusals_told(record, [r.event_id for r in due], more), True
 
 
-async def _reread(store: Store, io: StorageCalls, record: Conversation) -> Conversation:
+async def _reread(store: Store, storage_calls: StorageCalls, record: Conversation) -> Conversation:
     """`record` with the refusals the store holds now."""
-    fresh = await io(store.get, record.key)
+    fresh = await storage_calls(store.get, record.key)
     if fresh is None:
         return record.model_copy(update={"refused": [], "refused_more": 0})
     return record.model_copy(update={"refused": fresh.refused, "refused_more": fresh.refused_more})

@@ -107,7 +107,7 @@ async def discard_conversation(
 ) -> list[Outcome]:
     gone = [Refused(key=key, text="There is no conversation in that thread.")]
     try:
-        lease, record = await parts.io(
+        lease, record = await parts.storage_calls(
             parts.store.acquire, key, new_owner(parts.process), create=False, force=only_if is None
         )
     except NotFound:
@@ -115,7 +115,7 @@ async def discard_conversation(
     except LeaseBusy:
         return []  # a stale sweep leaves a thread that is active right now alone
     if only_if is not None and not only_if.holds(record, parts.store.clock()):
-        await parts.io(parts.store.release, lease, touch=False)
+        await parts.storage_calls(parts.store.release, lease, touch=False)
         return []
     serving = Serving(parts, lease, record)
     discarded: list[Outcome] = []
@@ -139,7 +139,7 @@ async def discard_team(
     of theirs goes on. With `started_before`, only conversations (generations) begun before
     then: a workspace that installed the app again keeps what it began since. Returns the
     keys discarded."""
-    found = await parts.io(
+    found = await parts.storage_calls(
         parts.store.list_by_team, team, enterprise=enterprise, statuses=UNFINISHED
     )
     if started_before is not None:
@@ -165,12 +165,12 @@ def began(record: Conversation) -> datetime:
 async def _discard(serving: Serving, by: str | None) -> Discarded:
     record = serving.record
     previous = serving.record.status
-    inbox = await serving.io(serving.store.read_inbox, serving.key, record.generation)
+    inbox = await serving.storage_calls(serving.store.read_inbox, serving.key, record.generation)
     entries = Entries(inbox)
     ids = entries.ids
     while len(ids) > CONSUME_LIMIT:  # a backlog beyond one commit: drop it in chunks first
         chunk, ids = ids[:CONSUME_LIMIT], ids[CONSUME_LIMIT:]
-        await serving.io(
+        await serving.storage_calls(
             serving.store.apply,
             Commit(key=serving.key, lease=serving.lease, consume=chunk, checkpoint=KEEP),
         )

@@ -175,7 +175,7 @@ def _session(serving: ServingView) -> ConversationSession:
         staged=True,
         session_settings=parts.session_settings,
         known=parts.history.get(serving.record),
-        calls=parts.io,
+        calls=parts.storage_calls,
     )
 
 
@@ -188,7 +188,7 @@ def _scope(serving: ServingView) -> TurnScope:
         await progress.step(key, call_id, tool, state)
 
     return TurnScope(
-        storage=serving.io,
+        storage=serving.storage_calls,
         lease=serving.lease,
         armed=serving.armed,
         on_step=on_step,

@@ -109,7 +109,7 @@ async def _expired_envelope(
     if pointer is None:
         return None
     try:
-        document = await serving.io(serving.store.load_checkpoint, pointer)
+        document = await serving.storage_calls(serving.store.load_checkpoint, pointer)
         return Envelope.model_validate(document)
     except (CheckpointError, ValueError):
         return None  # gone with the state, as it should be

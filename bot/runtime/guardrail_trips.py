@@ -118,7 +118,7 @@ async def _not_started(serving: ServingView) -> frozenset[str]:
     armed = frozenset(serving.armed)
     for call_id in sorted(armed):
         with contextlib.suppress(LeaseLost):  # approved, not started: its new holder's
-            await serving.io(
+            await serving.storage_calls(
                 serving.store.complete_tool_call,
                 serving.lease,
                 call_id,

@@ -30,8 +30,8 @@ async def keep_beating(runtime: ConversationRuntime, interval: float = BEAT) -> 
     while True:
         began = runtime.store.clock()
         try:
-            await runtime.io(runtime.store.beat, runtime.process)
-            beats = await runtime.io(runtime.store.beats)
+            await runtime.storage_calls(runtime.store.beat, runtime.process)
+            beats = await runtime.storage_calls(runtime.store.beats)
         except Exception:  # a storage blip: the next beat comes well within SILENCE
             log.warning("heartbeat failed; beating again in %ss", interval, exc_info=True)
             await asyncio.sleep(interval)

@@ -67,7 +67,7 @@ class Intake:
     def __init__(self, parts: RuntimeParts, queries: Queries, acks_first: AcksFirst) -> None:
         self.parts = parts
         self.store = parts.store
-        self.io = parts.io
+        self.storage_calls = parts.storage_calls
         self.queries = queries
         self.acks_first = acks_first
         # Threads taken by the write that kept their message, for `serve` to use at once.
@@ -214,7 +214,7 @@ class Intake:
         thread's queued messages must not keep a run from being stopped or decided."""
         try:
             with self.acks_first.keeping():
-                kept = await self.io.urgent(
+                kept = await self.storage_calls.urgent(
                     self.store.keep,
                     key,
                     event_id,
@@ -250,7 +250,7 @@ class Intake:
 
     async def expired_for(self, key: ConversationKey, user: str) -> bool:
         """The conversation's state expired, and `user` may act on it."""
-        gone = await self.io(self.store.expired_record, key)
+        gone = await self.storage_calls(self.store.expired_record, key)
         return gone is not None and self.queries.may_act(gone, user)
 
 
@@ -274,7 +274,7 @@ class StopInbox:
     def __init__(self, parts: RuntimeParts, intake: Intake, queries: Queries) -> None:
         self.parts = parts
         self.store = parts.store
-        self.io = parts.io
+        self.storage_calls = parts.storage_calls
         self.intake = intake
         self.queries = queries
 
@@ -286,7 +286,7 @@ class StopInbox:
         write took the thread (a paused run, or an expired thread to be told), for the caller
         to `serve` next. `event_id` is the request's own (Slack's ids for it): another
         delivery of it is a duplicate (`Stopping.duplicate`), which stops nothing."""
-        record = await self.io(self.store.get, key)
+        record = await self.storage_calls(self.store.get, key)
         if record is None:
             if await self.intake.expired_for(key, user):
                 kept = await self.intake.keep_probe(key, user, "stop", event_id=event_id, take=True)
@@ -314,7 +314,7 @@ class StopInbox:
         an ordinary message (and so is any other reply)."""
         if files or not is_stop_word(text):
             return None
-        record = await self.io(self.store.get, key)
+        record = await self.storage_calls(self.store.get, key)
         if record is None:
             if await self.intake.expired_for(key, user):  # the thread is told, not the model
                 return await self.intake.keep_probe(key, user, "stop", event_id=event_id, take=True)
@@ -350,7 +350,7 @@ class StopInbox:
             return Stopping(False, "Nothing is running there right now.")
         if not self.queries.may_stop(record, user):
             return Stopping(False, NOT_YOURS_TO_STOP, refused=True)
-        if await self.io(self.store.event_claimed, _unkept(key, event_id)):
+        if await self.storage_calls(self.store.event_claimed, _unkept(key, event_id)):
             return Stopping(False, "Your stop was received already.", duplicate=True)
         payload = payload_text(StopRequest(user=user, reply_to=reply_to))
         kept = await self.intake.keep(
@@ -368,7 +368,7 @@ class StopInbox:
         """A stop answered that nothing runs is kept nowhere, so its event is claimed: Slack
         delivering it again while a later run goes on is the same request, which stops
         nothing (the keep's own claim covers only stops that were kept)."""
-        await self.io(self.store.claim_event, _unkept(key, event_id))
+        await self.storage_calls(self.store.claim_event, _unkept(key, event_id))
 
 
 def _unkept(key: ConversationKey, event_id: str) -> str:

@@ -103,14 +103,14 @@ class ContextWindow:
         while len(self._known) > KNOWN_SUMMARIES:
             self._known.popitem(last=False)
 
-    async def summary_of(self, io: StorageCalls, record: Conversation) -> Summary | None:
+    async def summary_of(self, storage_calls: StorageCalls, record: Conversation) -> Summary | None:
         """The summary `record` names (read once, then known), or None."""
         if record.summary_seq == 0:
             return None
         found = self.known(record)
         if found is not None and found.summary.through == record.summary_seq:
             return found.summary
-        summary = await io(io.store.read_summary, record)
+        summary = await storage_calls(storage_calls.store.read_summary, record)
         if summary is None:
             log.warning("%s: its summary is gone; going on without it", record.key)
             return None

@@ -15,27 +15,29 @@ log = logging.getLogger(__name__)
 
 
 class People:
-    def __init__(self, store: Store, io: StorageCalls) -> None:
+    def __init__(self, store: Store, storage_calls: StorageCalls) -> None:
         self.store = store
-        self.io = io
+        self.storage_calls = storage_calls
 
     async def greet_once(self, person: PersonKey) -> bool:
         """True the first time (the caller greets them now), False after."""
-        return await self.io(self.store.mark_greeted, person)
+        return await self.storage_calls(self.store.mark_greeted, person)
 
     async def greeting_failed(self, person: PersonKey) -> None:
         """The greeting could not be shown: the next time they come, they are greeted."""
-        await self.io(self.store.unmark_greeted, person)
+        await self.storage_calls(self.store.unmark_greeted, person)
 
     async def note_viewing(self, person: PersonKey, viewing: Viewing) -> None:
         """What they view now, for their next message (an older report changes nothing)."""
-        await self.io(self.store.note_viewing, person, viewing.model_dump_json(), viewing.at)
+        await self.storage_calls(
+            self.store.note_viewing, person, viewing.model_dump_json(), viewing.at
+        )
 
     async def viewing_for(self, person: PersonKey, thread_ts: str) -> Viewing | None:
         """What they were last seen viewing, when it is recent and applies to this thread
         of their container; None otherwise (or when it cannot be read: it is only a hint)."""
         try:
-            record = await self.io(self.store.get_person, person)
+            record = await self.storage_calls(self.store.get_person, person)
         except Exception:
             log.warning("%s: what they view could not be read", person, exc_info=True)
             return None
@@ -51,7 +53,7 @@ class People:
         """They started (or went back to) this conversation: first of their recent ones.
         Best effort: a failure only leaves their list as it was."""
         try:
-            await self.io(self.store.note_conversation, person, key)
+            await self.storage_calls(self.store.note_conversation, person, key)
         except StorageError as exc:  # storage down, or the record kept changing under it
             log.warning("%s: their recent conversations were not updated: %s", person, exc)
         except Exception:
@@ -60,8 +62,10 @@ class People:
     async def recent_conversations(self, person: PersonKey) -> list[Conversation]:
         """Their recent conversations as they stand now, newest first (those that expired
         left out): one read of their record and one of each conversation, together."""
-        record = await self.io(self.store.get_person, person)
+        record = await self.storage_calls(self.store.get_person, person)
         if record is None:
             return []
-        found = await asyncio.gather(*(self.io(self.store.get, key) for key in record.recent))
+        found = await asyncio.gather(
+            *(self.storage_calls(self.store.get, key) for key in record.recent)
+        )
         return [conversation for conversation in found if conversation is not None]

@@ -50,9 +50,11 @@ class Waiting:
 
 
 class Queries:
-    def __init__(self, store: Store, io: StorageCalls, settings: RuntimeSettings) -> None:
+    def __init__(
+        self, store: Store, storage_calls: StorageCalls, settings: RuntimeSettings
+    ) -> None:
         self.store = store
-        self.io = io
+        self.storage_calls = storage_calls
         self.settings = settings
 
     def may_act(self, record: Conversation, user: str) -> bool:
@@ -73,7 +75,7 @@ class Queries:
         return user == record.run_by if record.run_by else user in record.participants
 
     async def conversation(self, key: ConversationKey) -> Conversation | None:
-        return await self.io(self.store.get, key)
+        return await self.storage_calls(self.store.get, key)
 
     async def paused_in(
         self,
@@ -90,7 +92,7 @@ class Queries:
         threads (`Store.list_paused_in`), whatever the rest of the store holds."""
         settings = self.settings
         everyone = user in settings.approvers | settings.admins
-        records = await self.io(
+        records = await self.storage_calls(
             self.store.list_paused_in,
             team,
             channel,
@@ -106,26 +108,26 @@ class Queries:
         return self.store.lease_duration.total_seconds()
 
     async def counts(self) -> dict[Status, int]:
-        return await self.io(self.store.count_by_status)
+        return await self.storage_calls(self.store.count_by_status)
 
     async def feedback_totals(self) -> FeedbackTally:
-        return await self.io(self.store.count_feedback)
+        return await self.storage_calls(self.store.count_feedback)
 
     async def record_feedback(
         self, key: ConversationKey, answer: str, user: str, verdict: Verdict
     ) -> FeedbackTally | None:
         """Someone's verdict on an answer (anyone who can see it may give one); None when
         the conversation is gone."""
-        return await self.io(self.store.record_feedback, key, answer, user, verdict)
+        return await self.storage_calls(self.store.record_feedback, key, answer, user, verdict)
 
     async def oldest(self, status: Status) -> Conversation | None:
-        found = await self.io(self.store.list_by_status, status, limit=1)
+        found = await self.storage_calls(self.store.list_by_status, status, limit=1)
         return found[0] if found else None
 
     async def healthy(self) -> bool:
         """Storage answers (a read of a record that does not exist)."""
         try:
-            await asyncio.wait_for(self.io.once(self.store.get, PROBE), timeout=5)
+            await asyncio.wait_for(self.storage_calls.once(self.store.get, PROBE), timeout=5)
         except Exception:
             log.warning("health check: storage unavailable", exc_info=True)
             return False
@@ -135,7 +137,7 @@ class Queries:
         """Paused, interrupted or set-aside conversations idle for longer than `older_than`."""
         found: list[Conversation] = []
         for status in PAUSED:
-            found += await self.io(
+            found += await self.storage_calls(
                 self.store.list_by_status, status, idle_for=older_than, limit=limit
             )
         return found
@@ -148,14 +150,14 @@ class Queries:
         index shows them yet."""
         approver = person.user in self.settings.approvers
         if approver:
-            records = await self.io(
+            records = await self.storage_calls(
                 self.store.list_waiting_in,
                 person.team,
                 enterprise=person.enterprise,
                 limit=WAITING_LISTED,
             )
         else:
-            records = await self.io(
+            records = await self.storage_calls(
                 self.store.list_waiting_on,
                 person.team,
                 person.user,
@@ -164,7 +166,7 @@ class Queries:
             )
         listed = {record.key for record in records}
         missing = [key for key in including if key not in listed]
-        fresh = await asyncio.gather(*(self.io(self.store.get, key) for key in missing))
+        fresh = await asyncio.gather(*(self.storage_calls(self.store.get, key) for key in missing))
         new = [
             record
             for record in fresh
@@ -184,7 +186,7 @@ class Queries:
         if record.checkpoint is None:
             return None
         try:
-            document = await self.io(self.store.load_checkpoint, record.checkpoint)
+            document = await self.storage_calls(self.store.load_checkpoint, record.checkpoint)
             envelope = Envelope.model_validate(document)
         except (CheckpointError, ValueError):
             log.info("%s: its checkpoint could not be read for the listing", record.key)

@@ -34,12 +34,14 @@ async def recover_conversations(scheduler: Scheduler, *, limit: int) -> list[Out
     parts = scheduler.parts
     if parts.draining:
         return []
-    running = await parts.io(parts.store.list_by_status, Status.RUNNING, limit=limit)
+    running = await parts.storage_calls(parts.store.list_by_status, Status.RUNNING, limit=limit)
     now = parts.store.clock()
     cutoff = parts.store.takeover_cutoff(now)
     gate = asyncio.Semaphore(parts.settings.recovery_concurrency)
     held = any(r.lease_expires_at and r.lease_expires_at >= cutoff for r in running)
-    beats = await parts.io(parts.store.beats) if held else {}  # one read, for every thread held
+    beats = (
+        await parts.storage_calls(parts.store.beats) if held else {}
+    )  # one read, for every thread held
     # Silence over a time this replica could not beat either (a storage stall) proves
     # nothing: counted as the heartbeat counts it (`heartbeat.silent_before`).
     quiet_since = min(now - SILENCE, parts.silent_before or now)
@@ -71,7 +73,7 @@ async def recover_conversations(scheduler: Scheduler, *, limit: int) -> list[Out
                 if parts.draining:
                     return []
                 try:
-                    lease, fresh = await parts.io(
+                    lease, fresh = await parts.storage_calls(
                         parts.store.acquire,
                         key,
                         new_owner(parts.process),
@@ -84,7 +86,7 @@ async def recover_conversations(scheduler: Scheduler, *, limit: int) -> list[Out
                     # Finished meanwhile by another replica (which may take it again before
                     # this lets go, once this lease has run out: then it is theirs anyway).
                     with contextlib.suppress(LeaseLost):
-                        await parts.io(parts.store.release, lease, touch=False)
+                        await parts.storage_calls(parts.store.release, lease, touch=False)
                     return []
                 if dead:
                     log.info("%s: took over from %s (%s)", key, dead, why)

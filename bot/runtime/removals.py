@@ -28,12 +28,12 @@ class Removals:
     def __init__(self, parts: RuntimeParts) -> None:
         self.parts = parts
         self.store = parts.store
-        self.io = parts.io
+        self.storage_calls = parts.storage_calls
         self._finishing: set[str] = set()  # the removals this process is finishing
 
     async def known(self, removal_id: str) -> bool:
         """A removal recorded under this id already (pending or finished): told again."""
-        return await self.io(self.store.find_removal, removal_id) is not None
+        return await self.storage_calls(self.store.find_removal, removal_id) is not None
 
     async def record(self, removal_id: str, *, team: str | None, enterprise: str | None) -> bool:
         """A workspace (every workspace of `enterprise` when `team` is None) removed the app:
@@ -44,7 +44,7 @@ class Removals:
         removal = Removal(
             removal_id=removal_id, team=team, enterprise=enterprise, at=self.store.clock()
         )
-        if not await self.io(self.store.record_removal, removal):
+        if not await self.storage_calls(self.store.record_removal, removal):
             return False
         self.finish_soon(removal)
         return True
@@ -54,7 +54,7 @@ class Removals:
         process that recorded one finishes it at once, unless it died)."""
         if self.parts.draining:
             return
-        pending = await self.io(self.store.pending_removals)
+        pending = await self.storage_calls(self.store.pending_removals)
         cutoff = self.store.clock() - self.store.lease_duration
         for removal in pending:
             if removal.at <= cutoff:
@@ -75,7 +75,7 @@ class Removals:
             discarded = await discard_team(
                 self.parts, removal.team, removal.enterprise, started_before=removal.at
             )
-            await self.io(self.store.finish_removal, removal.removal_id)
+            await self.storage_calls(self.store.finish_removal, removal.removal_id)
             log.info("removed from %s: %d conversations discarded", place(removal), len(discarded))
         except Exception:
             log.exception(

@@ -65,28 +65,28 @@ class ConversationRuntime:
         owner: str | None = None,
         agent_version: str = "",
         source: ContextSource | None = None,
-        io: StorageCalls | None = None,
+        storage_calls: StorageCalls | None = None,
     ) -> None:
         """Built whole: the ports (`on_outcome`, `progress`, `source`) are given here and
-        never changed. `io` is the storage bridge to share with the caller (the Slack
+        never changed. `storage_calls` is the storage bridge to share with the caller (the Slack
         layer's installations go through it); by default the runtime opens its own."""
-        io = io or StorageCalls(store)
-        assert io.store is store, "the runtime's storage bridge is over its own store"
+        storage_calls = storage_calls or StorageCalls(store)
+        assert storage_calls.store is store, "the runtime's storage bridge is over its own store"
         self.parts = RuntimeParts(
             store,
             agent,
             settings or RuntimeSettings(),
-            io=io,
+            storage_calls=storage_calls,
             on_outcome=on_outcome,
             progress=progress,
             source=source,
             owner=owner,
             agent_version=agent_version,
         )
-        self.store, self.io, self.settings = store, io, self.parts.settings
+        self.store, self.storage_calls, self.settings = store, storage_calls, self.parts.settings
         self.agent, self.mcp, self.process = self.parts.agent, self.parts.mcp, self.parts.process
-        self.queries = Queries(store, io, self.settings)
-        self.people = People(store, io)
+        self.queries = Queries(store, storage_calls, self.settings)
+        self.people = People(store, storage_calls)
         self.acks_first = AcksFirst()
         self.intake = Intake(self.parts, self.queries, self.acks_first)
         self.stops = self.intake.stops

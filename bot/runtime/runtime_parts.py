@@ -45,7 +45,7 @@ class RuntimeParts:
         agent: Agent[Any],
         settings: RuntimeSettings,
         *,
-        io: StorageCalls,
+        storage_calls: StorageCalls,
         on_outcome: OutcomeSink | None,
         progress: Progress | None,
         source: ContextSource | None,
@@ -53,7 +53,7 @@ class RuntimeParts:
         agent_version: str,
     ) -> None:
         self.store = store
-        self.io = io
+        self.storage_calls = storage_calls
         self.settings = settings
         self.agent = guard_agent(agent)
         self.agent_version = agent_version
@@ -66,9 +66,9 @@ class RuntimeParts:
         self.on_outcome = on_outcome
         self.progress: Progress = progress or Quiet()
         self.source: ContextSource = source or NoSource()  # earlier messages, names, files
-        self.files = SharedFiles(io)
+        self.files = SharedFiles(storage_calls)
         self.history = HistoryCache()
-        self.refusals = BacklogRefusals(lambda: self.on_outcome, store, io)
+        self.refusals = BacklogRefusals(lambda: self.on_outcome, store, storage_calls)
         # At most `max_runs` threads served at once; the rest wait without their leases.
         self.slots = Slots(settings.max_runs)
         self.rate_gate = RateGate()  # a 429 from the model service holds every run back

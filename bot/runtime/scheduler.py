@@ -76,7 +76,7 @@ class Scheduler:
     ) -> None:
         self.parts = parts
         self.store = parts.store
-        self.io = parts.io
+        self.storage_calls = parts.storage_calls
         self.slots = parts.slots
         self.intake = intake
         self.queries = queries
@@ -122,7 +122,7 @@ class Scheduler:
         person = self.intake.requester(key)
         if self.parts.draining:
             if taken is not None:  # give it up at once: the next process serves it
-                await self.io(
+                await self.storage_calls(
                     self.store.release, taken[0], status=Status.RUNNING, touch=False, note=opened_by
                 )
             else:
@@ -141,7 +141,7 @@ class Scheduler:
                 lease, record = taken
             else:
                 try:
-                    lease, record = await self.io(
+                    lease, record = await self.storage_calls(
                         self.store.acquire, key, new_owner(self.parts.process), create=False
                     )
                 except LeaseBusy:
@@ -177,7 +177,7 @@ class Scheduler:
         """Release a thread taken by its keep, as `running` with its inbox untouched: it
         waits durably, found by any replica's recovery (see `slots`)."""
         with contextlib.suppress(LeaseLost):  # another replica took it meanwhile
-            await self.io(
+            await self.storage_calls(
                 self.store.release, lease, status=Status.RUNNING, touch=False, note=opened_by
             )
 
@@ -205,13 +205,13 @@ class Scheduler:
         if self.parts.draining:
             return None
         try:
-            lease, record = await self.io(
+            lease, record = await self.storage_calls(
                 self.store.acquire, key, new_owner(self.parts.process), create=False
             )
         except (LeaseBusy, NotFound):
             return None  # another replica with room serves it (or it is gone)
         if record.status is not Status.RUNNING:  # served meanwhile by another replica
-            await self.io(self.store.release, lease, touch=False)
+            await self.storage_calls(self.store.release, lease, touch=False)
             return None
         return lease, record
 
@@ -232,7 +232,7 @@ class Scheduler:
         after it); with `replace`, that replaces the message the request came from.
         `event_id` names the request (Slack's ids for it; None: one nobody delivers again).
         A resumed run takes a slot before the thread's lease, like any other."""
-        found = await self.io(self.store.get, key)
+        found = await self.storage_calls(self.store.get, key)
         if found is None and user is not None and await self.intake.expired_for(key, user):
             probe = event_id or f"probe:resume:{user}:{uuid.uuid4().hex}"
             kept = await self.intake.keep_probe(key, user, "resume", event_id=probe, take=True)
@@ -268,7 +268,7 @@ class Scheduler:
 
     async def _resume_under_slot(self, key: ConversationKey) -> Served | StatusReply:
         try:
-            lease, record = await self.io(
+            lease, record = await self.storage_calls(
                 self.store.acquire, key, new_owner(self.parts.process), create=False
             )
         except LeaseBusy:
@@ -279,7 +279,7 @@ class Scheduler:
             return await self.serve_under_lease(lease, record)
         if record.status is Status.AWAITING_APPROVAL:
             return await self.serve_under_lease(lease, record, remind=True)
-        await self.io(self.store.release, lease, touch=False)
+        await self.storage_calls(self.store.release, lease, touch=False)
         why = NOTHING_TO_RESUME.get(record.status, "There is nothing to resume.")
         return StatusReply(key=key, text=why)
 
@@ -299,7 +299,7 @@ class Scheduler:
                 break
             await asyncio.sleep(0.1)
         try:
-            lease, record = await self.io(
+            lease, record = await self.storage_calls(
                 self.store.acquire, key, new_owner(self.parts.process), create=False
             )
         except (LeaseBusy, NotFound):
@@ -308,7 +308,7 @@ class Scheduler:
             log.warning("%s: could not continue it after its MCP servers came back", key)
             return
         if record.status is not Status.INTERRUPTED or self.parts.draining:
-            await self.io(self.store.release, lease, touch=False)
+            await self.storage_calls(self.store.release, lease, touch=False)
             return
         log.info("%s: its MCP servers are back; continuing", key)
         try:

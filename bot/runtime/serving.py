@@ -117,7 +117,7 @@ class Serving:
     ) -> None:
         self.parts = parts
         self.store = parts.store
-        self.io = parts.io
+        self.storage_calls = parts.storage_calls
         self.key = record.key
         self.record = record
         self.initial_lease = lease
@@ -172,7 +172,7 @@ class Serving:
         self.record, posted = await backlog_refusals.tell_untold(
             self.parts.on_outcome,
             self.store,
-            self.io,
+            self.storage_calls,
             self.record,
             idle=idle,
             telling=self.parts.refusals.telling,
@@ -188,7 +188,7 @@ class Serving:
             inbox = self.record.inbox
             self.record = self.record.model_copy(update={"inbox": None})
         else:
-            inbox = await self.io(
+            inbox = await self.storage_calls(
                 self.store.read_inbox, self.key, self.record.generation, CONSUME_LIMIT + 1
             )
         self.backlog_left = len(inbox) > CONSUME_LIMIT
@@ -299,7 +299,7 @@ class Serving:
         if self.record.checkpoint is None:
             return None
         try:
-            document = await self.io(self.store.load_checkpoint, self.record.checkpoint)
+            document = await self.storage_calls(self.store.load_checkpoint, self.record.checkpoint)
             return Envelope.model_validate(document)
         except (CheckpointError, ValueError):
             return None
@@ -313,7 +313,7 @@ class Serving:
         reply kept while a run waits did not start that run)."""
         if not started_by or self.record.run_by == started_by:
             return
-        await self.io(
+        await self.storage_calls(
             self.store.apply,
             Commit(key=self.key, lease=self.lease, run_by=started_by, touch=False),
         )
@@ -355,7 +355,7 @@ class Serving:
             )
             for call in arm or []
         ]
-        done = await self.io(
+        done = await self.storage_calls(
             self.store.commit,
             self.lease,
             state=envelope.document(),
@@ -420,7 +420,7 @@ class Serving:
         )
         if old is not None and old.inline is None:  # an inline state has no blob
             try:
-                await self.io(self.store.delete_checkpoint, old)
+                await self.storage_calls(self.store.delete_checkpoint, old)
             except Exception:
                 if not orphan_ok:
                     raise
@@ -445,7 +445,7 @@ class Serving:
         return opened
 
     async def _consume_only(self, consume: list[str]) -> None:
-        await self.io(
+        await self.storage_calls(
             self.store.apply,
             Commit(key=self.key, lease=self.lease, consume=consume, checkpoint=KEEP),
         )
@@ -540,7 +540,7 @@ class Serving:
 
     async def run(self, opening: Callable[[], Awaitable[None]] | None = None) -> list[Outcome]:
         """Serve until nothing is left; `opening` replaces the first pass (e.g. a discard)."""
-        async with LeaseKeeper(self.store, self.initial_lease, calls=self.io) as keeper:
+        async with LeaseKeeper(self.store, self.initial_lease, calls=self.storage_calls) as keeper:
             self.keeper = keeper
             try:
                 await self._loop(opening)
@@ -594,7 +594,7 @@ class Serving:
                 if self.slots.others_waiting and status is Status.IDLE:  # one run each
                     await self._yield_slot()
                     return
-                fresh = await self.io(self.store.get, self.key)
+                fresh = await self.storage_calls(self.store.get, self.key)
                 if fresh is None:
                     return
                 self.record = fresh
@@ -614,7 +614,7 @@ class Serving:
     async def _release(self, **how: Any) -> None:
         """The release (`Store.release`), noting the conversation for `note` the first
         time it lands."""
-        await self.io(self.store.release, self.lease, note=self.opened_by, **how)
+        await self.storage_calls(self.store.release, self.lease, note=self.opened_by, **how)
         self.opened_by = None
 
     async def _yield_slot(self) -> None:
@@ -673,10 +673,10 @@ class Serving:
         cannot say, as `running`."""
         try:
             inbox: list[InboxEntry] = []
-            record = await self.io(self.store.get, self.key)
+            record = await self.storage_calls(self.store.get, self.key)
             if record is not None:
                 generation, limit = record.generation, CONSUME_LIMIT + 1
-                inbox = await self.io(self.store.read_inbox, self.key, generation, limit)
+                inbox = await self.storage_calls(self.store.read_inbox, self.key, generation, limit)
         except StorageUnavailable:
             record, inbox = None, []  # nobody can tell what waits: recovery looks again
         if record is not None and not any(self._owed(entry) for entry in inbox):

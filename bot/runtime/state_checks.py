@@ -112,7 +112,7 @@ async def current_envelope(serving: ServingView) -> Envelope | FailedClosed | No
         failure = refused  # still read it below, to say what is lost
     envelope: Envelope | None = None
     try:
-        document = await serving.io(serving.store.load_checkpoint, pointer)
+        document = await serving.storage_calls(serving.store.load_checkpoint, pointer)
         if int(document.get("format", 1)) > ENVELOPE_FORMAT:
             raise WrittenByNewer(f"envelope format {document.get('format')}")
         envelope = Envelope.model_validate(document)
@@ -237,13 +237,13 @@ async def close_calls(
     started never will be now: the ledger records it cancelled. With `answered` (the
     history ends with the run in progress), the calls of the run already answered are told
     too."""
-    io, store, key = serving.io, serving.store, serving.key
+    storage_calls, store, key = serving.storage_calls, serving.store, serving.key
     generation = serving.record.generation
 
     async def ledger(call_id: str) -> ToolCallRecord | None:
-        record = await io(store.get_tool_call, key, call_id, generation)
+        record = await storage_calls(store.get_tool_call, key, call_id, generation)
         if record is not None and record.status is ToolCallStatus.APPROVED:
-            await io(
+            await storage_calls(
                 store.complete_tool_call,
                 serving.lease,
                 call_id,
@@ -252,7 +252,7 @@ async def close_calls(
             )
         return record
 
-    page = await io(store.read_items, key, window)
+    page = await storage_calls(store.read_items, key, window)
     closed = ClosedCalls()
     for call in answered_calls_of_the_run(page.items) if answered else []:
         closed.add_answered(call, await ledger(call["call_id"]))

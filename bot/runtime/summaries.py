@@ -141,7 +141,7 @@ async def open_window(
     parts, record = serving.parts, serving.record
     window = parts.window
     limit = parts.settings.history_items
-    known = await window.summary_of(serving.io, record)
+    known = await window.summary_of(serving.storage_calls, record)
     through = known.through if known is not None else 0
     # Only the items after the summary can be given (or folded into the next one): however
     # long the thread, a run reads no more than those, and at most `limit`.
@@ -201,7 +201,7 @@ async def resumed_view(serving: ServingView, window: RunWindow | None) -> RunVie
         return RunView()
     summary = None
     if window.summary_through:
-        found = await serving.parts.window.summary_of(serving.io, serving.record)
+        found = await serving.parts.window.summary_of(serving.storage_calls, serving.record)
         if found is not None and found.through == window.summary_through:
             summary = found.text
     return RunView(summary=summary, left_out=window.left_out)
@@ -240,7 +240,7 @@ async def _summary_for(
         ]
     else:  # some lie beyond the items read for the run: read them now
         wanted = min(next_seq - begin, parts.settings.history_items * READ_FACTOR)
-        older = await serving.io(serving.store.read_items, serving.key, wanted)
+        older = await serving.storage_calls(serving.store.read_items, serving.key, wanted)
         start = older.next_seq - len(older.items)
         unread = max(start - begin, 0)
         items = [json.loads(text) for text in older.items[max(begin - start, 0) : end - start]]

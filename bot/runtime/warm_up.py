@@ -46,7 +46,7 @@ def complete_models(module: ModuleType) -> int:
     return built
 
 
-async def open_pools(io: StorageCalls) -> None:
+async def open_pools(storage_calls: StorageCalls) -> None:
     """One read per keep thread, all at once (each waits for the others first), so that
     every keep thread and its own storage connection exist before the first burst needs
     them. The record read is the health check's, which does not exist."""
@@ -55,9 +55,9 @@ async def open_pools(io: StorageCalls) -> None:
     def read() -> None:
         with contextlib.suppress(threading.BrokenBarrierError):
             together.wait(timeout=5)
-        io.store.get(PROBE)
+        storage_calls.store.get(PROBE)
 
-    await asyncio.gather(*(io.urgent(read) for _ in range(URGENT_THREADS)))
+    await asyncio.gather(*(storage_calls.urgent(read) for _ in range(URGENT_THREADS)))
 
 
 def freeze_heap() -> int:
@@ -68,7 +68,7 @@ def freeze_heap() -> int:
     return gc.get_freeze_count()
 
 
-async def warm_up(io: StorageCalls, *, freeze: bool = False) -> None:
+async def warm_up(storage_calls: StorageCalls, *, freeze: bool = False) -> None:
     """`freeze` only in a process that serves and does nothing else (not in tests)."""
     import openai.types.responses
 
@@ -76,7 +76,7 @@ async def warm_up(io: StorageCalls, *, freeze: bool = False) -> None:
     tagged_unions.install()
     built = complete_models(openai.types.responses)
     try:
-        await open_pools(io)
+        await open_pools(storage_calls)
     except Exception:  # /healthz says so; the process serves once storage answers
         log.warning("warm-up: storage unavailable", exc_info=True)
     if freeze:

@@ -138,7 +138,9 @@ async def run(
     first, so that healthy means ready; then drained within the shutdown grace."""
     settings, runtime, app, poster, home = bot.settings, bot.runtime, bot.app, bot.poster, bot.home
     await runtime.start()  # the agents' MCP servers connected and listed
-    await warm_up(runtime.io, freeze=own_process)  # Slack's and the storage's first connections
+    await warm_up(
+        runtime.storage_calls, freeze=own_process
+    )  # Slack's and the storage's first connections
     web_app = web.Application()
     metrics.watch_requests(lambda: runtime.acks_first.in_flight)
     if not settings.socket_mode:

@@ -66,11 +66,14 @@ class StaleHomeDiscards:
 
     async def _stale(self, thread: ThreadState, quit: asyncio.Event) -> None:
         """Until the thread has waited for its approval, idle, a little past the stale age
-        (messages kept meanwhile are activity), or its approval came."""
+        (messages kept meanwhile are activity), or its approval came, or its state expired
+        (an expiry run: nothing is left to list; `_listing` notes it skipped)."""
         assert thread.key is not None
         while not (quit.is_set() or thread.moments["approved"].is_set()):
             record = await asyncio.to_thread(self.store.get, thread.key)
-            if record is not None and record.status is Status.AWAITING_APPROVAL:
+            if record is None:
+                return
+            if record.status is Status.AWAITING_APPROVAL:
                 idle = time.time() - record.last_activity_at.timestamp()
                 if idle > STALE_AFTER + 0.3:
                     return

@@ -168,3 +168,22 @@ def stored_blob(store: Store, object_key: str) -> bytes:
     assert isinstance(store, AwsStore)
     body = boto3.client("s3").get_object(Bucket=store.bucket, Key=object_key)["Body"]
     return bytes(body.read())
+
+
+@contextmanager
+def failing_reads(store: AwsStore, key_prefix: str) -> Iterator[None]:
+    """DynamoDB answers ThrottlingException to every GetItem of a key starting with
+    `key_prefix` (after boto3's own retries the store reports itself unavailable)."""
+
+    def throttle(params: dict[str, Any], **_: Any) -> Any:
+        body = params.get("body", b"")  # the request as sent: its JSON names the key
+        if f'"S": "{key_prefix}'.encode() not in body and f'"S":"{key_prefix}'.encode() not in body:
+            return None
+        body = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
+        return _Response(400), {**body, "ResponseMetadata": {"HTTPStatusCode": 400}}
+
+    store.dynamodb.meta.events.register("before-call.dynamodb.GetItem", throttle)
+    try:
+        yield
+    finally:
+        store.dynamodb.meta.events.unregister("before-call.dynamodb.GetItem", throttle)

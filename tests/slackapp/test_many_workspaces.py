@@ -16,11 +16,14 @@ from agents.testing import ModelStep, ScriptedModel, assistant_message, function
 from bot.settings import RuntimeSettings
 from bot.slackapp.installations import decode
 from bot.slackapp.oauth import BOT_SCOPES
+from bot.standin import requests
 from bot.standin.slack_api import SlackWebApi
 from bot.wiring import MakeRuntime
 from storage import Status, Store
+from storage.aws import AwsStore
 from testkit.runtime import SideEffects, after_a_tool, build_agent, last_user_text
 from testkit.slack import CHANNEL, TEAM, oauth_bot, running_api, runtime_of
+from testkit.storage_faults import failing_reads
 
 ALICE, BOB = "UALICE", "UBOB"
 ORG, GRID_TEAM, GRID_CHANNEL = "E0ACME", "T0ACME", "C0ACME"
@@ -190,3 +193,29 @@ async def test_rotating_tokens_a_reinstall_with_more_scopes_and_revoked_tokens(
         assert bot.record(late.ts) is None
         assert [c for c in standin.calls[before:] if c.team == TEAM or ":" in c.method] == []
     assert effects.calls("send_email") == []
+
+
+async def test_a_request_whose_installation_cannot_be_read_fails_for_slack_to_send_again(
+    store: Store, effects: SideEffects, api: tuple[SlackWebApi, str]
+) -> None:
+    """Storage that cannot be read is not "not installed": bolt's authorization answered
+    such a request "your installation with this app is no longer available" with a 200,
+    and Slack never sent it again (a stop lost in the chaos soak, aws seed 620241). Now
+    it fails with a 500, and Slack's retry is served."""
+    if not isinstance(store, AwsStore):
+        pytest.skip("a local read does not fail while the store is up (sqlite's WAL)")
+    standin, url = api
+    async with oauth_bot(store, runtime(store, effects), standin, url) as bot:
+        await bot.install()
+        top = await bot.mention(ALICE, "hello")
+        await bot.bot_replies(top.ts, 1)
+        message = standin.add_user_message(CHANNEL, ALICE, "again", top.ts)
+        event = requests.message(
+            user=ALICE, text="again", ts=message.ts, channel=CHANNEL, thread_ts=top.ts, team=TEAM
+        )
+        with failing_reads(store, "INSTALL#"):
+            assert await bot.send_event(event, event_id="EvAgain") == 500
+        assert await bot.send_event(event, event_id="EvAgain", retry=1) == 200
+        replies = await bot.bot_replies(top.ts, 2)
+        assert replies[-1].text == "echo: again"
+        assert not [c for c in standin.calls if "no longer available" in json.dumps(c.args)]

@@ -50,7 +50,7 @@ def check_calls(
         p.text
         for p in thread.posts
         if p.what.notice == "tool_outcome_unknown"
-        or (p.what.notice in CLOSING_NOTICES and "outcome unknown" in p.text)
+        or (p.what.notice in TELLING_UNKNOWN and "outcome unknown" in p.text)
     )
     for call_id, made in mine.items():
         ran = effects.get(call_id, 0)
@@ -153,6 +153,11 @@ def check_calls(
                     )
                 )
     return out
+
+
+# Notices that name a request's calls of unknown outcome as the ledger says: those that
+# close a run's calls, and those of a request a check or its size ended (`closed.describe`).
+TELLING_UNKNOWN = CLOSING_NOTICES | {"guardrail", "too_large"}
 
 
 def completed_calls(text: str) -> set[str]:

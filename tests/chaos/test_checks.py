@@ -302,6 +302,17 @@ def test_each_check_fires() -> None:
     unknown.dead_channel = True  # nothing can be posted there
     assert kinds(facts([unknown])) == []
     unknown.dead_channel = False
+    # A request a guardrail ended names its call of unknown outcome (aws seed 620237).
+    guarded = post(
+        ":shield: A check (`no_reveal`) withheld my answer to this request; what was done "
+        "before it stands. Started, outcome unknown (not run again; check it): `transfer` "
+        "(call call_s1t0m0_1).",
+        at=5,
+    )
+    assert guarded.what.notice == "guardrail"
+    unknown.posts.append(guarded)
+    assert kinds(facts([unknown])) == []
+    unknown.posts.remove(guarded)
     announced = post(":grey_question: `transfer` (call call_s1t0m0_1) ... unknown", at=5)
     unknown.posts.append(announced)
     assert kinds(facts([unknown])) == []

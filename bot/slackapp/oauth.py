@@ -15,12 +15,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.authorization import AuthorizeResult
-from slack_bolt.authorization.async_authorize import (
-    AsyncAuthorize,
-    AsyncInstallationStoreAuthorize,
-)
-from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.authorization.async_authorize import AsyncInstallationStoreAuthorize
 from slack_bolt.oauth.async_oauth_flow import AsyncOAuthFlow
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -28,6 +23,7 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.oauth.token_rotation.async_rotator import AsyncTokenRotator
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slackapp.authorization import InstalledOrUnavailable
 from bot.slackapp.clients import InstalledWorkspaces
 from bot.slackapp.installations import StoredInstallations
 from bot.slackapp.oauth_state import SignedStates
@@ -64,51 +60,6 @@ class Installs:
     oauth: AsyncOAuthSettings
     authorize: InstalledOrUnavailable
     clients: InstalledWorkspaces
-
-
-class InstalledOrUnavailable(AsyncAuthorize):
-    """bolt's authorization from the kept installations, except that storage it could not
-    read is not "not installed". bolt's swallows a failed `find_bot` and answers "your
-    installation with this app is no longer available" with a 200, so Slack never delivers
-    the message or click again: it was lost (a stop, in the chaos soak, aws seed 620241).
-    Where bolt's finds nothing, the installation is looked up once more without it: storage
-    that is down raises, and the request fails with a 500 (`app.on_error`) that Slack
-    retries; only a workspace truly without an installation gets bolt's answer."""
-
-    def __init__(
-        self, found_by: AsyncInstallationStoreAuthorize, installations: StoredInstallations
-    ) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.found_by = found_by
-        self.installations = installations
-
-    async def __call__(
-        self,
-        *,
-        context: AsyncBoltContext,
-        enterprise_id: str | None,
-        team_id: str | None,
-        user_id: str | None,
-        actor_enterprise_id: str | None = None,
-        actor_team_id: str | None = None,
-        actor_user_id: str | None = None,
-    ) -> AuthorizeResult | None:
-        found = await self.found_by(
-            context=context,
-            enterprise_id=enterprise_id,
-            team_id=team_id,
-            user_id=user_id,
-            actor_enterprise_id=actor_enterprise_id,
-            actor_team_id=actor_team_id,
-            actor_user_id=actor_user_id,
-        )
-        if found is None:  # raises StorageUnavailable where bolt's saw nothing for it
-            await self.installations.async_find_bot(
-                enterprise_id=enterprise_id,
-                team_id=team_id,
-                is_enterprise_install=context.is_enterprise_install,
-            )
-        return found
 
 
 def installs(

@@ -10,7 +10,11 @@ crash, or the holder whose release saw the refusal), except those a live teller 
 process still has. Both name the notice after the refusals it tells (`delivery_id`), so a
 second teller of the same burst (whose first teller posted, then died before marking it
 told) finds that post in the thread instead of posting it again, while a notice that names
-more than an earlier one is a post of its own, never taken for a copy of it and deleted."""
+more than an earlier one is a post of its own, never taken for a copy of it and deleted.
+Both also post as a teller that may not be the first (`maybe_posted`): the live one too,
+because its process may be frozen past `TELL_AFTER` (a SIGSTOP, a long GC pause) while a
+serve elsewhere tells the same burst; it then finds that post, or, its own post being
+already on its way, the Slack layer deletes the later copy (chaos seed 620256)."""
 
 from __future__ import annotations
 
@@ -105,17 +109,17 @@ async def tell(
     more: int = 0,
     named: Sequence[str],
     counted: int,
-    maybe_posted: bool = False,
 ) -> bool:
     """Post one notice for these refusals (and `more` known only by number), then mark them
-    told; False when the post failed (they stay untold, for a later teller)."""
+    told; False when the post failed (they stay untold, for a later teller). Posted as
+    maybe posted already: another teller may have told the same burst (the module's doc)."""
     if not refusals and not more:
         return True
     told = notice(key, refusals, more)
     try:
         if sink is not None:
             whose = [r.event_id for r in refusals if r.event_id not in named]
-            await sink(told, DeliveryRef(delivery_id(named, counted, whose), maybe_posted))
+            await sink(told, DeliveryRef(delivery_id(named, counted, whose), maybe_posted=True))
     except DeliveryFailed as failure:
         if not failure.permanent:
             log.warning("%s: telling %d refusals failed: %s", key, len(refusals), failure.reason)
@@ -178,7 +182,6 @@ async def tell_untold(
         more=more,
         named=[r.event_id for r in due],
         counted=more,
-        maybe_posted=True,
     )
     if not told:
         return record, False

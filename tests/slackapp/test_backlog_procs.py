@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
+from bot.standin import requests
 from bot.standin.slack_api import Message
 from storage import Status
-from testkit.deployment import Deployment, deployment
+from testkit.deployment import Deployment, Replica, deployment
 from testkit.responses import ScriptedResponses, message, user_texts
 from testkit.services import wait_until
-from testkit.slack import CHANNEL, Harness, thread_key
+from testkit.slack import CHANNEL, TEAM, Harness, thread_key
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.slow
@@ -182,3 +183,98 @@ async def test_messages_not_taken_are_told_though_their_process_died(
         if ((post.metadata or {}).get("event_payload") or {}).get("notice") == "not_taken"
     ]
     assert len(notices) == 1
+
+
+def notices_in(bot: Deployment, ts: str) -> list[Message]:
+    return [
+        post
+        for post in bot.api.bot_replies(CHANNEL, ts)
+        if ((post.metadata or {}).get("event_payload") or {}).get("notice") == "not_taken"
+    ]
+
+
+async def refused_by_another_replica(
+    bot: Deployment, tmp_path: Path, script: HeldThenEcho
+) -> tuple[Replica, Message]:
+    """A thread held by the first process (its run waits), its backlog full; then a reply
+    refused by a second replica, whose notice waits in that replica for the rest of a burst
+    (`GATHER_SECONDS`)."""
+    await bot.start()
+    other = await bot.start_replica(tmp_path / "other.log")
+    people = bot.people()
+    try:
+        thread = await bot.mention(ALICE, "read these slowly")
+        await asyncio.to_thread(wait_until, lambda: script.held == 1, 20)
+        for token in ("S0000", "S0001"):  # the backlog is full (its first message waits)
+            await people.reply(BOB, f"{token}x please", thread.ts)
+        refused = bot.api.add_user_message(CHANNEL, BOB, "S0002x please", thread.ts)
+        event = requests.message(
+            user=BOB, text=refused.text, ts=refused.ts, channel=CHANNEL, thread_ts=thread.ts
+        )
+        assert await other.post(requests.event_callback(TEAM, event)) == 200
+    finally:
+        await people.close()
+    return other, thread
+
+
+async def told_once(bot: Deployment, thread: Message) -> None:
+    """The thread goes idle with its refusal told; afterwards it holds exactly one notice."""
+    key = thread_key(thread.ts)
+
+    def told() -> bool:
+        record = bot.store.get(key)
+        return record is not None and record.status is Status.IDLE and not record.refusals_untold
+
+    await asyncio.to_thread(wait_until, told, 40)
+    await asyncio.sleep(2.5)  # a copy, and the check that deletes it, would be done by now
+    notices = notices_in(bot, thread.ts)
+    assert len(notices) == 1, [n.text for n in notices]
+    assert "S0002" in notices[0].text and "S0000" not in notices[0].text
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)  # two processes; one backend
+async def test_a_frozen_teller_finds_the_notice_a_serve_told_meanwhile(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Chaos seed 620256: the replica that refused a message was SIGSTOPped before it told
+    it; the thread's holder told it once the refusal was `TELL_AFTER` old; woken, the
+    frozen replica told it again. Now its teller looks in the thread first."""
+    script = HeldThenEcho()
+    async with deployment(
+        backend, tmp_path, script, BOT_BACKLOG_LIMIT="3", BOT_DUPLICATE_CHECK_SECONDS="1"
+    ) as bot:
+        other, thread = await refused_by_another_replica(bot, tmp_path, script)
+        other.process.send_signal(signal.SIGSTOP)  # within its GATHER_SECONDS
+        try:
+            assert notices_in(bot, thread.ts) == []
+            script.release.set()
+            await asyncio.to_thread(wait_until, lambda: notices_in(bot, thread.ts), 30)
+            await asyncio.sleep(1.5)  # the holder's own check for copies has run
+        finally:
+            other.process.send_signal(signal.SIGCONT)
+        await told_once(bot, thread)
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_tellers_post_landing_after_a_serves_is_deleted_as_its_copy(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The same race, the other way round (seed 620256's rate-limited retry): the refusing
+    replica's post was on its way when the holder, finding nothing in the thread, told the
+    refusal; it landed after the holder's check for copies. The teller's own check deletes
+    it (the later copy)."""
+    script = HeldThenEcho()
+    async with deployment(
+        backend, tmp_path, script, BOT_BACKLOG_LIMIT="3", BOT_DUPLICATE_CHECK_SECONDS="1"
+    ) as bot:
+        in_flight = bot.api.hold("chat.postMessage")
+        _, thread = await refused_by_another_replica(bot, tmp_path, script)
+        held = lambda: bot.api.called("chat.postMessage:held")  # noqa: E731
+        await asyncio.to_thread(wait_until, held, 20)
+        script.release.set()
+        await asyncio.to_thread(wait_until, lambda: notices_in(bot, thread.ts), 30)
+        await asyncio.sleep(1.5)  # the holder's check for copies has run
+        in_flight.set()
+        await asyncio.to_thread(wait_until, lambda: len(notices_in(bot, thread.ts)) == 2, 10)
+        await told_once(bot, thread)
+    assert bot.api.called("chat.delete")

@@ -139,7 +139,7 @@ def check_calls(
                     "cancelled",
                 )
             )
-    out += _notices_against_ledger(thread, mine, effects, said_unknown)
+    out += _notices_against_ledger(thread, mine, effects)
     for post in thread.posts:
         if post.what.kind is not PostKind.ANSWER:
             continue
@@ -173,7 +173,7 @@ def completed_calls(text: str) -> set[str]:
 
 
 def _notices_against_ledger(
-    thread: ThreadFacts, mine: dict[str, CallMade], effects: Counter[str], said_unknown: set[str]
+    thread: ThreadFacts, mine: dict[str, CallMade], effects: Counter[str]
 ) -> list[tuple[str, str]]:
     """A late result's notice tells what the call did; "outcome unknown" is said only of a
     call that started (the ledger has it, not cancelled); "completed after a restart" only of
@@ -198,6 +198,11 @@ def _notices_against_ledger(
                     out.append(("notice_contradicts_ledger", f"{call_id} completed; it never ran"))
     if expired or thread.record is None:
         return out  # a state that expired took its tool ledger with it
+    # Notices said before the record was made spoke of an earlier one's ledger: a discarded
+    # state expires untold, taking its rows with it, and a later message makes a new record
+    # (aws seed 620282, an expiry run).
+    born = thread.record.created_at.timestamp()
+    said_unknown = unknown_named([p for p in thread.posts if p.at >= born])
     never_ran = {  # told later: a stop kept it from starting after a discard said unknown
         call
         for p in thread.posts

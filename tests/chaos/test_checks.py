@@ -189,7 +189,7 @@ def thread(**changes: Any) -> ThreadFacts:
     record = Conversation(
         key=KEY,
         status=Status.IDLE,
-        created_at=NOW,
+        created_at=datetime.fromtimestamp(0, UTC),  # before every post (theirs are at 0-10 s)
         updated_at=NOW,
         last_activity_at=NOW,
         expires_at=NOW + timedelta(hours=1),
@@ -697,6 +697,15 @@ async def test_stopped_and_late_notices_agree_with_the_ledger() -> None:
     )
     assert kinds(facts([told_unknown], effects=0, messages=[])) == ["notice_contradicts_ledger"]
     told_unknown.posts.append(await notice_post(settled, at=7.0))
+    assert kinds(facts([told_unknown], effects=0, messages=[])) == []
+    # A discard said it of a state that expired since (untold: it was discarded), and a new
+    # message made a new record with a ledger of its own (aws seed 620282, an expiry run).
+    told_unknown.posts.pop()
+    told_unknown.tool_records = {}
+    assert kinds(facts([told_unknown], effects=0, messages=[])) == ["notice_contradicts_ledger"]
+    assert told_unknown.record is not None
+    made_later = datetime.fromtimestamp(6.5, UTC)
+    told_unknown.record = told_unknown.record.model_copy(update={"created_at": made_later})
     assert kinds(facts([told_unknown], effects=0, messages=[])) == []
 
 

@@ -19,8 +19,7 @@ from storage.aws.layout import meta_key
 from storage.models import REFUSAL_TEXT, REFUSALS_NAMED
 from storage.writes import DROPPED_KEPT
 from tests.conftest import Backend
-from tests.storage.conftest import KEY
-from tests.storage.test_paused_in_channel import clocked
+from tests.storage.conftest import KEY, clocked
 
 
 def payload(i: int, size: int = 20) -> str:

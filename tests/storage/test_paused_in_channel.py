@@ -5,38 +5,13 @@ never expired, and examining a bounded number of them (`PAUSED_PAGES` times the 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from storage import ConversationKey, Status, Store
 from storage.aws import AwsStore
 from storage.aws.layout import PLACE_INDEX
 from storage.listings import PAUSED_PAGES
-from storage.models import utcnow
-
-T1_C1 = dict(team="T1", channel="C1")
-
-
-class Clock:
-    """The store's clock, moved on by hand: every thread gets its own moment of activity."""
-
-    def __init__(self) -> None:
-        self.now = utcnow()
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def tick(self, by: timedelta = timedelta(seconds=1)) -> None:
-        self.now += by
-
-
-def clocked(store: Store) -> Clock:
-    clock = Clock()
-    store.clock = clock
-    return clock
-
-
-def key(n: int, **place: str) -> ConversationKey:
-    return ConversationKey(**(T1_C1 | place), thread_ts=f"1700000000.{n:06d}")
+from tests.storage.conftest import clocked, key
 
 
 def left_in(store: Store, key: ConversationKey, status: Status, *users: str) -> None:

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from storage import ConversationKey, Status, Store
 from tests.conftest import Backend
-from tests.storage.test_paused_in_channel import clocked, key
+from tests.storage.conftest import clocked, key
 
 
 def left_in(store: Store, thread: ConversationKey, status: Status) -> None:

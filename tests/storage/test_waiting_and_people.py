@@ -22,7 +22,7 @@ from storage.listings import WAITING_PAGES
 from storage.local import LocalStore
 from storage.people import RECENT_LIMIT
 from tests.conftest import Backend
-from tests.storage.test_paused_in_channel import clocked
+from tests.storage.conftest import clocked
 
 
 def key(n: int, team: str = "T1", enterprise: str | None = None) -> ConversationKey:

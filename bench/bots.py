@@ -44,6 +44,7 @@ class Bot:
     log_path: Path
     module: str = "bot"  # `bench.other_host` stands in for a process on another host
     argv: tuple[str, ...] = ("serve",)
+    cwd: Path = ROOT  # another checkout for a bot of an earlier revision
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -59,7 +60,7 @@ class Bot:
         self.started_at = time.perf_counter()
         self.process = subprocess.Popen(
             [sys.executable, "-m", self.module, *self.argv],
-            cwd=ROOT,
+            cwd=self.cwd,
             env={**self.env, "PORT": str(self.port)},
             stdout=self._log,
             stderr=self._log,

@@ -1,11 +1,12 @@
 """`python -m bench [NAME ...] [--turns N] [--recover N] [--load N] [--mentions N] [--rounds N]
-[--json PATH]`
+[--before REV] [--json PATH]`
 
 Every benchmark in one run, on one DynamoDB Local and one moto S3, started once, warmed,
 and measured raw first (so that every figure has a scale). Names (default: all, in this
 order): path, live, turns, growth, long, files, recovery, burst, restart, storage, load,
 admission, burst500, takeover, writes, cpu, refusal. Tables are printed as markdown; the
-figures also go to a JSON file (default test-artifacts/bench/results.json)."""
+figures also go to a JSON file (default test-artifacts/bench/results.json). `cpu --before REV`
+measures ours at git revision REV beside ours now in the same batches (see `bench.cpu`)."""
 
 from __future__ import annotations
 
@@ -51,12 +52,19 @@ def main() -> None:
     parser.add_argument("--load", type=int, default=1000, help="conversations per step (load)")
     parser.add_argument("--mentions", type=int, default=60, help="answers per batch (cpu)")
     parser.add_argument("--rounds", type=int, default=2, help="batches per bot (cpu)")
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="cpu: also measure ours at this git revision (a temporary worktree), now vs then",
+    )
     parser.add_argument("--json", default="test-artifacts/bench/results.json")
     args = parser.parse_args()
     unknown = [name for name in args.names if name not in NAMES]
     if unknown:
         parser.error(f"unknown benchmark {unknown}; choose from {', '.join(NAMES)}")
     chosen = args.names or list(NAMES)
+    if args.before is not None and "cpu" not in chosen:
+        parser.error("--before is for the cpu benchmark")
     meter.install()  # before any client exists
 
     from bench.common import quiet, section
@@ -158,9 +166,12 @@ def run_one(name: str, emulators: Any, args: argparse.Namespace) -> Any:
         from bench import cpu
 
         mentions = args.mentions
-        return cpu.report(
-            asyncio.run(cpu.run_cpu(emulators, mentions, max(mentions // 2, 1), args.rounds))
-        )
+        tools = max(mentions // 2, 1)
+        if args.before is None:
+            return cpu.report(asyncio.run(cpu.run_cpu(emulators, mentions, tools, args.rounds)))
+        with cpu.checked_out(args.before) as before:
+            measured = asyncio.run(cpu.run_cpu(emulators, mentions, tools, args.rounds, before))
+        return cpu.report(measured)
     if name == "refusal":
         from bench import refusal
 

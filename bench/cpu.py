@@ -19,7 +19,15 @@ batch of each kind, and their CPU is split by component (the package or our modu
 each function's own time; a built-in's time goes to its caller's), scaled to the CPU the
 bots spend unprofiled. Then recovery: the replica CPU per conversation resumed
 (`bench.recovery`). Last, the floor under a plain answer: what ours must add to the plain
-bot's work, each part measured alone (`bench.floors`)."""
+bot's work, each part measured alone (`bench.floors`).
+
+`--before REV` (a before/after comparison across a change, in one run): REV is checked out
+into a temporary detached git worktree (removed afterwards, even on failure), and ours started
+from it (the same `python -m bot serve`, the same environment, its own cwd and PYTHONPATH,
+its own aws table and bucket) joins the interleaved batches on both backends as
+"ours @REV, local/aws". A last table gives, per backend, its CPU per answer and per
+model+tool turn beside ours now and the ratio now / then. It is neither profiled nor in the
+recovery or floors parts, which measure the current code only."""
 
 from __future__ import annotations
 
@@ -27,8 +35,11 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +57,7 @@ TARGETS = {"ours, local": 1.25, "ours, aws": 1.5}
 RECOVERY_TARGET_MS = 4.0
 TICKS = os.sysconf("SC_CLK_TCK")
 KINDS = ("mention", "tool")  # a plain answer; a model+tool turn
+BACKENDS = ("local", "aws")
 
 
 @dataclass
@@ -84,50 +96,102 @@ async def answer_each(api: SlackWebApi, sender: Sender, bot: Bot, kind: str, cou
     await asyncio.sleep(0.05)  # the calls after the answer (status cleared, released)
 
 
+@dataclass(frozen=True)
+class Before:
+    """Ours at an earlier revision, checked out at `tree`, measured beside ours."""
+
+    rev: str  # short hash
+    tree: Path
+
+    def name(self, backend: str) -> str:
+        return f"ours @{self.rev}, {backend}"
+
+
+@contextmanager
+def checked_out(rev: str) -> Iterator[Before]:
+    """`rev` in a temporary detached git worktree, removed afterwards even on failure."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    short = git("rev-parse", "--short", f"{rev}^{{commit}}")
+    with tempfile.TemporaryDirectory(prefix="bench-before-") as tmp:
+        tree = Path(tmp) / "tree"
+        git("worktree", "add", "--detach", str(tree), short)
+        try:
+            if (ROOT / "node_modules").exists():  # DynamoDB Local's, as in our own tree
+                (tree / "node_modules").symlink_to((ROOT / "node_modules").resolve())
+            yield Before(short, tree)
+        finally:
+            git("worktree", "remove", "--force", str(tree))
+
+
 def bots(
-    api_url: str, model_url: str, data: Path, aws: dict[str, str], profile: Path | None
+    api_url: str,
+    model_url: str,
+    data: Path,
+    aws: dict[str, str],
+    profile: Path | None,
+    before: tuple[Before, dict[str, str]] | None = None,
 ) -> list[tuple[str, Bot]]:
+    """The plain bot and ours on each backend; with `before` (and its aws storage), ours at
+    that revision too, with the same environment but its own code (cwd and PYTHONPATH)."""
     common = {"BENCH_RESPONSES_URL": model_url}
+    ours = "bench.responses_agent:build_durable_agent"
     made = []
-    for name, module, storage, agent in (
-        ("plain bot", "bench.plain_bot", {"BOT_DATA_DIR": str(data / "plain")}, ""),
+    specs: list[tuple[str, str, dict[str, str], str, Path]] = [
+        ("plain bot", "bench.plain_bot", {"BOT_DATA_DIR": str(data / "plain")}, "", ROOT),
         (
             "ours, local",
             "bot",
             {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(data / "local")},
-            "bench.responses_agent:build_durable_agent",
+            ours,
+            ROOT,
         ),
-        (
-            "ours, aws",
-            "bot",
-            aws,
-            "bench.responses_agent:build_durable_agent",
-        ),
-    ):
+        ("ours, aws", "bot", aws, ours, ROOT),
+    ]
+    if before is not None:
+        earlier, earlier_aws = before
+        local = {"BOT_STORAGE": "local", "BOT_DATA_DIR": str(data / "before-local")}
+        specs += [
+            (earlier.name("local"), "bot", local, ours, earlier.tree),
+            (earlier.name("aws"), "bot", earlier_aws, ours, earlier.tree),
+        ]
+    for name, module, storage, agent, tree in specs:
         env = bot_env(api_url, storage, **common)
         if agent:
             env["BOT_AGENT"] = agent
+        if tree != ROOT:
+            env["PYTHONPATH"] = str(tree)
         argv: tuple[str, ...] = () if module == "bench.plain_bot" else ("serve",)
         if profile is not None:
             slug = name.replace(", ", "-").replace(" ", "-")
             env["BENCH_PROFILE"] = str(profile / slug)
             argv, module = (module, *argv), "bench.profiled"
-        made.append((name, Bot(env, data / f"{name}.log", module=module, argv=argv)))
+        made.append((name, Bot(env, data / f"{name}.log", module=module, argv=argv, cwd=tree)))
     return made
 
 
 async def run_bots(
-    emulators: Emulators, mentions: int, tools: int, rounds: int, profile: Path | None
+    emulators: Emulators,
+    mentions: int,
+    tools: int,
+    rounds: int,
+    profile: Path | None,
+    before: Before | None = None,
 ) -> tuple[list[Measured], dict[str, dict[str, list[list[Any]]]]]:
     """Measured CPU per bot (unprofiled when `profile` is None) and, when profiling, each
-    bot's profile rows per kind."""
+    bot's profile rows per kind. With `before`, ours at that revision is among the bots."""
     aws = emulators.bot_storage("cpu")
+    earlier = None if before is None else (before, emulators.bot_storage("cpu-before"))
     profiles: dict[str, dict[str, list[list[Any]]]] = {}
     with tempfile.TemporaryDirectory() as tmp, model_server() as model_url:
         async with slack_standin() as (api, api_url):
             made = [
                 Measured(name, bot)
-                for name, bot in bots(api_url, model_url, Path(tmp), aws, profile)
+                for name, bot in bots(api_url, model_url, Path(tmp), aws, profile, earlier)
             ]
             for m in made:
                 m.bot.start()
@@ -146,9 +210,9 @@ async def run_bots(
                             pid = m.bot.process.pid  # type: ignore[union-attr]
                             if profile is not None:
                                 os.kill(pid, signal.SIGUSR1)
-                            before = process_cpu(pid)
+                            started = process_cpu(pid)
                             await answer_each(api, sender, m.bot, kind, count)
-                            m.cpu[kind] += process_cpu(pid) - before
+                            m.cpu[kind] += process_cpu(pid) - started
                             m.count[kind] += count
                             if profile is not None:
                                 os.kill(pid, signal.SIGUSR2)
@@ -241,9 +305,17 @@ def by_component(rows: list[list[Any]]) -> dict[str, float]:
 
 
 async def run_cpu(
-    emulators: Emulators, mentions: int = 60, tools: int = 30, rounds: int = 2
+    emulators: Emulators,
+    mentions: int = 60,
+    tools: int = 30,
+    rounds: int = 2,
+    before: Before | None = None,
 ) -> dict[str, Any]:
-    measured, _ = await run_bots(emulators, mentions, tools, rounds, None)
+    """With `before`, ours at that revision is measured in the interleaved batches too (not
+    profiled: its figures are only compared with ours)."""
+    everyone, _ = await run_bots(emulators, mentions, tools, rounds, None, before)
+    earlier = set() if before is None else {before.name(b) for b in BACKENDS}
+    measured = [m for m in everyone if m.name not in earlier]
     with tempfile.TemporaryDirectory() as tmp:
         profiled, profiles = await run_bots(emulators, mentions, tools, 1, Path(tmp))
     keep = os.getenv("BENCH_PROFILE_KEEP")  # a directory for each bot's raw rows
@@ -259,7 +331,7 @@ async def run_cpu(
     aws.close()
     with model_server() as model_url:
         floors = await measure_floors(emulators, model_url)
-    return {
+    results: dict[str, Any] = {
         "floors": floors,
         "measured": {m.name: {k: m.per(k) for k in KINDS} for m in measured},
         "counts": {m.name: m.count for m in measured},
@@ -271,6 +343,18 @@ async def run_cpu(
         "profiled_counts": {m.name: m.count for m in profiled},
         "recovery_ms": recovery,
     }
+    if before is not None:
+        results["before"] = {
+            "rev": before.rev,
+            "measured": {
+                backend: {k: m.per(k) for k in KINDS}
+                for m in everyone
+                for backend in BACKENDS
+                if m.name == before.name(backend)
+            },
+            "counts": {m.name: m.count for m in everyone if m.name in earlier},
+        }
+    return results
 
 
 def report(results: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +454,47 @@ def report(results: dict[str, Any]) -> dict[str, Any]:
     report_floors(
         results["floors"],
         plain["mention"],
-        {backend: measured[f"ours, {backend}"]["mention"] for backend in ("local", "aws")},
-        {backend: TARGETS[f"ours, {backend}"] for backend in ("local", "aws")},
+        {backend: measured[f"ours, {backend}"]["mention"] for backend in BACKENDS},
+        {backend: TARGETS[f"ours, {backend}"] for backend in BACKENDS},
     )
-    return {"cpu_ms": measured, "recovery_cpu_ms": recovery, "floors": results["floors"]}
+    summary = {"cpu_ms": measured, "recovery_cpu_ms": recovery, "floors": results["floors"]}
+    if "before" in results:
+        summary["before"] = report_before(results["before"], measured)
+    return summary
+
+
+def report_before(before: dict[str, Any], measured: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Ours now against ours at the earlier revision, both from this run's batches."""
+    rev = before["rev"]
+    section(
+        f"CPU per answer: ours now against ours @{rev}",
+        f"Ours at {rev} (a detached worktree of that revision, the same command and "
+        "environment) was one more bot in the interleaved batches above, so both figures "
+        "come from this run; the ratio is now / then.",
+    )
+    rows = []
+    ratios: dict[str, dict[str, float]] = {}
+    for backend in BACKENDS:
+        then, now = before["measured"][backend], measured[f"ours, {backend}"]
+        ratios[backend] = {k: now[k] / then[k] for k in KINDS}
+        cells: list[object] = [backend]
+        for kind in KINDS:
+            cells += [f"{then[kind]:.1f}", f"{now[kind]:.1f}", f"{ratios[backend][kind]:.2f}x"]
+        rows.append(cells)
+    print(
+        table(
+            [
+                "backend",
+                f"ms per answer @{rev}",
+                "now",
+                "now / then",
+                f"ms per model+tool turn @{rev}",
+                "now",
+                "now / then",
+            ],
+            rows,
+            "lrrrrrr",
+        ),
+        flush=True,
+    )
+    return {"rev": rev, "cpu_ms": before["measured"], "ratio": ratios}

@@ -154,7 +154,7 @@ async def _cancel_armed(serving: ServingView) -> frozenset[str]:
     outcome is unknown), the ledger is still set right, and the thread is told; an approved
     call is then its new holder's to settle (`LeaseLost`). Returns them: no longer the
     serve's to run."""
-    armed = frozenset(serving.armed)
+    armed = serving.armed.snapshot()
     for call_id in sorted(armed):
         try:
             held = await serving.storage_calls(

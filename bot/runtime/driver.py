@@ -190,7 +190,7 @@ def _scope(serving: ServingView) -> TurnScope:
     return TurnScope(
         storage=serving.storage_calls,
         lease=serving.lease,
-        armed=serving.armed,
+        armed=serving.armed_in_turn,
         on_step=on_step,
         stop_requested=lambda: serving.stop_asked,
         keyed_attempts=serving.parts.settings.idempotent_attempts,

@@ -307,9 +307,9 @@ def _guarded_invoke(
             if claim.record.status is ToolCallStatus.STARTED and keyed:
                 record = await start_again(scope, call_id, tool.name, claim.record)
             if record is not None:  # not started again: what the ledger says of it
-                scope.armed.discard(call_id)
+                scope.armed.settled(call_id)
                 return _Settled(await _as_recorded(scope, call_id, tool.name, record))
-        scope.armed.add(call_id)
+        scope.armed.claimed(call_id)
         # Until the tool itself starts the call stays armed: a stop that lands meanwhile
         # (while the progress is shown, say) has it recorded as cancelled, not as started.
         if key_argument:  # a keyed MCP tool receives its key as an argument
@@ -323,7 +323,7 @@ def _guarded_invoke(
         # An ordinary exception (usually turned into an error output by the SDK inside
         # `original`) is a known outcome: it ran and failed; so is an MCP server found down
         # before the call was first sent (it did not run).
-        scope.armed.discard(call_id)
+        scope.armed.started(call_id)
         if not approved_here and claim.created:
             scope.started_late.append((call_id, tool.name))
         try:

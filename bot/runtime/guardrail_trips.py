@@ -115,7 +115,7 @@ async def _not_started(serving: ServingView) -> frozenset[str]:
     approved call before it ran): the ledger says they did not run, not "outcome unknown".
     A result recorded after the lease was taken (the call's fence still holds it) is the
     truth as well. Returns them: settled here, they are no longer the serve's to run."""
-    armed = frozenset(serving.armed)
+    armed = serving.armed.snapshot()
     for call_id in sorted(armed):
         with contextlib.suppress(LeaseLost):  # approved, not started: its new holder's
             await serving.storage_calls(

@@ -30,6 +30,7 @@ from bot.runtime import (
     state_checks,
     summaries,
 )
+from bot.runtime.armed_calls import ArmedCalls, ArmedInTurn
 from bot.runtime.delivery import Outbox
 from bot.runtime.driver import drive
 from bot.runtime.envelope import (
@@ -145,11 +146,16 @@ class Serving:
         self.closed_to: Envelope | None = None  # what failing closed left as the checkpoint
         self.paused = False  # it waits for MCP servers that are down (`paused_for`)
         self.decided: dict[str, DecisionMade] = {}  # carried from envelope to envelope
-        self.armed: set[str] = set()  # approved by this serve's commits, not started yet
+        self.armed = ArmedCalls()  # approved by this serve's commits, not started yet
         self.showing = False  # progress was shown for this thread: end it when done
         self.notes: list[Outcome] = []  # for the thread, with the next commit (`model_input`)
         self.stopped_by = ""  # who stopped a run of this serve (a later stop is told so)
         self.pending_summary: Summary | None = None  # stored by the next commit
+
+    @property
+    def armed_in_turn(self) -> ArmedInTurn:
+        """The armed calls as a turn's guarded tools move them (claimed, started, settled)."""
+        return self.armed
 
     # -- what is shown while it runs --------------------------------------------------------------
 
@@ -377,7 +383,7 @@ class Serving:
             self.pending_summary = None
         else:
             update_summary = {}
-        self.armed |= set(done.armed)
+        self.armed.armed_by_commit(done.armed)
         self.outbox.committed()
         self.version = done.checkpoint.version
         update: dict[str, Any] = {"checkpoint": done.checkpoint, "status": status, **update_summary}
@@ -480,7 +486,7 @@ class Serving:
             case Settled():
                 self.release_as(result.status)
                 self.look_again(result.reread)
-                self.armed -= result.disarmed
+                self.armed.disarm(result.disarmed)
             case Paused():
                 self.release_as(Status.INTERRUPTED)
                 self.paused = True
@@ -491,7 +497,7 @@ class Serving:
             case Stopped():
                 self.decided = result.decided
                 self.stopped_by = result.by
-                self.armed -= result.disarmed
+                self.armed.disarm(result.disarmed)
                 if result.reread:
                     self.look_again()
             case Decisions():

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from agents import RunState, TResponseInputItem
 
+from bot.runtime.armed_calls import ArmedInTurn, ArmedView
 from bot.runtime.envelope import (
     AwaitingCall,
     DecisionMade,
@@ -60,7 +61,9 @@ class ServingView(Protocol):
     @property
     def decided(self) -> dict[str, DecisionMade]: ...
     @property
-    def armed(self) -> set[str]: ...
+    def armed(self) -> ArmedView: ...
+    @property
+    def armed_in_turn(self) -> ArmedInTurn: ...
     @property
     def stopped_by(self) -> str: ...
     @property

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from bot.runtime.armed_calls import ArmedCalls, ArmedInTurn
 from bot.runtime.progress import Step, shown
 from bot.runtime.tool_failures import NoAnswer
 from storage import Lease, StorageError, Store
@@ -31,7 +32,7 @@ class TurnScope:
 
     storage: StorageCalls
     lease: Lease
-    armed: set[str] = field(default_factory=set)  # approved or claimed here, not started yet
+    armed: ArmedInTurn = field(default_factory=ArmedCalls)  # approved or claimed, not started
     human_approval: dict[str, bool] = field(default_factory=dict)
     unknown_outcomes: list[tuple[str, str]] = field(default_factory=list)  # (call id, tool)
     fault: StorageError | None = None  # raised by storage inside a tool; re-raised after the turn

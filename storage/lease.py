@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -44,9 +44,9 @@ class LeaseKeeper:
         self.lost = asyncio.Event()
         self.stop = asyncio.Event()  # someone asked the run to stop (`stop_by`)
         self.stop_by: str | None = None
-        # A run is in progress (set by its driver): renewals keep its state alive, since a
+        # A run is in progress (`working_turn`): renewals keep its state alive, since a
         # run that commits only now and then can outlast a short `BOT_STATE_TTL`.
-        self.working = False
+        self._working = False
         self._stop_waiters: list[asyncio.Future[None]] = []  # `when_stop_asked`
         self._applied = 0  # stops applied so far: a look begun before one is out of date
         self._tasks: list[asyncio.Task[None]] = []
@@ -105,6 +105,20 @@ class LeaseKeeper:
             self._stop_waiters.append(waiter)
         return waiter
 
+    @property
+    def working(self) -> bool:
+        return self._working
+
+    @contextlib.contextmanager
+    def working_turn(self) -> Iterator[None]:
+        """Held while a run is driven: the one place the flag is set and cleared, so that
+        no path out of the run (a return, a fault, a cancellation) leaves it set."""
+        self._working = True
+        try:
+            yield
+        finally:
+            self._working = False
+
     def stop_applied(self) -> None:
         """The stop was acted on (and its request cleared in the store): the next run is
         not stopped by it."""
@@ -134,7 +148,7 @@ class LeaseKeeper:
         while True:
             try:
                 applied = self._applied
-                self.lease = await self.calls(self.store.renew, self.lease, working=self.working)
+                self.lease = await self.calls(self.store.renew, self.lease, working=self._working)
                 self._learned_stop(self.lease.stop_by, applied)
             except LeaseLost:
                 log.warning("lease lost on %s (fence %s)", self.lease.key, self.lease.fence)

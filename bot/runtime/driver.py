@@ -95,73 +95,74 @@ async def drive(
     await serving.begin_run(started_by)
     await serving.show_work(started_by)
     keeper = serving.keeper
-    if keeper is not None:  # its renewals keep the state alive while the run goes on
-        keeper.working = True
-    token = CURRENT_SCOPE.set(scope)
-    seen_down: set[str] = set()  # MCP servers the turn found down (a nested agent's, too)
-    seen_token = SEEN_DOWN.set(seen_down)
-    try:
-        while True:
-            serving.check()
-            if parts.draining:
-                return GivenBack()  # released as `running`: the next process continues
-            if isinstance(start, list):  # a fresh run: what it is given of the history
-                opened = await serving.open_window(session, start, started_by)
-                view, window = opened.view, opened.window
-            scope.reset()
-            seen_down.clear()
-            scope.lease = serving.lease
-            session.lease = serving.lease
-            if serving.stop_asked:
-                session.discard_pending()
-                return await applying_stops.stopped(serving, consume)
-            turn = _Turn(serving, session, scope, seen_down, consume)
-            result = await turn.run(start, started_by, held, view, from_checkpoint=from_checkpoint)
-            if not isinstance(result, RunResultStreaming):
-                return result
-            ended = await turn.may_keep()
-            if ended is not None:
-                return ended
-            kept = _Kept.of(serving, scope, result, started_by, held, window)
-            humans = [call for call in kept.awaiting if call.human]
-            outcomes = _restart_notices(serving, scope)
-            if humans:
-                outcomes.append(approvals.approval_request(serving, kept.envelope))
-            if kept.envelope.finished:
-                outcomes.append(Answer(key=serving.key, text=str(result.final_output)))
-            next_seq = await serving.commit(
-                kept.envelope,
-                consume=consume,
-                outcomes=outcomes,
-                items=session.pending,
-                base_seq=session.base_seq,
-                # Calls that need no person run next turn, unless one waits for a person:
-                # then they wait too, and are armed by the commit of the decision.
-                arm=[] if humans else [call for call in kept.awaiting if not call.human],
-            )
-            if next_seq is not None:
-                session.committed(next_seq)
-                parts.history.put(serving.record, session.known)
-            consume = []
-            from_checkpoint = False
-            if humans:
-                for call in humans:
-                    await scope.show(call.call_id, call.tool_name, Step.WAITING)
-                return AwaitsDecision(started_by)
-            if kept.envelope.finished:
-                if not held:
-                    return LeftAs(Status.IDLE)
-                start, started_by = await serving.input_for(held), held[0].user
-                held = []
-                await serving.begin_run(started_by)
-                continue
-            assert kept.state is not None  # neither finished nor waiting for a person
-            start = kept.state
-    finally:
-        if keeper is not None:
-            keeper.working = False
-        SEEN_DOWN.reset(seen_token)
-        CURRENT_SCOPE.reset(token)
+    # Its renewals keep the state alive while the run goes on: set once the run has begun,
+    # cleared whichever way the drive ends (`LeaseKeeper.working_turn`).
+    with keeper.working_turn() if keeper is not None else contextlib.nullcontext():
+        token = CURRENT_SCOPE.set(scope)
+        seen_down: set[str] = set()  # MCP servers the turn found down (a nested agent's, too)
+        seen_token = SEEN_DOWN.set(seen_down)
+        try:
+            while True:
+                serving.check()
+                if parts.draining:
+                    return GivenBack()  # released as `running`: the next process continues
+                if isinstance(start, list):  # a fresh run: what it is given of the history
+                    opened = await serving.open_window(session, start, started_by)
+                    view, window = opened.view, opened.window
+                scope.reset()
+                seen_down.clear()
+                scope.lease = serving.lease
+                session.lease = serving.lease
+                if serving.stop_asked:
+                    session.discard_pending()
+                    return await applying_stops.stopped(serving, consume)
+                turn = _Turn(serving, session, scope, seen_down, consume)
+                result = await turn.run(
+                    start, started_by, held, view, from_checkpoint=from_checkpoint
+                )
+                if not isinstance(result, RunResultStreaming):
+                    return result
+                ended = await turn.may_keep()
+                if ended is not None:
+                    return ended
+                kept = _Kept.of(serving, scope, result, started_by, held, window)
+                humans = [call for call in kept.awaiting if call.human]
+                outcomes = _restart_notices(serving, scope)
+                if humans:
+                    outcomes.append(approvals.approval_request(serving, kept.envelope))
+                if kept.envelope.finished:
+                    outcomes.append(Answer(key=serving.key, text=str(result.final_output)))
+                next_seq = await serving.commit(
+                    kept.envelope,
+                    consume=consume,
+                    outcomes=outcomes,
+                    items=session.pending,
+                    base_seq=session.base_seq,
+                    # Calls that need no person run next turn, unless one waits for a person:
+                    # then they wait too, and are armed by the commit of the decision.
+                    arm=[] if humans else [call for call in kept.awaiting if not call.human],
+                )
+                if next_seq is not None:
+                    session.committed(next_seq)
+                    parts.history.put(serving.record, session.known)
+                consume = []
+                from_checkpoint = False
+                if humans:
+                    for call in humans:
+                        await scope.show(call.call_id, call.tool_name, Step.WAITING)
+                    return AwaitsDecision(started_by)
+                if kept.envelope.finished:
+                    if not held:
+                        return LeftAs(Status.IDLE)
+                    start, started_by = await serving.input_for(held), held[0].user
+                    held = []
+                    await serving.begin_run(started_by)
+                    continue
+                assert kept.state is not None  # neither finished nor waiting for a person
+                start = kept.state
+        finally:
+            SEEN_DOWN.reset(seen_token)
+            CURRENT_SCOPE.reset(token)
 
 
 def _session(serving: ServingView) -> ConversationSession:

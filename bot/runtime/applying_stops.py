@@ -23,7 +23,7 @@ from bot.runtime.envelope import (
 )
 from bot.runtime.open_calls import STOPPED_BEFORE_IT_RAN
 from bot.runtime.outcomes import Notice, NoticeKind, Refused, messages_were, quote
-from bot.runtime.pass_results import Stopped
+from bot.runtime.pass_results import Stopped, StopsAnswered
 from storage import (
     CONSUME_LIMIT,
     KEEP,
@@ -97,18 +97,17 @@ async def stopped(
         release_as=Status.IDLE,
         clear_stop=True,
     )
-    if serving.keeper is not None:
-        serving.keeper.stop_applied()
     return Stopped(by=who or "", decided=decided, disarmed=disarmed)
 
 
 async def stop_requests(
     serving: ServingView, entries: Entries, runnable: Envelope | None
-) -> Stopped | None:
+) -> Stopped | StopsAnswered:
     """Stops read from the inbox in this pass. With a run to continue (paused for approval,
     interrupted), it is stopped: messages and clicks that came before the stop go with it;
-    later messages are served next. Without one, each stopper is told it had finished.
-    `Stopped` when the run was stopped (the pass is over)."""
+    later messages are served next. Without one, each stopper is told it had finished
+    (`StopsAnswered`: the pass goes on). `Stopped` when the run was stopped (the pass is
+    over)."""
     first_arrived = entries.stop_arrived[0]
     if runnable is not None:
         before = [
@@ -140,10 +139,8 @@ async def stop_requests(
             clear_stop=True,
         ),
     )
-    if serving.keeper is not None:
-        serving.keeper.stop_applied()
     entries.ids = [entry_id for entry_id in entries.ids if entry_id not in entries.stop_ids]
-    return None
+    return StopsAnswered()
 
 
 async def _cancel_armed(serving: ServingView) -> frozenset[str]:

@@ -54,6 +54,13 @@ class Stopped:
 
 
 @dataclass(frozen=True)
+class StopsAnswered:
+    """Stop requests found nothing to stop (`applying_stops.stop_requests`): each stopper
+    was told, and the requests consumed and cleared in the store; the pass goes on with
+    what else it read."""
+
+
+@dataclass(frozen=True)
 class Decisions:
     """Who decided what (`approvals`), carried to the envelopes the serve writes next."""
 
@@ -101,6 +108,7 @@ PassResult = (
     | Paused
     | FailedClosed
     | Stopped
+    | StopsAnswered
     | Decisions
     | AwaitsDecision
     | Resume

@@ -67,6 +67,7 @@ from bot.runtime.pass_results import (
     Resume,
     Settled,
     Stopped,
+    StopsAnswered,
 )
 from bot.runtime.progress import shown
 from bot.runtime.runtime_parts import RuntimeParts
@@ -243,8 +244,8 @@ class Serving:
         await self.outbox.deliver()
         if entries.stops:
             stop = await applying_stops.stop_requests(self, entries, runnable)
-            if stop is not None:
-                await self.apply(stop)
+            await self.apply(stop)
+            if isinstance(stop, Stopped):
                 return
         if runnable is not None and runnable.humans:
             await self.apply(*await approvals.while_awaiting(self, runnable, entries))
@@ -495,11 +496,14 @@ class Serving:
                 self.closed_to = result.finished
                 self.look_again()
             case Stopped():
+                self.stop_applied()
                 self.decided = result.decided
                 self.stopped_by = result.by
                 self.armed.disarm(result.disarmed)
                 if result.reread:
                     self.look_again()
+            case StopsAnswered():
+                self.stop_applied()
             case Decisions():
                 self.decided = result.decided
             case AwaitsDecision():  # listed for its starter (`Store.list_waiting_on`)
@@ -516,6 +520,14 @@ class Serving:
                 self.give_back()
             case _:
                 assert_never(result)
+
+    def stop_applied(self) -> None:
+        """The stop's request was cleared in the store (the commit that returned the result
+        did it): the keeper's watch no longer asks this serve's next run to stop. Told as
+        the result is applied, with no await since that commit, just as early as the part
+        that made the commit could have told it."""
+        if self.keeper is not None:
+            self.keeper.stop_applied()
 
     def look_again(self, when: bool = True) -> None:
         """Whether the serve reads the inbox once more after this pass."""

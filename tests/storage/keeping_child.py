@@ -1,7 +1,9 @@
-"""`python -m tests.storage.keeping_child DATA_DIR COUNT THREADS PREFIX START_AT AT_ONCE`:
+"""`python -m tests.storage.keeping_child DATA_DIR COUNT THREADS PREFIX TOGETHER AT_ONCE`:
 keeps COUNT messages (event ids PREFIX0, PREFIX1, ...) into THREADS threads through the
 storage bridge, as Slack requests' keeps are made, AT_ONCE at a time, while a task ticks
-every millisecond; from START_AT (a `time.time()`), so that several processes keep at once.
+every millisecond. TOGETHER (1): it says `ready` once its store is open and starts when a
+line comes on its stdin (`start_together`), so that several processes keep at once however
+long each took to start.
 Prints as JSON how many keeps were made on the loop, the loop's longest stall after the
 first few keeps, and whether the store found the disk slow. Run by the tests under strace
 (a slow disk) and several at once (writers of other processes)."""
@@ -13,7 +15,6 @@ import functools
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,7 +34,7 @@ def thread_key(n: int) -> ConversationKey:
 
 
 async def keep_all(
-    store: LocalStore, count: int, threads: int, prefix: str, start_at: float, at_once: int
+    store: LocalStore, count: int, threads: int, prefix: str, at_once: int
 ) -> dict[str, object]:
     calls = StorageCalls(store)
     made_here = 0
@@ -67,7 +68,6 @@ async def keep_all(
             gaps.append((last, now))
             last = now
 
-    await asyncio.sleep(max(0.0, start_at - time.time()))
     ticker = asyncio.create_task(tick())
 
     async def keep(n: int) -> None:
@@ -95,19 +95,35 @@ def start(
     *,
     threads: int | None = None,
     prefix: str = "E",
-    start_at: float = 0.0,
+    together: bool = False,
     at_once: int = 1,
     fsync_delay_ms: int | None = None,
 ) -> subprocess.Popen[str]:
     """The tests' side: this module in a child process, under strace with every fsync
     delayed by `fsync_delay_ms` (a slow disk) if given."""
     argv = [sys.executable, "-m", "tests.storage.keeping_child"]
-    argv += [str(data_dir), str(count), str(threads or count), prefix, str(start_at), str(at_once)]
+    argv += [str(data_dir), str(count), str(threads or count), prefix, str(int(together))]
+    argv += [str(at_once)]
     if fsync_delay_ms is not None:
         argv = on_slow_disk(argv, fsync_delay_ms)
     return subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv,
+        cwd=ROOT,
+        stdin=subprocess.PIPE if together else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+
+
+def start_together(children: list[subprocess.Popen[str]]) -> None:
+    """Once every child started `together` says it is ready, let them all go."""
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
 
 
 def result(child: subprocess.Popen[str]) -> dict[str, Any]:
@@ -119,11 +135,14 @@ def result(child: subprocess.Popen[str]) -> dict[str, Any]:
 
 def main() -> None:
     data_dir, count = Path(sys.argv[1]), int(sys.argv[2])
-    threads, prefix, start_at = int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+    threads, prefix, together = int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
     at_once = int(sys.argv[6])
     store = LocalStore(data_dir)
     try:
-        said = asyncio.run(keep_all(store, count, threads, prefix, start_at, at_once))
+        if together:
+            print("ready", flush=True)
+            sys.stdin.readline()
+        said = asyncio.run(keep_all(store, count, threads, prefix, at_once))
         print(json.dumps(said))
     finally:
         store.close()

@@ -5,7 +5,6 @@ lock. Every message lands once, whichever way it went."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from storage.local import LocalStore
@@ -19,13 +18,13 @@ AT_ONCE = 8  # keeps in flight in each process, as a burst of Slack requests
 
 def test_keeps_from_several_processes_at_once_each_land_once(tmp_path: Path) -> None:
     LocalStore(tmp_path).close()  # the database exists: the children only open it
-    start_at = time.time() + 2.0  # once every child has imported
     children = [
         keeping_child.start(
-            tmp_path, KEEPS, threads=THREADS, prefix=f"P{p}-", start_at=start_at, at_once=AT_ONCE
+            tmp_path, KEEPS, threads=THREADS, prefix=f"P{p}-", together=True, at_once=AT_ONCE
         )
         for p in range(PROCESSES)
     ]
+    keeping_child.start_together(children)  # each started, however slowly: they keep at once
     said = [keeping_child.result(child) for child in children]
     store = LocalStore(tmp_path)
     try:

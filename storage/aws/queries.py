@@ -257,7 +257,7 @@ class ListingQueries:
                             continue
         counts[Status.RUNNING] = sum(
             self.pool.map(
-                lambda shard: self._count(status_key(Status.RUNNING, shard)),
+                lambda shard: self._count_live(status_key(Status.RUNNING, shard)),
                 range(self.t.policies.status_shards),
             )
         )
@@ -272,17 +272,23 @@ class ListingQueries:
         items: list[Item] = found["Items"]
         return items
 
-    def _count(self, key: str) -> int:
-        since = ms(self.t.clock() - self.t.policies.state_ttl)  # not those whose state expired
+    def _count_live(self, key: str) -> int:
+        """The index partition's records whose state has not expired, as the listings see
+        them (`_live`: after a raise of `BOT_STATE_TTL`, not those that expired under the
+        old one). Read, not counted by DynamoDB: only the keys and TTL, of few records."""
+        now = self.t.clock()
+        since = ms(now - self.t.policies.state_ttl)
         query: dict[str, Any] = {
             "TableName": self.t.table,
             "IndexName": STATUS_INDEX,
             "KeyConditionExpression": "status_key = :key AND last_activity_ms >= :since",
             "ExpressionAttributeValues": {":key": s(key), ":since": n(since)},
-            "Select": "COUNT",
+            "ProjectionExpression": "pk, sk, expires_at",
         }
         paginator = self.t.dynamodb.get_paginator("query")
-        return sum(page["Count"] for page in paginator.paginate(**query))
+        return sum(
+            self._live(item, now) for page in paginator.paginate(**query) for item in page["Items"]
+        )
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

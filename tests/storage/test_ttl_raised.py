@@ -3,7 +3,8 @@ is raised afterwards, on both backends. The aws listings once bounded "not expir
 last activity and the TTL of the reader: after a raise, threads that had expired under
 the old TTL came back as `running`, and every recovery sweep took a run slot for each,
 showed it "queued" in its Slack thread and failed to take it (found by the chaos soak,
-whose expiry runs shorten the TTL and the next runs lengthen it again, seed 620051)."""
+whose expiry runs shorten the TTL and the next runs lengthen it again, seed 620051); the
+count of running conversations (a gauge) counted them too."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def test_a_state_that_expired_under_a_shorter_ttl_is_never_listed_after_a_raise(
     assert raised.list_waiting_in("T1", limit=10) == []
     assert raised.list_waiting_on("T1", "U1", limit=10) == []
     assert [r.key for r in raised.list_by_team("T1", limit=10)] == [alive]
+    assert raised.count_by_status()[Status.RUNNING] == 1  # the gauge `bot_conversations`
 
     # A message into an expired thread brings it back, listed at once (what was found
     # expired before is not remembered past the write that revived it).

@@ -46,7 +46,7 @@ def test_a_state_that_expired_under_a_shorter_ttl_is_never_listed_after_a_raise(
     assert raised.list_waiting_in("T1", limit=10) == []
     assert raised.list_waiting_on("T1", "U1", limit=10) == []
     assert [r.key for r in raised.list_by_team("T1", limit=10)] == [alive]
-    assert raised.count_by_status()[Status.RUNNING] == 1  # the gauge `bot_conversations`
+    assert raised.count_by_status()[Status.RUNNING] == 1  # `/agent-admin status`, Home
 
     # A message into an expired thread brings it back, listed at once (what was found
     # expired before is not remembered past the write that revived it).

@@ -88,6 +88,14 @@ async def recover_conversations(scheduler: Scheduler, *, limit: int) -> list[Out
                     with contextlib.suppress(LeaseLost):
                         await parts.storage_calls(parts.store.release, lease, touch=False)
                     return []
+                try:
+                    # Resuming its run is activity, as a working renewal is: nobody renewed
+                    # the state while its holder was dead, and the keeper's first renewal
+                    # comes a third of a lease from now, maybe past its expiry (aws seed
+                    # 630083, a 5 s TTL: the resumed run's answer was lost with it).
+                    lease = await parts.storage_calls(parts.store.renew, lease, working=True)
+                except LeaseLost:
+                    return []  # expired meanwhile: the thread's next event tells it
                 if dead:
                     log.info("%s: took over from %s (%s)", key, dead, why)
                     metrics.TAKEOVERS.labels(why.split()[1]).inc()

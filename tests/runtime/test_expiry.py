@@ -24,7 +24,7 @@ from bot.runtime import (
 )
 from bot.runtime.delivery import DeliveryFailed
 from bot.runtime.expiry import EXPIRED
-from storage import Status, Store
+from storage import Status, Store, lease
 from storage.models import utcnow
 from testkit.runtime import (
     KEY,
@@ -38,6 +38,7 @@ from testkit.runtime import (
     record_of,
 )
 from tests.conftest import Backend
+from tests.storage.conftest import clocked
 
 
 class Delivered:
@@ -338,3 +339,32 @@ async def test_an_answer_owed_longer_than_the_ttl_is_still_delivered(
     assert answer.text == "echo: hello"
     record = record_of(store)
     assert record.status is Status.IDLE and record.undelivered_from() is None
+
+
+async def test_a_run_resumed_just_before_its_state_would_expire_keeps_it(
+    backend: Backend, effects: SideEffects
+) -> None:
+    """A run left `running` by a holder that died; nobody renewed its state since, and it is
+    a second from its expiry when recovery takes it over. Resuming is activity: the resumed
+    run's model call takes longer than that second (a hand-moved clock), the keeper renews
+    meanwhile, and the answer is committed and told (chaos seed 630083, aws, a 5 s TTL:
+    the keeper's first renewal came a third of a lease after the takeover, past the expiry,
+    and the answer was lost)."""
+    store = backend.open(state_ttl="1h", lease_seconds=30)
+    renewal_every = min(30 / 3, lease.STOP_CHECK)
+    clock = clocked(store)
+    kept = store.keep(KEY, "Ev1", '{"user":"U1","text":"hi"}', participant="U1", owner="gone")
+    assert kept.lease is not None
+    store.release(kept.lease, status=Status.RUNNING, run_by="U1")  # its holder died mid-run
+    clock.tick(timedelta(hours=1) - timedelta(seconds=1))
+
+    async def slow(call: Any) -> Any:
+        clock.tick(timedelta(seconds=2))  # past the second the state had left
+        await asyncio.sleep(renewal_every + 0.5)  # the keeper renews (as working) meanwhile
+        return [assistant_message("Resumed and answered.")]
+
+    rt = ConversationRuntime(store, build_agent(ScriptedModel([ModelStep.respond(slow)]), effects))
+    outcomes = await rt.recover()
+    assert [o.text for o in outcomes if isinstance(o, Answer)] == ["Resumed and answered."]
+    record = record_of(store)
+    assert record.status is Status.IDLE and record.expired_from is None

@@ -88,15 +88,17 @@ async def recover_conversations(scheduler: Scheduler, *, limit: int) -> list[Out
                     with contextlib.suppress(LeaseLost):
                         await parts.storage_calls(parts.store.release, lease, touch=False)
                     return []
-                try:
-                    # Resuming its run is activity, as a working renewal is: nobody renewed
-                    # the state while its holder was dead, and the keeper's first renewal
-                    # comes a third of a lease from now, maybe past its expiry (aws seed
-                    # 630083, a 5 s TTL: the resumed run's answer was lost with it).
-                    lease = await parts.storage_calls(parts.store.renew, lease, working=True)
-                except LeaseLost:
-                    return []  # expired meanwhile: the thread's next event tells it
                 if dead:
+                    try:
+                        # Taking a dead holder's run over is activity, as its working
+                        # renewals were: nobody renewed the state since it died, and the
+                        # keeper's first renewal comes a third of a lease from now, maybe
+                        # past its expiry (aws seed 630083, a 5 s TTL: the resumed run's
+                        # answer was lost with it). Not a thread left unheld: a delivery
+                        # retried is no activity (`BOT_STATE_TTL`).
+                        lease = await parts.storage_calls(parts.store.renew, lease, working=True)
+                    except LeaseLost:
+                        return []  # expired meanwhile: the thread's next event tells it
                     log.info("%s: took over from %s (%s)", key, dead, why)
                     metrics.TAKEOVERS.labels(why.split()[1]).inc()
                 unheld = record.lease_owner is None

@@ -6,6 +6,8 @@ clean, without the old history. After the tombstone's own TTL, the thread is unk
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from bot.runtime import (
 )
 from bot.runtime.delivery import DeliveryFailed
 from bot.runtime.expiry import EXPIRED
+from bot.runtime.lease_owner import SEPARATOR, boot_id, provably_dead
 from storage import Status, Store, lease
 from storage.models import utcnow
 from testkit.runtime import (
@@ -344,19 +347,21 @@ async def test_an_answer_owed_longer_than_the_ttl_is_still_delivered(
 async def test_a_run_resumed_just_before_its_state_would_expire_keeps_it(
     backend: Backend, effects: SideEffects
 ) -> None:
-    """A run left `running` by a holder that died; nobody renewed its state since, and it is
-    a second from its expiry when recovery takes it over. Resuming is activity: the resumed
+    """A run held by a process that died; nobody renewed its state since, and it is a
+    second from its expiry when recovery takes it over. Resuming is activity: the resumed
     run's model call takes longer than that second (a hand-moved clock), the keeper renews
     meanwhile, and the answer is committed and told (chaos seed 630083, aws, a 5 s TTL:
     the keeper's first renewal came a third of a lease after the takeover, past the expiry,
     and the answer was lost)."""
-    store = backend.open(state_ttl="1h", lease_seconds=30)
-    renewal_every = min(30 / 3, lease.STOP_CHECK)
+    store = backend.open(state_ttl="40s", lease_seconds=60)
+    renewal_every = min(60 / 3, lease.STOP_CHECK)
     clock = clocked(store)
-    kept = store.keep(KEY, "Ev1", '{"user":"U1","text":"hi"}', participant="U1", owner="gone")
-    assert kept.lease is not None
-    store.release(kept.lease, status=Status.RUNNING, run_by="U1")  # its holder died mid-run
-    clock.tick(timedelta(hours=1) - timedelta(seconds=1))
+    # Its holder: a process of this host that is gone (this pid, started at another time).
+    gone = SEPARATOR.join([socket.gethostname(), boot_id(), str(os.getpid()), "0", "x"])
+    assert provably_dead(gone)
+    kept = store.keep(KEY, "Ev1", '{"user":"U1","text":"hi"}', participant="U1", owner=gone)
+    assert kept.lease is not None  # held still (a lease of 60 s): it died mid-run
+    clock.tick(timedelta(seconds=39))
 
     async def slow(call: Any) -> Any:
         clock.tick(timedelta(seconds=2))  # past the second the state had left

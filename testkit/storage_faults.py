@@ -91,8 +91,7 @@ class WriteFault:
         def throttle(**kwargs: Any) -> Any:
             if healed.is_set() or (until is not None and time.monotonic() > until):
                 return None
-            body = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
-            return _Response(400), {**body, "ResponseMetadata": {"HTTPStatusCode": 400}}
+            return throttled()
 
         self._handler = throttle
         store.dynamodb.meta.events.register("before-call.dynamodb.TransactWriteItems", throttle)
@@ -142,6 +141,12 @@ class _Response:
         self.raw = None
 
 
+def throttled() -> tuple[_Response, dict[str, Any]]:
+    """What a `before-call` handler returns for DynamoDB to answer ThrottlingException."""
+    body = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
+    return _Response(400), {**body, "ResponseMetadata": {"HTTPStatusCode": 400}}
+
+
 def overwrite_blob(store: Store, object_key: str, data: bytes | None) -> None:
     """Damage (or plant, or with None delete) a stored object behind the store's back, as a
     disk or an operator might: the file itself locally, the S3 object on aws."""
@@ -179,8 +184,7 @@ def failing_reads(store: AwsStore, key_prefix: str) -> Iterator[None]:
         body = params.get("body", b"")  # the request as sent: its JSON names the key
         if f'"S": "{key_prefix}'.encode() not in body and f'"S":"{key_prefix}'.encode() not in body:
             return None
-        body = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
-        return _Response(400), {**body, "ResponseMetadata": {"HTTPStatusCode": 400}}
+        return throttled()
 
     store.dynamodb.meta.events.register("before-call.dynamodb.GetItem", throttle)
     try:

@@ -64,16 +64,23 @@ def given_to_the_agent(script: ScriptedResponses) -> set[str]:
     return {t for r in script.requests for text in user_texts(r) for t in TOKEN.findall(text)}
 
 
+def notices_in(bot: Deployment, ts: str) -> list[Message]:
+    """The thread's notices of messages not taken."""
+    return [
+        post
+        for post in bot.api.bot_replies(CHANNEL, ts)
+        if ((post.metadata or {}).get("event_payload") or {}).get("notice") == "not_taken"
+    ]
+
+
 def not_taken(bot: Deployment, ts: str) -> tuple[int, set[str]]:
     """How many messages the thread was told were not taken, and those it quoted."""
     count, quoted = 0, set()
-    for post in bot.api.bot_replies(CHANNEL, ts):
-        payload = (post.metadata or {}).get("event_payload") or {}
-        if payload.get("notice") == "not_taken":
-            found = NOT_TAKEN.search(post.text)
-            assert found, post.text
-            count += int(found.group(1))
-            quoted |= set(TOKEN.findall(post.text))
+    for post in notices_in(bot, ts):
+        found = NOT_TAKEN.search(post.text)
+        assert found, post.text
+        count += int(found.group(1))
+        quoted |= set(TOKEN.findall(post.text))
     return count, quoted
 
 
@@ -177,20 +184,7 @@ async def test_messages_not_taken_are_told_though_their_process_died(
     refused, quoted = not_taken(bot, thread.ts)
     assert refused >= 3 and refused == len(sent) - len(given), (refused, given)
     assert quoted == set(sent) - given  # named once, each of them, and never given
-    notices = [
-        post
-        for post in bot.api.bot_replies(CHANNEL, thread.ts)
-        if ((post.metadata or {}).get("event_payload") or {}).get("notice") == "not_taken"
-    ]
-    assert len(notices) == 1
-
-
-def notices_in(bot: Deployment, ts: str) -> list[Message]:
-    return [
-        post
-        for post in bot.api.bot_replies(CHANNEL, ts)
-        if ((post.metadata or {}).get("event_payload") or {}).get("notice") == "not_taken"
-    ]
+    assert len(notices_in(bot, thread.ts)) == 1
 
 
 async def refused_by_another_replica(
